@@ -1,0 +1,29 @@
+using System.Diagnostics.Metrics;
+
+namespace PersistentServices.Diagnostics;
+
+/// <summary>
+/// The library's one meter, <c>PersistentServices</c>. Instruments are named <c>persistentservices.&lt;area&gt;.&lt;thing&gt;</c>;
+/// durations are in seconds.
+/// </summary>
+internal static class PersistentServicesMetrics
+{
+    public const string MeterName = "PersistentServices";
+
+    public static readonly Meter Meter = new(MeterName, typeof(PersistentServicesMetrics).Assembly.GetName().Version?.ToString());
+
+    public static readonly Counter<long> LogAppends = Meter.CreateCounter<long>(
+        "persistentservices.log.appends", "{record}", "Records appended to the log.");
+
+    public static readonly Counter<long> LogAppendedBytes = Meter.CreateCounter<long>(
+        "persistentservices.log.appended_bytes", "By", "Record bytes appended to the log (envelope included).");
+
+    public static readonly Counter<long> LogCommits = Meter.CreateCounter<long>(
+        "persistentservices.log.commits", "{commit}", "Durable commits (log forces).");
+
+    public static readonly Histogram<double> LogCommitDuration = Meter.CreateHistogram<double>(
+        "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.");
+
+    public static readonly Histogram<long> LogCommitBatch = Meter.CreateHistogram<long>(
+        "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
+}

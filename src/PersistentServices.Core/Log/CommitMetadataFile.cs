@@ -1,0 +1,156 @@
+using System.Buffers.Binary;
+using Microsoft.Win32.SafeHandles;
+
+namespace PersistentServices.Log;
+
+/// <summary>What the commit metadata records: the log's begin address and a committed address.</summary>
+internal readonly record struct CommitMetadata(long Sequence, long BeginAddress, long CommittedUntil, long CommitNum);
+
+/// <summary>
+/// The log's commit metadata, written in place in two checksummed slots (<c>commit.meta</c>, docs/log-format.md).
+/// Each write goes to the slot not holding the newest valid copy, then is flushed; a torn write damages at most
+/// that slot, and the reader takes the valid slot with the highest sequence.
+/// <code>
+/// slot (512 bytes, at offset 0 or 512):
+///  0 "PSLM"   4 uint16 version (1)   6 uint16 reserved
+///  8 int64 sequence   16 int64 begin address   24 int64 committed until   32 int64 FASTER commit number
+/// 40 uint32 CRC-32C over [0, 40)
+/// </code>
+/// </summary>
+internal sealed class CommitMetadataFile : IDisposable
+{
+    public const string FileName = "commit.meta";
+    private const int SlotSize = 512;
+    private const int SlotPayload = 40;
+    private const ushort Version = 1;
+    private static ReadOnlySpan<byte> Magic => "PSLM"u8;
+
+    private readonly SafeFileHandle _handle;
+    private readonly FileStream _stream;
+    private readonly byte[] _buffer = new byte[SlotSize];
+    private long _sequence;
+
+    private CommitMetadataFile(string path, FileStream stream, long sequence)
+    {
+        Path = path;
+        _stream = stream;
+        _handle = stream.SafeFileHandle;
+        _sequence = sequence;
+    }
+
+    public string Path { get; }
+
+    /// <summary>Reads both slots of an existing file. Returns the newest valid copy and describes damaged slots.</summary>
+    public static (CommitMetadata? Newest, IReadOnlyList<string> Damage) Read(string path)
+    {
+        var damage = new List<string>();
+        if (!File.Exists(path))
+        {
+            return (null, damage);
+        }
+
+        var bytes = File.ReadAllBytes(path);
+        CommitMetadata? newest = null;
+        for (var slot = 0; slot < 2; slot++)
+        {
+            var start = slot * SlotSize;
+            if (bytes.Length < start + SlotPayload + 4)
+            {
+                damage.Add($"slot {slot}: file is {bytes.Length} bytes, too short");
+                continue;
+            }
+
+            var reason = Parse(bytes.AsSpan(start, SlotPayload + 4), out var metadata);
+            if (reason is not null)
+            {
+                damage.Add($"slot {slot}: {reason}");
+            }
+            else if (newest is null || metadata.Sequence > newest.Value.Sequence)
+            {
+                newest = metadata;
+            }
+        }
+
+        return (newest, damage);
+    }
+
+    /// <summary>Creates the file durably (temp, fsync, rename, fsync dir) holding <paramref name="initial"/>, and opens it for in-place writes.</summary>
+    public static CommitMetadataFile Create(string path, CommitMetadata initial)
+    {
+        var content = new byte[2 * SlotSize];
+        var first = initial with { Sequence = 1 };
+        Format(content.AsSpan(0, SlotSize), first);
+        DurableFile.WriteAtomically(path, content);
+        var stream = new FileStream(path, FileMode.Open, FileAccess.ReadWrite, FileShare.Read);
+        return new CommitMetadataFile(path, stream, first.Sequence);
+    }
+
+    /// <summary>Opens an existing file for in-place writes; <paramref name="newestSequence"/> is the newest valid slot's sequence.</summary>
+    public static CommitMetadataFile Open(string path, long newestSequence)
+    {
+        var stream = new FileStream(path, FileMode.Open, FileAccess.ReadWrite, FileShare.Read);
+        if (stream.Length < 2 * SlotSize)
+        {
+            stream.SetLength(2 * SlotSize);
+        }
+
+        return new CommitMetadataFile(path, stream, newestSequence);
+    }
+
+    /// <summary>Writes a new copy into the older slot and flushes it to disk.</summary>
+    public void Write(long beginAddress, long committedUntil, long commitNum)
+    {
+        var metadata = new CommitMetadata(++_sequence, beginAddress, committedUntil, commitNum);
+        Array.Clear(_buffer);
+        Format(_buffer, metadata);
+        RandomAccess.Write(_handle, _buffer, (metadata.Sequence % 2 == 1 ? 0 : 1) * SlotSize);
+        _stream.Flush(flushToDisk: true);
+    }
+
+    public void Dispose() => _stream.Dispose();
+
+    private static void Format(Span<byte> slot, CommitMetadata metadata)
+    {
+        Magic.CopyTo(slot);
+        BinaryPrimitives.WriteUInt16LittleEndian(slot[4..], Version);
+        BinaryPrimitives.WriteUInt16LittleEndian(slot[6..], 0);
+        BinaryPrimitives.WriteInt64LittleEndian(slot[8..], metadata.Sequence);
+        BinaryPrimitives.WriteInt64LittleEndian(slot[16..], metadata.BeginAddress);
+        BinaryPrimitives.WriteInt64LittleEndian(slot[24..], metadata.CommittedUntil);
+        BinaryPrimitives.WriteInt64LittleEndian(slot[32..], metadata.CommitNum);
+        BinaryPrimitives.WriteUInt32LittleEndian(slot[SlotPayload..], Crc32C.Compute(slot[..SlotPayload]));
+    }
+
+    private static string? Parse(ReadOnlySpan<byte> slot, out CommitMetadata metadata)
+    {
+        metadata = default;
+        if (!slot[..4].SequenceEqual(Magic))
+        {
+            return slot[..SlotPayload].IndexOfAnyExcept((byte)0) < 0 ? "empty" : "bad magic";
+        }
+
+        var crc = BinaryPrimitives.ReadUInt32LittleEndian(slot[SlotPayload..]);
+        if (crc != Crc32C.Compute(slot[..SlotPayload]))
+        {
+            return "CRC-32C mismatch";
+        }
+
+        var version = BinaryPrimitives.ReadUInt16LittleEndian(slot[4..]);
+        if (version != Version)
+        {
+            throw new LogFormatException($"Commit metadata slot has version {version}; this build reads version {Version}.");
+        }
+
+        metadata = new CommitMetadata(
+            BinaryPrimitives.ReadInt64LittleEndian(slot[8..]),
+            BinaryPrimitives.ReadInt64LittleEndian(slot[16..]),
+            BinaryPrimitives.ReadInt64LittleEndian(slot[24..]),
+            BinaryPrimitives.ReadInt64LittleEndian(slot[32..]));
+        if (metadata.BeginAddress < FasterEntryLayout.FirstValidAddress || metadata.CommittedUntil < metadata.BeginAddress)
+        {
+            return $"inconsistent addresses (begin {metadata.BeginAddress}, committed until {metadata.CommittedUntil})";
+        }
+
+        return null;
+    }
+}

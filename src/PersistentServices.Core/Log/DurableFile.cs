@@ -1,0 +1,96 @@
+using System.Runtime.InteropServices;
+
+namespace PersistentServices.Log;
+
+/// <summary>
+/// Makes files and directory entries durable (RELIABILITY.md: write temp, fsync, rename, fsync the directory).
+/// </summary>
+internal static partial class DurableFile
+{
+    /// <summary>Writes <paramref name="content"/> to <paramref name="path"/> so that after a crash the file is either absent/old or complete.</summary>
+    public static void WriteAtomically(string path, ReadOnlySpan<byte> content)
+    {
+        var temp = path + ".tmp";
+        using (var stream = new FileStream(temp, FileMode.Create, FileAccess.Write, FileShare.None))
+        {
+            stream.Write(content);
+            stream.Flush(flushToDisk: true);
+        }
+
+        File.Move(temp, path, overwrite: true);
+        FsyncDirectory(Path.GetDirectoryName(Path.GetFullPath(path))!);
+    }
+
+    /// <summary>Creates the directory (and parents) if missing, making the new entries durable.</summary>
+    public static void EnsureDirectory(string directory)
+    {
+        var full = Path.GetFullPath(directory);
+        if (Directory.Exists(full))
+        {
+            return;
+        }
+
+        var parent = Path.GetDirectoryName(full);
+        if (parent is not null)
+        {
+            EnsureDirectory(parent);
+        }
+
+        Directory.CreateDirectory(full);
+        if (parent is not null)
+        {
+            FsyncDirectory(parent);
+        }
+    }
+
+    /// <summary>Shortens a file and flushes the change.</summary>
+    public static void Truncate(string path, long length)
+    {
+        using var stream = new FileStream(path, FileMode.Open, FileAccess.Write, FileShare.ReadWrite);
+        stream.SetLength(length);
+        stream.Flush(flushToDisk: true);
+    }
+
+    /// <summary>Deletes a file and makes the removal durable.</summary>
+    public static void Delete(string path)
+    {
+        File.Delete(path);
+        FsyncDirectory(Path.GetDirectoryName(Path.GetFullPath(path))!);
+    }
+
+    /// <summary>fsync of a directory, so that created, renamed or deleted entries survive a power loss. No-op on Windows.</summary>
+    public static void FsyncDirectory(string directory)
+    {
+        if (OperatingSystem.IsWindows())
+        {
+            return;
+        }
+
+        var fd = Open(directory, 0 /* O_RDONLY */);
+        if (fd < 0)
+        {
+            throw new IOException($"Cannot open directory '{directory}' to flush it (errno {Marshal.GetLastPInvokeError()}).");
+        }
+
+        try
+        {
+            if (Fsync(fd) != 0)
+            {
+                throw new IOException($"fsync of directory '{directory}' failed (errno {Marshal.GetLastPInvokeError()}).");
+            }
+        }
+        finally
+        {
+            _ = Close(fd);
+        }
+    }
+
+    [LibraryImport("libc", EntryPoint = "open", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+    private static partial int Open(string path, int flags);
+
+    [LibraryImport("libc", EntryPoint = "fsync", SetLastError = true)]
+    private static partial int Fsync(int fd);
+
+    [LibraryImport("libc", EntryPoint = "close", SetLastError = true)]
+    private static partial int Close(int fd);
+}

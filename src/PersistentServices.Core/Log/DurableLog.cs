@@ -1,0 +1,654 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
+using FASTER.core;
+using Google.Protobuf;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
+using PersistentServices.Diagnostics;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Log;
+
+/// <summary>
+/// The one local log of a service (seed 000 §3.2 "single physical log"; seed 001 §4.1 "log manager"): FasterLog on
+/// local disk in fast-commit mode, records in a checksummed envelope that names its own LSN, and a group-commit loop.
+/// <list type="bullet">
+/// <item><see cref="Append(RecordKind, IMessage, RecordFlags)"/> returns the record's LSN; the record is not yet durable.</item>
+/// <item><see cref="WaitUntilDurableAsync"/> completes once the record is durable. Concurrent waiters share one commit;
+///   at most one commit is in flight; an idle log issues none.</item>
+/// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
+///   reported durable, and appends are refused until the log is reopened.</item>
+/// <item><see cref="OpenAsync"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
+///   logged, corruption inside committed data stops the open with an error naming the address.</item>
+/// </list>
+/// </summary>
+internal sealed class DurableLog : IAsyncDisposable
+{
+    private const string LockFileName = "directory.lock";
+
+    private readonly FasterLog _log;
+    private readonly IDevice _device;
+    private readonly CommitMetadataFile _metadata;
+    private readonly ThrottledCommitManager _commitManager;
+    private readonly FileStream _lockFile;
+    private readonly ILogger _logger;
+    private readonly string _directory;
+    private readonly int _maxRecordBytes;
+    private readonly int _segmentSizeBits;
+    private readonly Lock _appendLock = new();
+    private readonly AppendEntry _entry;
+    private readonly Lock _waitersLock = new();
+    private readonly SemaphoreSlim _commitSignal = new(0);
+    private readonly Task _commitLoop;
+    private List<Waiter> _waiters = [];
+    private List<Waiter> _pending = [];
+    private int _commitRequested;
+    private long _durableUntil;
+    private long _lastCommitNum;
+    private long _commits;
+    private long _committedBegin;
+    private volatile LogFaultedException? _fault;
+    private volatile bool _closing;
+    private int _disposed;
+
+    private DurableLog(
+        FasterLog log,
+        IDevice device,
+        CommitMetadataFile metadata,
+        ThrottledCommitManager commitManager,
+        FileStream lockFile,
+        LogOptions options,
+        LogScanResult scan,
+        ILogger logger)
+    {
+        _log = log;
+        _device = device;
+        _metadata = metadata;
+        _commitManager = commitManager;
+        _lockFile = lockFile;
+        _logger = logger;
+        _directory = options.Directory;
+        _maxRecordBytes = options.MaxRecordBytes;
+        _segmentSizeBits = options.SegmentSizeBits;
+        _entry = new AppendEntry(log);
+        _durableUntil = log.CommittedUntilAddress;
+        _lastCommitNum = scan.CommitNum;
+        _committedBegin = log.BeginAddress;
+        OpenReport = scan;
+        _commitLoop = Task.Run(CommitLoopAsync);
+    }
+
+    /// <summary>First LSN of the log.</summary>
+    public long BeginAddress => _log.BeginAddress;
+
+    /// <summary>Address the next record will be appended at (or after).</summary>
+    public long TailAddress => _log.TailAddress;
+
+    /// <summary>Every record with an LSN below this is durable.</summary>
+    public long DurableUntil => Volatile.Read(ref _durableUntil);
+
+    /// <summary>What verification found when the log was opened.</summary>
+    public LogScanResult OpenReport { get; }
+
+    /// <summary>The fault, once the log has faulted.</summary>
+    public LogFaultedException? Fault => _fault;
+
+    /// <summary>Durable commits (log forces) since open.</summary>
+    public long Commits => Volatile.Read(ref _commits);
+
+    /// <summary>Commit metadata writes since open.</summary>
+    public long MetadataWrites => _commitManager.MetadataWrites;
+
+    /// <summary>Opens (recovering) or creates the log in <see cref="LogOptions.Directory"/>.</summary>
+    /// <exception cref="LogCorruptionException">Committed data is damaged; the message names the address.</exception>
+    /// <exception cref="IOException">The directory is in use by another process.</exception>
+    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        options.Validate();
+        options = options.Clone();
+        options.Directory = Path.GetFullPath(options.Directory);
+        logger ??= NullLogger.Instance;
+        var started = Stopwatch.GetTimestamp();
+
+        DurableFile.EnsureDirectory(options.Directory);
+        var lockFile = AcquireDirectoryLock(options.Directory);
+        CommitMetadataFile? metadataFile = null;
+        IDevice? device = null;
+        FasterLog? fasterLog = null;
+        try
+        {
+            var metadataPath = Path.Combine(options.Directory, CommitMetadataFile.FileName);
+            var (metadata, damage) = CommitMetadataFile.Read(metadataPath);
+            if (damage.Count > 0 && (metadata is not null || File.Exists(metadataPath)))
+            {
+                LogEvents.MetadataDamaged(logger, metadataPath, string.Join("; ", damage));
+            }
+
+            var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata);
+            if (scan.TornTail is { } torn)
+            {
+                LogEvents.TornTailTruncated(logger, options.Directory, torn.From, torn.To, torn.To - torn.From, scan.UncommittedRecords,
+                    scan.TailReason is null ? "" : $"; the walk stopped at: {scan.TailReason}");
+                LogRecoveryScanner.TruncateTail(options.Directory, options, scan.CommittedUntil);
+            }
+
+            LogRecoveryScanner.DeleteSegmentsBefore(options.Directory, options, scan.BeginAddress);
+            if (scan.RecoveredWithoutMetadata && !scan.IsNew)
+            {
+                LogEvents.RecoveredWithoutMetadata(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil);
+            }
+
+            // Record the verified state before FASTER opens (creating the file durably when it is new or unusable).
+            metadataFile = metadata is null
+                ? CommitMetadataFile.Create(metadataPath, new CommitMetadata(0, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum))
+                : CommitMetadataFile.Open(metadataPath, metadata.Value.Sequence);
+            metadataFile.Write(scan.BeginAddress, scan.CommittedUntil, scan.CommitNum);
+
+            DurableLog? created = null;
+            var manager = new ThrottledCommitManager(metadataFile, options.MetadataWriteInterval, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
+            var basePath = SegmentFiles.BasePath(options.Directory);
+            device = options.DeviceFactory is { } factory ? factory(basePath) : CreateDefaultDevice(basePath);
+            var settings = new FasterLogSettings
+            {
+                LogDevice = device,
+                PageSizeBits = options.PageSizeBits,
+                MemorySizeBits = options.MemorySizeBits,
+                SegmentSizeBits = options.SegmentSizeBits,
+                LogCommitManager = manager,
+                FastCommitMode = true,
+                LogChecksum = LogChecksumType.PerEntry,
+                TryRecoverLatest = true,
+                AutoCommit = false,
+                AutoRefreshSafeTailAddress = false,
+                TolerateDeviceFailure = false,
+                RemoveOutdatedCommits = false,
+            };
+            fasterLog = await FasterLog.CreateAsync(settings, cancellationToken).ConfigureAwait(false);
+            if (fasterLog.BeginAddress != scan.BeginAddress || fasterLog.CommittedUntilAddress != scan.CommittedUntil || fasterLog.TailAddress != scan.CommittedUntil)
+            {
+                throw new LogCorruptionException(
+                    $"FASTER recovered [{fasterLog.BeginAddress}, {fasterLog.CommittedUntilAddress}) with tail {fasterLog.TailAddress}, " +
+                    $"but verification found [{scan.BeginAddress}, {scan.CommittedUntil}). Refusing to start.",
+                    Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
+            }
+
+            created = new DurableLog(fasterLog, device, metadataFile, manager, lockFile, options, scan, logger);
+            LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
+                (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+            return created;
+        }
+        catch
+        {
+            fasterLog?.Dispose();
+            device?.Dispose();
+            metadataFile?.Dispose();
+            await lockFile.DisposeAsync().ConfigureAwait(false);
+            throw;
+        }
+    }
+
+    /// <summary>Appends a record; returns its LSN. Not durable until <see cref="WaitUntilDurableAsync"/> completes for it.</summary>
+    /// <exception cref="ArgumentException">The body is larger than <see cref="LogOptions.MaxRecordBytes"/>; nothing was logged.</exception>
+    /// <exception cref="LogFaultedException">The log has faulted.</exception>
+    public long Append(RecordKind kind, IMessage body, RecordFlags flags = RecordFlags.None)
+    {
+        ArgumentNullException.ThrowIfNull(body);
+        var size = body.CalculateSize();
+        CheckSize(size);
+        var buffer = ArrayPool<byte>.Shared.Rent(Math.Max(size, 1));
+        try
+        {
+            body.WriteTo(buffer.AsSpan(0, size));
+            return Append(kind, buffer.AsSpan(0, size), flags);
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(buffer);
+        }
+    }
+
+    /// <summary>Appends a record whose body is already serialized; returns its LSN.</summary>
+    public unsafe long Append(RecordKind kind, ReadOnlySpan<byte> body, RecordFlags flags = RecordFlags.None)
+    {
+        CheckSize(body.Length);
+        ThrowIfUnusable();
+        long lsn;
+        fixed (byte* bodyPointer = body)
+        {
+            lock (_appendLock)
+            {
+                ThrowIfUnusable();
+                _entry.Set(kind, flags, bodyPointer, body.Length);
+                long address;
+                try
+                {
+                    while (!_log.TryEnqueue(_entry, out address))
+                    {
+                        Thread.Yield();
+                    }
+                }
+                catch (Exception ex) when (ex is FasterException or CommitFailureException)
+                {
+                    OnFault(ex, "append failed after a write error");
+                    throw _fault!;
+                }
+
+                if (address != _entry.Lsn)
+                {
+                    OnFault(new InvalidOperationException($"FASTER placed a record at {address} but the record names LSN {_entry.Lsn}."), "internal error");
+                    throw _fault!;
+                }
+
+                lsn = address;
+            }
+        }
+
+        PersistentServicesMetrics.LogAppends.Add(1);
+        PersistentServicesMetrics.LogAppendedBytes.Add(body.Length + RecordEnvelope.HeaderSize);
+        return lsn;
+    }
+
+    /// <summary>Completes when the record at <paramref name="lsn"/> (and everything before it) is durable.</summary>
+    /// <exception cref="LogFaultedException">The log faulted before the record became durable.</exception>
+    public ValueTask WaitUntilDurableAsync(long lsn, CancellationToken cancellationToken = default)
+    {
+        if (lsn < DurableUntil)
+        {
+            return default;
+        }
+
+        if (lsn >= TailAddress)
+        {
+            throw new ArgumentOutOfRangeException(nameof(lsn), lsn, $"No record was appended at {lsn} (tail {TailAddress}).");
+        }
+
+        Waiter waiter;
+        lock (_waitersLock)
+        {
+            if (lsn < DurableUntil)
+            {
+                return default;
+            }
+
+            if (_fault is { } fault)
+            {
+                return ValueTask.FromException(fault);
+            }
+
+            if (Volatile.Read(ref _disposed) != 0)
+            {
+                return ValueTask.FromException(new ObjectDisposedException(nameof(DurableLog)));
+            }
+
+            waiter = new Waiter(lsn);
+            _waiters.Add(waiter);
+        }
+
+        RequestCommit();
+        return new ValueTask(cancellationToken.CanBeCanceled ? waiter.Task.WaitAsync(cancellationToken) : waiter.Task);
+    }
+
+    /// <summary>Reads and verifies the committed record at <paramref name="lsn"/>.</summary>
+    public async ValueTask<LogRecord> ReadAsync(long lsn, CancellationToken cancellationToken = default)
+    {
+        if (lsn < BeginAddress || lsn >= DurableUntil)
+        {
+            throw new ArgumentOutOfRangeException(nameof(lsn), lsn, $"Only committed records in [{BeginAddress}, {DurableUntil}) can be read.");
+        }
+
+        var (entry, length) = await _log.ReadAsync(lsn, 0, cancellationToken).ConfigureAwait(false);
+        if (entry is null)
+        {
+            throw new LogCorruptionException($"No log entry could be read at address {lsn}.", lsn);
+        }
+
+        return LogRecord.FromEntry(entry, length, lsn);
+    }
+
+    /// <summary>
+    /// Reads the committed records in [<paramref name="fromLsn"/>, <paramref name="untilLsn"/>) in order, verifying each.
+    /// <paramref name="untilLsn"/> defaults to what is durable when the scan starts.
+    /// </summary>
+    public async IAsyncEnumerable<LogRecord> ScanAsync(long fromLsn, long untilLsn = -1, [EnumeratorCancellation] CancellationToken cancellationToken = default)
+    {
+        var end = untilLsn < 0 ? DurableUntil : Math.Min(untilLsn, DurableUntil);
+        var begin = Math.Max(fromLsn, BeginAddress);
+        if (begin >= end)
+        {
+            yield break;
+        }
+
+        using var iterator = _log.Scan(begin, end, name: null, recover: false, scanBufferingMode: ScanBufferingMode.DoublePageBuffering, scanUncommitted: false);
+        while (true)
+        {
+            byte[] entry;
+            int length;
+            long address;
+            while (true)
+            {
+                var reading = iterator.NextAddress;
+                try
+                {
+                    if (iterator.GetNext(out entry, out length, out address))
+                    {
+                        break;
+                    }
+                }
+                catch (FasterException ex)
+                {
+                    throw new LogCorruptionException($"Corrupt log entry at address {reading}: {ex.Message}", reading, ex);
+                }
+
+                if (iterator.NextAddress >= end || !await iterator.WaitAsync(cancellationToken).ConfigureAwait(false))
+                {
+                    yield break;
+                }
+            }
+
+            yield return LogRecord.FromEntry(entry, length, address);
+        }
+    }
+
+    /// <summary>
+    /// Drops every record before <paramref name="untilLsn"/> (an LSN of a durable record, or <see cref="DurableUntil"/>).
+    /// A <c>LogTruncated</c> record is logged first so the begin address is verifiable from the log itself; segment files
+    /// wholly before it are deleted after the commit that records the new begin address.
+    /// </summary>
+    public async ValueTask TruncateUntilAsync(long untilLsn, CancellationToken cancellationToken = default)
+    {
+        if (untilLsn <= BeginAddress)
+        {
+            return;
+        }
+
+        if (untilLsn > DurableUntil)
+        {
+            throw new ArgumentOutOfRangeException(nameof(untilLsn), untilLsn, $"Only durable records can be truncated (durable until {DurableUntil}).");
+        }
+
+        if (untilLsn < DurableUntil)
+        {
+            var record = await ReadAsync(untilLsn, cancellationToken).ConfigureAwait(false);
+            Debug.Assert(record.Lsn == untilLsn, "ReadAsync verifies the LSN");
+        }
+
+        var marker = Append(RecordKind.LogTruncated, new LogTruncated { UntilLsn = untilLsn });
+        lock (_appendLock)
+        {
+            _log.TruncateUntil(untilLsn);
+        }
+
+        await WaitUntilDurableAsync(marker, cancellationToken).ConfigureAwait(false);
+
+        // The commit above recorded the new begin address in the metadata. FASTER deletes the segment files before it
+        // from an epoch callback that may not run before the log closes; delete them here, deterministically.
+        _device.TruncateUntilSegment((int)(untilLsn >> _segmentSizeBits));
+        DurableFile.FsyncDirectory(_directory);
+        LogEvents.Truncated(_logger, _directory, untilLsn);
+    }
+
+    /// <summary>Commits what was appended (unless faulted), stops the commit loop and closes the files.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        _closing = true;
+        RequestCommit();
+        await _commitLoop.ConfigureAwait(false);
+        FailWaiters(new ObjectDisposedException(nameof(DurableLog), "The log was closed before the record became durable."));
+
+        lock (_appendLock)
+        {
+            if (_fault is null)
+            {
+                try
+                {
+                    _metadata.Write(_log.BeginAddress, DurableUntil, _log.CommittedUntilAddress > 0 ? LastCommitNum() : 0);
+                }
+                catch (IOException)
+                {
+                    // Metadata is an optimization for the next open; the log's own commit records are authoritative.
+                }
+            }
+
+            _log.Dispose();
+        }
+
+        _device.Dispose();
+        _metadata.Dispose();
+        _commitSignal.Dispose();
+        await _lockFile.DisposeAsync().ConfigureAwait(false);
+    }
+
+    private static SegmentDurabilityDevice CreateDefaultDevice(string basePath)
+        => new SegmentDurabilityDevice(Devices.CreateLogDevice(basePath, preallocateFile: false, deleteOnClose: false, capacity: Devices.CAPACITY_UNSPECIFIED, recoverDevice: true));
+
+    private static FileStream AcquireDirectoryLock(string directory)
+    {
+        var path = Path.Combine(directory, LockFileName);
+        try
+        {
+            return new FileStream(path, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.None);
+        }
+        catch (IOException ex)
+        {
+            throw new IOException($"The log directory '{directory}' is in use by another process (cannot lock '{path}').", ex);
+        }
+    }
+
+    private long LastCommitNum() => Volatile.Read(ref _lastCommitNum);
+
+    private void CheckSize(int bodyLength)
+    {
+        if (bodyLength > _maxRecordBytes)
+        {
+            throw new ArgumentException($"A log record body of {bodyLength} bytes exceeds LogOptions.MaxRecordBytes ({_maxRecordBytes}); nothing was logged.");
+        }
+    }
+
+    private void ThrowIfUnusable()
+    {
+        if (_fault is { } fault)
+        {
+            throw fault;
+        }
+
+        ObjectDisposedException.ThrowIf(_closing, this);
+    }
+
+    private void RequestCommit()
+    {
+        if (Interlocked.Exchange(ref _commitRequested, 1) == 0)
+        {
+            _commitSignal.Release();
+        }
+    }
+
+    private async Task CommitLoopAsync()
+    {
+        while (true)
+        {
+            await _commitSignal.WaitAsync().ConfigureAwait(false);
+            Volatile.Write(ref _commitRequested, 0);
+            if (!await CommitOnceAsync().ConfigureAwait(false))
+            {
+                return;
+            }
+
+            if (_closing)
+            {
+                // One more round covers appends that raced with closing.
+                await CommitOnceAsync().ConfigureAwait(false);
+                return;
+            }
+        }
+    }
+
+    /// <summary>Issues one commit of everything appended so far and waits for it. False once the log is faulted.</summary>
+    private async ValueTask<bool> CommitOnceAsync()
+    {
+        if (_fault is not null)
+        {
+            return false;
+        }
+
+        var started = Stopwatch.GetTimestamp();
+        long committed;
+        try
+        {
+            bool issued;
+            long tail;
+            long commitNum;
+            lock (_appendLock)
+            {
+                // Nothing appended since the last commit: an idle log costs nothing.
+                issued = _log.TailAddress > DurableUntil | _log.BeginAddress > _committedBegin;
+                tail = commitNum = 0;
+                if (issued)
+                {
+                    issued = _log.CommitStrongly(out tail, out commitNum, spinWait: false);
+                    _committedBegin = _log.BeginAddress;
+                }
+            }
+
+            if (issued)
+            {
+                await _log.WaitForCommitAsync(tail, commitNum).ConfigureAwait(false);
+                Volatile.Write(ref _lastCommitNum, commitNum);
+                Interlocked.Increment(ref _commits);
+                PersistentServicesMetrics.LogCommits.Add(1);
+                PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+            }
+
+            committed = _log.CommittedUntilAddress;
+        }
+        catch (Exception ex) when (ex is not OutOfMemoryException)
+        {
+            OnFault(ex, "commit failed");
+            return false;
+        }
+
+        Publish(committed);
+        return _fault is null;
+    }
+
+    private void Publish(long committed)
+    {
+        List<Waiter> ready;
+        lock (_waitersLock)
+        {
+            if (_fault is not null || committed <= _durableUntil)
+            {
+                if (_waiters.Count > 0)
+                {
+                    RequestCommit();
+                }
+
+                return;
+            }
+
+            Volatile.Write(ref _durableUntil, committed);
+            ready = _waiters;
+            _waiters = _pending;
+            _pending = ready;
+            for (var i = ready.Count - 1; i >= 0; i--)
+            {
+                if (ready[i].Lsn >= committed)
+                {
+                    _waiters.Add(ready[i]);
+                    ready.RemoveAt(i);
+                }
+            }
+
+            if (_waiters.Count > 0)
+            {
+                RequestCommit();
+            }
+        }
+
+        PersistentServicesMetrics.LogCommitBatch.Record(ready.Count);
+        foreach (var waiter in ready)
+        {
+            waiter.TrySetResult();
+        }
+
+        ready.Clear();
+    }
+
+    private void OnFault(Exception error, string what)
+    {
+        LogFaultedException fault;
+        lock (_waitersLock)
+        {
+            if (_fault is not null)
+            {
+                return;
+            }
+
+            fault = new LogFaultedException(
+                $"The log in '{_directory}' faulted ({what}): nothing at or after LSN {DurableUntil} is durable. " +
+                $"Appends are refused until the log is reopened. Cause: {error.Message}",
+                error);
+            _fault = fault;
+        }
+
+        LogEvents.Faulted(_logger, _directory, DurableUntil, error);
+        FailWaiters(fault);
+    }
+
+    private void FailWaiters(Exception error)
+    {
+        List<Waiter> failed;
+        lock (_waitersLock)
+        {
+            failed = _waiters;
+            _waiters = [];
+        }
+
+        foreach (var waiter in failed)
+        {
+            waiter.TrySetException(error);
+        }
+    }
+
+    private sealed class Waiter(long lsn) : TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)
+    {
+        public long Lsn { get; } = lsn;
+    }
+
+    /// <summary>
+    /// Serializes a record straight into the log page. Used only under the append lock, which also covers commit-record
+    /// enqueues, so the tail after allocation minus the entry's size is the entry's own address: the LSN written in it.
+    /// </summary>
+    private sealed unsafe class AppendEntry(FasterLog log) : ILogEnqueueEntry
+    {
+        private RecordKind _kind;
+        private RecordFlags _flags;
+        private byte* _body;
+        private int _bodyLength;
+
+        public long Lsn { get; private set; }
+
+        public int SerializedLength => RecordEnvelope.HeaderSize + _bodyLength;
+
+        public void Set(RecordKind kind, RecordFlags flags, byte* body, int bodyLength)
+        {
+            _kind = kind;
+            _flags = flags;
+            _body = body;
+            _bodyLength = bodyLength;
+            Lsn = -1;
+        }
+
+        public void SerializeTo(Span<byte> dest)
+        {
+            Lsn = log.TailAddress - FasterEntryLayout.EntrySize(SerializedLength);
+            RecordEnvelope.Write(dest, Lsn, _kind, _flags, new ReadOnlySpan<byte>(_body, _bodyLength));
+        }
+    }
+}

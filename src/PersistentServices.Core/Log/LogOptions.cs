@@ -1,0 +1,80 @@
+using FASTER.core;
+
+namespace PersistentServices.Log;
+
+/// <summary>Options of the durable log. Validated when the log is opened.</summary>
+public sealed class LogOptions
+{
+    /// <summary>Bytes per record envelope and FASTER entry header; records must fit a page with this overhead.</summary>
+    internal const int EntryOverhead = FasterEntryLayout.HeaderSize + RecordEnvelope.HeaderSize;
+
+    /// <summary>Directory that holds the log's files (segments <c>log.N</c>, <c>commit.meta</c>, <c>directory.lock</c>; FASTER owns every <c>log.*</c> name). Required.</summary>
+    public string Directory { get; set; } = "";
+
+    /// <summary>log2 of the page size. Default 22 (4 MiB). A record must fit in one page.</summary>
+    public int PageSizeBits { get; set; } = 22;
+
+    /// <summary>log2 of the in-memory buffer of pages. Default 25 (32 MiB). At least two pages.</summary>
+    public int MemorySizeBits { get; set; } = 25;
+
+    /// <summary>log2 of a segment file's size. Default 30 (1 GiB).</summary>
+    public int SegmentSizeBits { get; set; } = 30;
+
+    /// <summary>Largest record body accepted by append, in bytes. Default 1 MiB; at most half a page.</summary>
+    public int MaxRecordBytes { get; set; } = 1 << 20;
+
+    /// <summary>
+    /// Commit metadata (begin address, a recent committed address) is written in place every this many commits,
+    /// and whenever the begin address moves. Commit records in the log make every commit durable with one
+    /// write; the metadata only shortens recovery's search. Default 1000.
+    /// </summary>
+    public int MetadataWriteInterval { get; set; } = 1000;
+
+    /// <summary>Test hook: builds the FASTER device for a segment base path (fault injection).</summary>
+    internal Func<string, IDevice>? DeviceFactory { get; set; }
+
+    internal int PageSize => 1 << PageSizeBits;
+
+    /// <summary>Throws <see cref="ArgumentException"/> naming the first invalid option.</summary>
+    public void Validate()
+    {
+        if (string.IsNullOrWhiteSpace(Directory))
+        {
+            throw new ArgumentException("LogOptions.Directory is required: the directory that holds the log files.", nameof(Directory));
+        }
+
+        if (PageSizeBits is < 12 or > 28)
+        {
+            throw new ArgumentException($"LogOptions.PageSizeBits must be between 12 and 28 (was {PageSizeBits}).", nameof(PageSizeBits));
+        }
+
+        if (MemorySizeBits < PageSizeBits + 1 || MemorySizeBits > 34)
+        {
+            throw new ArgumentException(
+                $"LogOptions.MemorySizeBits must hold at least two pages (>= PageSizeBits + 1 = {PageSizeBits + 1}) and at most 34 (was {MemorySizeBits}).",
+                nameof(MemorySizeBits));
+        }
+
+        if (SegmentSizeBits < PageSizeBits || SegmentSizeBits > 40)
+        {
+            throw new ArgumentException(
+                $"LogOptions.SegmentSizeBits must be between PageSizeBits ({PageSizeBits}) and 40 (was {SegmentSizeBits}).",
+                nameof(SegmentSizeBits));
+        }
+
+        var maxBody = PageSize / 2 - EntryOverhead;
+        if (MaxRecordBytes < 64 || MaxRecordBytes > maxBody)
+        {
+            throw new ArgumentException(
+                $"LogOptions.MaxRecordBytes must be between 64 and half a page less the {EntryOverhead}-byte headers ({maxBody} for PageSizeBits {PageSizeBits}); was {MaxRecordBytes}.",
+                nameof(MaxRecordBytes));
+        }
+
+        if (MetadataWriteInterval < 1)
+        {
+            throw new ArgumentException($"LogOptions.MetadataWriteInterval must be at least 1 (was {MetadataWriteInterval}).", nameof(MetadataWriteInterval));
+        }
+    }
+
+    internal LogOptions Clone() => (LogOptions)MemberwiseClone();
+}

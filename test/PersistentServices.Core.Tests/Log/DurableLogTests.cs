@@ -1,0 +1,234 @@
+using Google.Protobuf;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Tests.TestSupport;
+
+namespace PersistentServices.Tests.Log;
+
+public sealed class DurableLogTests
+{
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private static Payload MakePayload(uint tag, int size)
+    {
+        var bytes = new byte[size];
+        new Random((int)tag).NextBytes(bytes);
+        return new Payload { Tag = tag, Data = ByteString.CopyFrom(bytes) };
+    }
+
+    private static async Task<List<LogRecord>> ReadAllAsync(DurableLog log)
+    {
+        var records = new List<LogRecord>();
+        await foreach (var record in log.ScanAsync(log.BeginAddress, cancellationToken: Ct))
+        {
+            records.Add(record);
+        }
+
+        return records;
+    }
+
+    [Fact]
+    public async Task Append_ThenWait_RecordIsDurableAndReadable()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+        var payload = MakePayload(7, 100);
+
+        var lsn = log.Append(RecordKind.Payload, payload);
+        Assert.True(lsn >= log.DurableUntil, "an appended record is not durable before a commit");
+        await log.WaitUntilDurableAsync(lsn, Ct);
+
+        Assert.True(lsn < log.DurableUntil);
+        var record = await log.ReadAsync(lsn, Ct);
+        Assert.Equal(lsn, record.Lsn);
+        Assert.Equal(RecordKind.Payload, record.Kind);
+        Assert.Equal(payload, record.Parse(Payload.Parser));
+    }
+
+    [Fact]
+    public async Task Reopen_ManyRecordsAcrossPagesAndSegments_EveryRecordBackWithItsOwnLsn()
+    {
+        using var dir = new TempDirectory();
+        var written = new List<(long Lsn, Payload Payload)>();
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            var random = new Random(42);
+            for (uint i = 0; i < 2000; i++)
+            {
+                var payload = MakePayload(i, random.Next(0, 3000));
+                written.Add((log.Append(RecordKind.Payload, payload), payload));
+            }
+
+            await log.WaitUntilDurableAsync(written[^1].Lsn, Ct);
+        }
+
+        Assert.True(SegmentFiles.List(dir.Path).Count > 3, "the test must cross segment boundaries");
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            Assert.Equal(written.Count, log.OpenReport.RecordsVerified);
+            var records = await ReadAllAsync(log);
+            Assert.Equal(written.Select(w => w.Lsn), records.Select(r => r.Lsn));
+            Assert.Equal(written.Select(w => w.Payload), records.Select(r => r.Parse(Payload.Parser)));
+            Assert.Null(log.OpenReport.TornTail);
+        }
+    }
+
+    [Fact]
+    public async Task Reopen_AppendAfterRecovery_ContinuesTheLog()
+    {
+        using var dir = new TempDirectory();
+        long first;
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            first = log.Append(RecordKind.Payload, MakePayload(1, 10));
+            await log.WaitUntilDurableAsync(first, Ct);
+        }
+
+        long second;
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            second = log.Append(RecordKind.Payload, MakePayload(2, 10));
+            Assert.True(second > first);
+            await log.WaitUntilDurableAsync(second, Ct);
+        }
+
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            Assert.Equal([first, second], (await ReadAllAsync(log)).Select(r => r.Lsn));
+        }
+    }
+
+    [Fact]
+    public async Task WaitUntilDurable_ManyConcurrentWriters_ShareCommits()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+        var commitsBefore = log.Commits;
+
+        var writers = Enumerable.Range(0, 32).Select(w => Task.Run(async () =>
+        {
+            for (var i = 0; i < 50; i++)
+            {
+                var lsn = log.Append(RecordKind.Payload, MakePayload((uint)(w * 1000 + i), 64));
+                await log.WaitUntilDurableAsync(lsn, Ct);
+            }
+        }, Ct));
+        await Task.WhenAll(writers);
+
+        var commits = log.Commits - commitsBefore;
+        Assert.True(commits < 32 * 50, $"{commits} commits for {32 * 50} durable appends: group commit must share commits");
+        Assert.Equal(32 * 50, (await ReadAllAsync(log)).Count);
+    }
+
+    [Fact]
+    public async Task IdleLog_IssuesNoCommits()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+        var lsn = log.Append(RecordKind.Payload, MakePayload(1, 10));
+        await log.WaitUntilDurableAsync(lsn, Ct);
+        var commits = log.Commits;
+
+        await Task.Delay(200, Ct);
+        await log.WaitUntilDurableAsync(lsn, Ct);
+
+        Assert.Equal(commits, log.Commits);
+    }
+
+    [Fact]
+    public async Task Append_BodyOverTheLimit_ThrowsAndLogsNothing()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+        var tail = log.TailAddress;
+
+        var error = Assert.Throws<ArgumentException>(() => log.Append(RecordKind.Payload, MakePayload(1, 5000)));
+
+        Assert.Contains("MaxRecordBytes", error.Message, StringComparison.Ordinal);
+        Assert.Equal(tail, log.TailAddress);
+    }
+
+    [Fact]
+    public async Task TruncateUntil_DropsEarlierRecordsAndSegments_AndSurvivesReopen()
+    {
+        using var dir = new TempDirectory();
+        var lsns = new List<long>();
+        long cut;
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            for (uint i = 0; i < 400; i++)
+            {
+                lsns.Add(log.Append(RecordKind.Payload, MakePayload(i, 1000)));
+            }
+
+            await log.WaitUntilDurableAsync(lsns[^1], Ct);
+            cut = lsns[300];
+            await log.TruncateUntilAsync(cut, Ct);
+
+            Assert.Equal(cut, log.BeginAddress);
+            var records = await ReadAllAsync(log);
+            Assert.Equal(lsns.Skip(300), records.Where(r => r.Kind == RecordKind.Payload).Select(r => r.Lsn));
+        }
+
+        Assert.True(SegmentFiles.List(dir.Path).Keys.Min() > 0, "segment files wholly before the cut are deleted");
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            Assert.Equal(cut, log.BeginAddress);
+            var records = await ReadAllAsync(log);
+            Assert.Equal(lsns.Skip(300), records.Where(r => r.Kind == RecordKind.Payload).Select(r => r.Lsn));
+            Assert.Equal(cut, records.Single(r => r.Kind == RecordKind.LogTruncated).Parse(LogTruncated.Parser).UntilLsn);
+        }
+    }
+
+    [Fact]
+    public async Task TruncateUntil_NotARecordBoundary_Throws()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+        var a = log.Append(RecordKind.Payload, MakePayload(1, 100));
+        var b = log.Append(RecordKind.Payload, MakePayload(2, 100));
+        await log.WaitUntilDurableAsync(b, Ct);
+
+        await Assert.ThrowsAnyAsync<Exception>(async () => await log.TruncateUntilAsync(a + 4, Ct));
+        Assert.Equal(a, log.BeginAddress);
+    }
+
+    [Fact]
+    public async Task Open_SecondInstanceOnTheSameDirectory_Fails()
+    {
+        using var dir = new TempDirectory();
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
+
+        var error = await Assert.ThrowsAsync<IOException>(() => DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct));
+
+        Assert.Contains("in use by another process", error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Open_InvalidOptions_ThrowsNamingTheOption()
+    {
+        using var dir = new TempDirectory();
+        var options = LogTestOptions.Small(dir.Path);
+        options.MaxRecordBytes = 1 << 20;
+
+        var error = await Assert.ThrowsAsync<ArgumentException>(() => DurableLog.OpenAsync(options, cancellationToken: Ct));
+
+        Assert.Contains("MaxRecordBytes", error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Dispose_CommitsWhatWasAppended()
+    {
+        using var dir = new TempDirectory();
+        long lsn;
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            lsn = log.Append(RecordKind.Payload, MakePayload(3, 10));
+        }
+
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+        {
+            Assert.Equal([lsn], (await ReadAllAsync(log)).Select(r => r.Lsn));
+        }
+    }
+}

@@ -1,0 +1,28 @@
+using FASTER.core;
+using PersistentServices.Log;
+
+namespace PersistentServices.Tests.TestSupport;
+
+internal static class LogTestOptions
+{
+    /// <summary>Small pages and segments, so tests cross page and segment boundaries quickly.</summary>
+    public static LogOptions Small(string directory, Func<string, IDevice>? device = null) => new()
+    {
+        Directory = directory,
+        PageSizeBits = 14,
+        MemorySizeBits = 16,
+        SegmentSizeBits = 16,
+        MaxRecordBytes = 4096,
+        MetadataWriteInterval = 10,
+        DeviceFactory = device,
+    };
+
+    /// <summary>The default device (what DurableLog uses) wrapped in a fault injector.</summary>
+    public static Func<string, IDevice> Faulty(Action<FaultInjectingDevice> capture) => basePath =>
+    {
+        var device = new FaultInjectingDevice(new SegmentDurabilityDevice(
+            Devices.CreateLogDevice(basePath, preallocateFile: false, deleteOnClose: false, capacity: Devices.CAPACITY_UNSPECIFIED, recoverDevice: true)));
+        capture(device);
+        return device;
+    };
+}
