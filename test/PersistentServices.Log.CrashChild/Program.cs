@@ -4,8 +4,15 @@ using PersistentServices.Log.CrashChild;
 using PersistentServices.Log.Records;
 
 // Usage: CrashChild <directory> <writers> <pageSizeBits> <segmentSizeBits> <maxPayload>
+//        CrashChild write-fixture <directory>   (writes the checked-in old-format log, FixtureLog.cs)
 // Appends Payload records numbered 1, 2, ... from <writers> concurrent writers. Once a record is durable it prints
-// "D <lsn> <number> <durableUntil>". Runs until killed. The kill tests parse these lines.
+// "D <lsn> <number> <durableUntil> ." (the dot marks a whole line). Runs until killed. The kill tests parse these lines.
+if (args is ["write-fixture", var fixtureDirectory])
+{
+    await FixtureLog.WriteAsync(fixtureDirectory);
+    return 0;
+}
+
 if (args.Length != 5)
 {
     Console.Error.WriteLine("usage: CrashChild <directory> <writers> <pageSizeBits> <segmentSizeBits> <maxPayload>");
@@ -40,7 +47,7 @@ var tasks = Enumerable.Range(0, writers).Select(_ => Task.Run(async () =>
         await log.WaitUntilDurableAsync(lsn);
         lock (outputLock)
         {
-            output.WriteLine($"D {lsn} {i} {log.DurableUntil}");
+            output.WriteLine($"D {lsn} {i} {log.DurableUntil} .");
             output.Flush();
         }
     }

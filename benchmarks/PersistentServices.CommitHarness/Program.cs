@@ -1,0 +1,257 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Runtime.InteropServices;
+using Google.Protobuf;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+
+// The log's commit harness. In one run, on one disk, it measures:
+//   1. raw append + fdatasync of 512 bytes (the floor a durable commit is compared with);
+//   2. raw 512-byte O_DIRECT|O_SYNC appends (how FASTER's Linux device writes);
+//   3. the log's durable-commit latency with one writer (append 512-byte record + wait until durable);
+//   4. durable appends/s with 1, 8 and 64 writers (each loops append + wait until durable).
+// Usage: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- [--dir DIR] [--samples N] [--seconds S] [--writers 1,8,64]
+var options = HarnessOptions.Parse(args);
+Directory.CreateDirectory(options.Directory);
+var runDir = Path.Combine(options.Directory, "run-" + DateTime.UtcNow.ToString("yyyyMMdd-HHmmss", CultureInfo.InvariantCulture));
+Directory.CreateDirectory(runDir);
+
+Console.WriteLine($"# PersistentServices commit harness");
+Console.WriteLine();
+Console.WriteLine($"- machine: {Machine.Describe()}");
+Console.WriteLine($"- directory: {runDir} ({Machine.FileSystemOf(runDir)})");
+Console.WriteLine($"- samples per latency figure: {options.Samples} (after {options.Samples / 10} warm-up); throughput: {options.Seconds} s per writer count");
+Console.WriteLine($"- command: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- {string.Join(' ', args)}");
+Console.WriteLine();
+
+try
+{
+    var raw = RawWrites.AppendFdatasync(Path.Combine(runDir, "raw-fdatasync.dat"), options.Samples);
+    var direct = RawWrites.AppendDirectSync(Path.Combine(runDir, "raw-direct.dat"), options.Samples);
+    var commit = await LogRuns.CommitLatencyAsync(Path.Combine(runDir, "latency"), options.Samples);
+
+    Console.WriteLine("| measurement | p50 (ms) | p99 (ms) | mean (ms) |");
+    Console.WriteLine("|---|---:|---:|---:|");
+    Console.WriteLine(raw.Row("raw append 512 B + fdatasync"));
+    Console.WriteLine(direct.Row("raw append 512 B, O_DIRECT|O_SYNC (FASTER's device)"));
+    Console.WriteLine(commit.Latency.Row("log: append 512 B record + wait until durable (1 writer)"));
+    Console.WriteLine();
+    Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} for {commit.Commits} commits");
+    Console.WriteLine();
+
+    Console.WriteLine("| writers | durable appends/s | commits/s | appends per commit | mean latency (ms) |");
+    Console.WriteLine("|---:|---:|---:|---:|---:|");
+    foreach (var writers in options.Writers)
+    {
+        var result = await LogRuns.ThroughputAsync(Path.Combine(runDir, $"throughput-{writers}"), writers, TimeSpan.FromSeconds(options.Seconds));
+        Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"| {writers} | {result.AppendsPerSecond:N0} | {result.CommitsPerSecond:N0} | {result.AppendsPerSecond / Math.Max(1, result.CommitsPerSecond):F1} | {result.MeanLatencyMs:F3} |"));
+    }
+}
+finally
+{
+    if (!options.Keep)
+    {
+        Directory.Delete(runDir, recursive: true);
+    }
+}
+
+return 0;
+
+internal sealed record HarnessOptions(string Directory, int Samples, int Seconds, int[] Writers, bool Keep)
+{
+    public static HarnessOptions Parse(string[] args)
+    {
+        var directory = Path.Combine(Environment.CurrentDirectory, "artifacts", "commit-harness");
+        var samples = 5000;
+        var seconds = 5;
+        int[] writers = [1, 8, 64];
+        var keep = false;
+        for (var i = 0; i < args.Length; i++)
+        {
+            switch (args[i])
+            {
+                case "--dir": directory = args[++i]; break;
+                case "--samples": samples = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--seconds": seconds = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--writers": writers = args[++i].Split(',').Select(w => int.Parse(w, CultureInfo.InvariantCulture)).ToArray(); break;
+                case "--keep": keep = true; break;
+                default: throw new ArgumentException($"unknown argument '{args[i]}'; see the comment at the top of Program.cs");
+            }
+        }
+
+        return new HarnessOptions(directory, samples, seconds, writers, keep);
+    }
+}
+
+internal sealed class Latencies(List<double> samplesMs)
+{
+    private readonly double[] _sorted = [.. samplesMs.Order()];
+
+    public double P50 => Percentile(0.50);
+
+    public double P99 => Percentile(0.99);
+
+    public double Mean => _sorted.Average();
+
+    public string Row(string name) => string.Create(CultureInfo.InvariantCulture, $"| {name} | {P50:F3} | {P99:F3} | {Mean:F3} |");
+
+    private double Percentile(double p) => _sorted[Math.Min(_sorted.Length - 1, (int)(p * _sorted.Length))];
+}
+
+internal static partial class RawWrites
+{
+    private const int RecordSize = 512;
+
+    public static Latencies AppendFdatasync(string path, int samples)
+    {
+        using var handle = File.OpenHandle(path, FileMode.CreateNew, FileAccess.Write);
+        var buffer = new byte[RecordSize];
+        Random.Shared.NextBytes(buffer);
+        var fd = (int)handle.DangerousGetHandle();
+        var result = new List<double>(samples);
+        long offset = 0;
+        for (var i = 0; i < samples + samples / 10; i++)
+        {
+            var started = Stopwatch.GetTimestamp();
+            RandomAccess.Write(handle, buffer, offset);
+            if (Fdatasync(fd) != 0)
+            {
+                throw new IOException($"fdatasync failed: errno {Marshal.GetLastPInvokeError()}");
+            }
+
+            var elapsed = Stopwatch.GetElapsedTime(started).TotalMilliseconds;
+            offset += RecordSize;
+            if (i >= samples / 10)
+            {
+                result.Add(elapsed);
+            }
+        }
+
+        return new Latencies(result);
+    }
+
+    public static unsafe Latencies AppendDirectSync(string path, int samples)
+    {
+        const FileOptions noBuffering = (FileOptions)0x20000000; // O_DIRECT, as FASTER's ManagedLocalStorageDevice asks
+        using var handle = File.OpenHandle(path, FileMode.CreateNew, FileAccess.Write, FileShare.None, FileOptions.WriteThrough | noBuffering);
+        var memory = (byte*)NativeMemory.AlignedAlloc(RecordSize, 4096);
+        try
+        {
+            var buffer = new Span<byte>(memory, RecordSize);
+            Random.Shared.NextBytes(buffer);
+            var result = new List<double>(samples);
+            long offset = 0;
+            for (var i = 0; i < samples + samples / 10; i++)
+            {
+                var started = Stopwatch.GetTimestamp();
+                RandomAccess.Write(handle, buffer, offset);
+                var elapsed = Stopwatch.GetElapsedTime(started).TotalMilliseconds;
+                offset += RecordSize;
+                if (i >= samples / 10)
+                {
+                    result.Add(elapsed);
+                }
+            }
+
+            return new Latencies(result);
+        }
+        finally
+        {
+            NativeMemory.AlignedFree(memory);
+        }
+    }
+
+    [LibraryImport("libc", EntryPoint = "fdatasync", SetLastError = true)]
+    private static partial int Fdatasync(int fd);
+}
+
+internal static class LogRuns
+{
+    /// <summary>A Payload whose envelope-included record is 512 bytes.</summary>
+    private static readonly Payload Record = new() { Tag = 1, Data = ByteString.CopyFrom(new byte[487]) };
+
+    public static async Task<(Latencies Latency, long Commits, long MetadataWrites)> CommitLatencyAsync(string directory, int samples)
+    {
+        if (Record.CalculateSize() + RecordEnvelope.HeaderSize != 512)
+        {
+            throw new InvalidOperationException("the harness record must be 512 bytes");
+        }
+
+        await using var log = await DurableLog.OpenAsync(new LogOptions { Directory = directory });
+        var result = new List<double>(samples);
+        for (var i = 0; i < samples + samples / 10; i++)
+        {
+            var started = Stopwatch.GetTimestamp();
+            var lsn = log.Append(RecordKind.Payload, Record);
+            await log.WaitUntilDurableAsync(lsn);
+            var elapsed = Stopwatch.GetElapsedTime(started).TotalMilliseconds;
+            if (i >= samples / 10)
+            {
+                result.Add(elapsed);
+            }
+        }
+
+        return (new Latencies(result), log.Commits, log.MetadataWrites);
+    }
+
+    public static async Task<(double AppendsPerSecond, double CommitsPerSecond, double MeanLatencyMs)> ThroughputAsync(string directory, int writers, TimeSpan duration)
+    {
+        await using var log = await DurableLog.OpenAsync(new LogOptions { Directory = directory });
+
+        // Warm up, then measure.
+        await RunAsync(log, writers, TimeSpan.FromSeconds(1));
+        var commitsBefore = log.Commits;
+        var (appends, totalLatencyMs) = await RunAsync(log, writers, duration);
+        var commits = log.Commits - commitsBefore;
+        return (appends / duration.TotalSeconds, commits / duration.TotalSeconds, totalLatencyMs / Math.Max(1, appends));
+    }
+
+    private static async Task<(long Appends, double TotalLatencyMs)> RunAsync(DurableLog log, int writers, TimeSpan duration)
+    {
+        var deadline = Stopwatch.GetTimestamp() + (long)(duration.TotalSeconds * Stopwatch.Frequency);
+        var tasks = Enumerable.Range(0, writers).Select(_ => Task.Run(async () =>
+        {
+            long count = 0;
+            double latency = 0;
+            while (Stopwatch.GetTimestamp() < deadline)
+            {
+                var started = Stopwatch.GetTimestamp();
+                var lsn = log.Append(RecordKind.Payload, Record);
+                await log.WaitUntilDurableAsync(lsn);
+                latency += Stopwatch.GetElapsedTime(started).TotalMilliseconds;
+                count++;
+            }
+
+            return (count, latency);
+        })).ToArray();
+        var results = await Task.WhenAll(tasks);
+        return (results.Sum(r => r.count), results.Sum(r => r.latency));
+    }
+}
+
+internal static class Machine
+{
+    public static string Describe()
+    {
+        var cpu = File.Exists("/proc/cpuinfo")
+            ? File.ReadLines("/proc/cpuinfo").FirstOrDefault(l => l.StartsWith("model name", StringComparison.Ordinal))?.Split(':', 2)[1].Trim()
+            : null;
+        return $"{Environment.ProcessorCount} cores ({cpu ?? "unknown CPU"}), {GC.GetGCMemoryInfo().TotalAvailableMemoryBytes / (1 << 30)} GiB, {RuntimeInformation.OSDescription}, .NET {Environment.Version}";
+    }
+
+    public static string FileSystemOf(string path)
+    {
+        if (!File.Exists("/proc/mounts"))
+        {
+            return "unknown filesystem";
+        }
+
+        var full = Path.GetFullPath(path);
+        var best = File.ReadLines("/proc/mounts")
+            .Select(l => l.Split(' '))
+            .Where(p => p.Length > 2 && full.StartsWith(p[1], StringComparison.Ordinal))
+            .MaxBy(p => p[1].Length);
+        return best is null ? "unknown filesystem" : $"{best[2]} on {best[0]} mounted at {best[1]}";
+    }
+}

@@ -1,0 +1,58 @@
+using PersistentServices.Log;
+using PersistentServices.Log.CrashChild;
+using PersistentServices.Log.Records;
+using PersistentServices.Tests.TestSupport;
+
+namespace PersistentServices.Tests.Log;
+
+/// <summary>The log written by the first build (Fixtures/log-v1) must stay readable by every later build.</summary>
+public sealed class CheckedInLogTests
+{
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private static string FixtureDirectory => Path.Combine(AppContext.BaseDirectory, "Fixtures", FixtureLog.Name);
+
+    private static void CopyFixture(string to)
+    {
+        foreach (var file in Directory.GetFiles(FixtureDirectory))
+        {
+            File.Copy(file, Path.Combine(to, Path.GetFileName(file)));
+        }
+    }
+
+    [Fact]
+    public async Task CheckedInLogV1_Opens_EveryRecordReadsBack()
+    {
+        using var dir = new TempDirectory();
+        CopyFixture(dir.Path);
+
+        await using var log = await DurableLog.OpenAsync(FixtureLog.Options(dir.Path), cancellationToken: Ct);
+        var records = new List<LogRecord>();
+        await foreach (var record in log.ScanAsync(log.BeginAddress, cancellationToken: Ct))
+        {
+            records.Add(record);
+        }
+
+        Assert.Null(log.OpenReport.TornTail);
+        Assert.False(log.OpenReport.RecoveredWithoutMetadata);
+        var expected = FixtureLog.Expected(log.BeginAddress);
+        Assert.Equal(expected.Select(e => e.Kind), records.Select(r => r.Kind));
+        for (var i = 0; i < expected.Count; i++)
+        {
+            var body = expected[i].Kind == RecordKind.Payload ? (Google.Protobuf.IMessage)records[i].Parse(Payload.Parser) : records[i].Parse(LogTruncated.Parser);
+            Assert.Equal(expected[i].Body, body);
+        }
+    }
+
+    [Fact]
+    public async Task CurrentBuild_WritesTheSameBytesAsTheCheckedInLog()
+    {
+        using var dir = new TempDirectory();
+
+        await FixtureLog.WriteAsync(dir.Path);
+
+        // If this fails, the on-disk format changed: keep log-v1 (old logs must stay readable), add a log-v2 fixture
+        // and a test for it, and describe the change in docs/log-format.md.
+        Assert.Equal(File.ReadAllBytes(Path.Combine(FixtureDirectory, "log.0")), File.ReadAllBytes(dir.Combine("log.0")));
+    }
+}
