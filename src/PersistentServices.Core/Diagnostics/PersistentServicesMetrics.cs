@@ -24,6 +24,12 @@ internal static class PersistentServicesMetrics
     public static readonly Histogram<double> LogCommitDuration = Meter.CreateHistogram<double>(
         "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.");
 
+    public static readonly Histogram<double> RecoveryReplayDuration = Meter.CreateHistogram<double>(
+        "persistentservices.recovery.replay.duration", "s", "Time to replay every recovered session after a crash.");
+
+    public static readonly Counter<long> Requests = Meter.CreateCounter<long>(
+        "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
+
     public static readonly Histogram<long> LogCommitBatch = Meter.CreateHistogram<long>(
         "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
 }

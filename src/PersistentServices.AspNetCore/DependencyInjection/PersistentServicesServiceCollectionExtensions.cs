@@ -1,0 +1,38 @@
+using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Options;
+using PersistentServices;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+
+namespace Microsoft.Extensions.DependencyInjection;
+
+/// <summary>Registers PersistentServices.</summary>
+public static class PersistentServicesServiceCollectionExtensions
+{
+    /// <summary>
+    /// Adds crash-proof, exactly-once <c>[Persistent]</c> endpoints: the service's log, sessions, the recovery host
+    /// (which opens and scans the log before the server accepts traffic) and a health check named
+    /// <c>persistentservices</c> (tags <c>ready</c>, <c>live</c>). Options are validated at startup.
+    /// Call <c>app.UsePersistentServices()</c> too.
+    /// </summary>
+    public static IServiceCollection AddPersistentServices(this IServiceCollection services, Action<PersistentServicesOptions> configure)
+    {
+        ArgumentNullException.ThrowIfNull(services);
+        ArgumentNullException.ThrowIfNull(configure);
+
+        services.AddOptions<PersistentServicesOptions>().Configure(configure).ValidateOnStart();
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentServicesOptions>, PersistentServicesOptionsValidator>());
+        services.TryAddSingleton(TimeProvider.System);
+        services.TryAddSingleton<PersistentRuntime>();
+        services.TryAddSingleton<ReplayPipeline>();
+        services.TryAddSingleton<SessionReplayer>();
+        services.TryAddSingleton<RecoveryHostedService>();
+        services.TryAddSingleton<SessionExpiryService>();
+        services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
+        services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
+        services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);
+        return services;
+    }
+}

@@ -1,0 +1,31 @@
+using Microsoft.Extensions.Diagnostics.HealthChecks;
+using PersistentServices.Hosting;
+
+namespace PersistentServices.Diagnostics;
+
+/// <summary>
+/// Ready once the log is open and the analysis scan is done (new sessions are accepted while old ones replay);
+/// unhealthy while scanning, when recovery failed, or when the log faulted (the service must restart). Tagged
+/// <c>ready</c> and <c>live</c>.
+/// </summary>
+internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) : IHealthCheck
+{
+    public Task<HealthCheckResult> CheckHealthAsync(HealthCheckContext context, CancellationToken cancellationToken = default)
+    {
+        var data = new Dictionary<string, object>
+        {
+            ["stage"] = runtime.Stage.ToString(),
+            ["sessions"] = runtime.Sessions.Count,
+            ["replayingSessions"] = runtime.Sessions.All.Count(s => !s.Ready.IsCompleted),
+        };
+        var result = runtime.Stage switch
+        {
+            RecoveryStage.Failed => HealthCheckResult.Unhealthy("Recovery failed; the service must restart.", runtime.Failure, data),
+            _ when runtime.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
+            RecoveryStage.Replaying => HealthCheckResult.Healthy("Accepting requests; recovered sessions are replaying.", data),
+            RecoveryStage.Ready => HealthCheckResult.Healthy("Recovered.", data),
+            _ => HealthCheckResult.Unhealthy("Opening the log and scanning it.", data: data),
+        };
+        return Task.FromResult(result);
+    }
+}

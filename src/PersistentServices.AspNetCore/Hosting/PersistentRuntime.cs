@@ -1,0 +1,108 @@
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using PersistentServices.Diagnostics;
+using PersistentServices.Log;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Hosting;
+
+/// <summary>Where recovery is (seed 000 Fig. 12).</summary>
+internal enum RecoveryStage
+{
+    NotStarted,
+    Scanning,
+    Replaying,
+    Ready,
+    Failed,
+}
+
+/// <summary>
+/// The service's persistence runtime: its one log, its sessions and where recovery stands. A singleton; opened by the
+/// recovery host before the server accepts traffic, disposed (log committed and closed) when the host stops.
+/// </summary>
+internal sealed class PersistentRuntime : IAsyncDisposable
+{
+    private readonly ILogger _logger;
+    private DurableLog? _log;
+    private volatile RecoveryStage _stage;
+    private Exception? _failure;
+
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger)
+    {
+        Options = options.Value;
+        Time = time;
+        _logger = logger;
+        PersistentServicesMetrics.Meter.CreateObservableGauge("persistentservices.sessions.live", () => Sessions.Count, "{session}", "Live sessions.");
+    }
+
+    public PersistentServicesOptions Options { get; }
+
+    public TimeProvider Time { get; }
+
+    public SessionTable Sessions { get; } = new();
+
+    public RecoveryStage Stage => _stage;
+
+    public Exception? Failure => _failure;
+
+    public AnalysisResult? Analysis { get; private set; }
+
+    /// <summary>The open log; throws before recovery opened it.</summary>
+    public DurableLog Log => _log ?? throw new InvalidOperationException("The persistent log is not open yet.");
+
+    /// <summary>The log's fault, once it faulted.</summary>
+    public LogFaultedException? LogFault => _log?.Fault;
+
+    /// <summary>True when requests may be logged: the log is open and has not faulted, and recovery has not failed.</summary>
+    public bool IsAvailable => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready;
+
+    /// <summary>Opens the log (verifying it) and runs the analysis scan. Before the server accepts traffic.</summary>
+    public async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
+    {
+        _stage = RecoveryStage.Scanning;
+        try
+        {
+            _log = await DurableLog.OpenAsync(Options.BuildLogOptions(), _logger, cancellationToken).ConfigureAwait(false);
+            Analysis = await AnalysisScan.RunAsync(_log, Sessions, cancellationToken).ConfigureAwait(false);
+            _stage = RecoveryStage.Replaying;
+        }
+        catch (Exception ex)
+        {
+            Fail(ex);
+            throw;
+        }
+    }
+
+    public void MarkReady() => _stage = RecoveryStage.Ready;
+
+    public void Fail(Exception error)
+    {
+        _failure ??= error;
+        _stage = RecoveryStage.Failed;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (_log is { } log)
+        {
+            await log.DisposeAsync().ConfigureAwait(false);
+        }
+    }
+}
+
+/// <summary>
+/// The part of the application pipeline after the persistence middleware, and a router, handed over by the middleware
+/// when the pipeline is built so replay can run logged requests through the same endpoints, filters and binding.
+/// </summary>
+internal sealed class ReplayPipeline
+{
+    private readonly TaskCompletionSource<(Lazy<RequestDelegate> Router, RequestDelegate Next)> _pipeline = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public Task<(Lazy<RequestDelegate> Router, RequestDelegate Next)> Ready => _pipeline.Task;
+
+    public bool IsBuilt => _pipeline.Task.IsCompleted;
+
+    public void Register(Lazy<RequestDelegate> router, RequestDelegate next) => _pipeline.TrySetResult((router, next));
+}

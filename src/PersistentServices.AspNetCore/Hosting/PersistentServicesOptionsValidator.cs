@@ -1,0 +1,60 @@
+using Microsoft.Extensions.Options;
+
+namespace PersistentServices.Hosting;
+
+/// <summary>Validates <see cref="PersistentServicesOptions"/> at startup with messages that name the option.</summary>
+internal sealed class PersistentServicesOptionsValidator : IValidateOptions<PersistentServicesOptions>
+{
+    public ValidateOptionsResult Validate(string? name, PersistentServicesOptions options)
+    {
+        var failures = new List<string>();
+        if (string.IsNullOrWhiteSpace(options.LogDirectory))
+        {
+            failures.Add("PersistentServicesOptions.LogDirectory is required: the directory of the service's log (on a persistent volume).");
+        }
+
+        if (options.MaxRequestBodyBytes < 1)
+        {
+            failures.Add($"PersistentServicesOptions.MaxRequestBodyBytes must be positive (was {options.MaxRequestBodyBytes}).");
+        }
+
+        if (options.MaxLoggedHeaderBytes < 1024)
+        {
+            failures.Add($"PersistentServicesOptions.MaxLoggedHeaderBytes must be at least 1024 (was {options.MaxLoggedHeaderBytes}).");
+        }
+
+        if (options.SessionIdleRetention < TimeSpan.FromSeconds(1))
+        {
+            failures.Add($"PersistentServicesOptions.SessionIdleRetention must be at least one second (was {options.SessionIdleRetention}).");
+        }
+
+        if (options.MaxSessions < 1)
+        {
+            failures.Add($"PersistentServicesOptions.MaxSessions must be positive (was {options.MaxSessions}).");
+        }
+
+        if (!options.SessionsPath.StartsWith('/') || options.SessionsPath.EndsWith('/'))
+        {
+            failures.Add($"PersistentServicesOptions.SessionsPath must start with '/' and not end with one (was '{options.SessionsPath}').");
+        }
+
+        if (options.ReplayParallelism < 1)
+        {
+            failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");
+        }
+
+        if (failures.Count == 0 && !string.IsNullOrWhiteSpace(options.LogDirectory))
+        {
+            try
+            {
+                options.BuildLogOptions().Validate();
+            }
+            catch (ArgumentException ex)
+            {
+                failures.Add($"{ex.Message} (MaxRecordBytes is MaxRequestBodyBytes + MaxLoggedHeaderBytes; raise PersistentServicesOptions.Log.PageSizeBits for larger requests)");
+            }
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}

@@ -1,0 +1,22 @@
+namespace PersistentServices.Recovery;
+
+/// <summary>
+/// Replaying a logged request did not reproduce what happened before the crash (another endpoint, another reply), or
+/// could not run at all. Recovery stops: continuing would build state the clients never saw.
+/// </summary>
+public sealed class ReplayDivergenceException : Exception
+{
+    /// <summary>Creates the exception.</summary>
+    public ReplayDivergenceException(string message, string sessionId, long lsn, Exception? innerException = null)
+        : base(message, innerException)
+    {
+        SessionId = sessionId;
+        Lsn = lsn;
+    }
+
+    /// <summary>The session whose replay diverged.</summary>
+    public string SessionId { get; }
+
+    /// <summary>LSN of the logged request whose replay diverged.</summary>
+    public long Lsn { get; }
+}

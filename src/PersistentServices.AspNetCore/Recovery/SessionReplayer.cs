@@ -1,0 +1,83 @@
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Http;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Recovery;
+
+/// <summary>
+/// Replays one session's logged requests, in order, through the application's own endpoint pipeline (routing, model
+/// binding, filters, a fresh DI scope), in process (seed 000 §4.1 "Logged Request Replay"; seed 001 §2.5). Replies are
+/// discarded except the last, which becomes the buffered reply. Each replayed reply is compared with the logged reply
+/// hash, when one was logged; a difference stops recovery.
+/// </summary>
+internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger)
+{
+    public async Task<long> ReplayAsync(Session session, RequestDelegate router, RequestDelegate next, CancellationToken cancellationToken)
+    {
+        BufferedReply? last = null;
+        long replayed = 0;
+        foreach (var position in session.PositionStream)
+        {
+            var record = (await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false)).Parse(LoggedRequest.Parser);
+            last = await ReplayOneAsync(session, record, position.RequestLsn, router, next).ConfigureAwait(false);
+            replayed++;
+        }
+
+        session.FinishReplay(last);
+        return replayed;
+    }
+
+    private async Task<BufferedReply> ReplayOneAsync(Session session, LoggedRequest record, long lsn, RequestDelegate router, RequestDelegate next)
+    {
+        var scope = scopes.CreateAsyncScope();
+        await using (scope.ConfigureAwait(false))
+        {
+            using var capture = new ResponseCapture();
+            var context = LoggedRequests.CreateReplayContext(record, capture, scope.ServiceProvider);
+            await router(context).ConfigureAwait(false);
+            var endpoint = context.GetEndpoint();
+            if (endpoint?.DisplayName != record.Endpoint || PersistenceMiddleware.RoleOf(endpoint) != EndpointRole.Persistent)
+            {
+                throw new ReplayDivergenceException(
+                    $"Replay of request {record.Sequence} of session {session.Id} (LSN {lsn}, {record.Method} {record.Path}) routed to " +
+                    $"'{endpoint?.DisplayName ?? "no endpoint"}', but it ran on '{record.Endpoint}' before the crash (a persistent endpoint was removed or renamed?).",
+                    session.Id.ToString(), lsn);
+            }
+
+            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Replay)))
+            {
+                try
+                {
+                    await next(context).ConfigureAwait(false);
+                }
+                catch (Exception ex)
+                {
+                    AspNetCoreEvents.ReplayedEndpointThrew(logger, record.Sequence, session.Id.ToString(), lsn, ex);
+                    await capture.ResetAsync(StatusCodes.Status500InternalServerError).ConfigureAwait(false);
+                }
+
+                var reply = await capture.FinishAsync().ConfigureAwait(false);
+                foreach (var (callback, state) in capture.OnCompletedCallbacks)
+                {
+                    await callback(state).ConfigureAwait(false);
+                }
+
+                if (session.LoggedReplies.TryGetValue(record.Sequence, out var logged) && !logged.Hash.AsSpan().SequenceEqual(reply.Hash))
+                {
+                    throw new ReplayDivergenceException(
+                        $"Replay of request {record.Sequence} of session {session.Id} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
+                        $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
+                        "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
+                        session.Id.ToString(), lsn);
+                }
+
+                return reply;
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+using System.Security.Cryptography;
+using System.Text;
+
+namespace PersistentServices.Sessions;
+
+/// <summary>
+/// The reply of a session's last request, kept so a duplicate gets it again without executing anything
+/// (seed 000 §3.1 "buffered reply"). Headers are the reply's own (hop-by-hop and server headers dropped).
+/// </summary>
+internal sealed class BufferedReply
+{
+    public BufferedReply(int statusCode, IReadOnlyList<KeyValuePair<string, string[]>> headers, byte[] body)
+    {
+        StatusCode = statusCode;
+        Headers = headers;
+        Body = body;
+        Hash = ComputeHash(statusCode, ContentType, body);
+    }
+
+    public int StatusCode { get; }
+
+    public IReadOnlyList<KeyValuePair<string, string[]>> Headers { get; }
+
+    public byte[] Body { get; }
+
+    /// <summary>SHA-256 of the status code, Content-Type and body: what replay must reproduce.</summary>
+    public byte[] Hash { get; }
+
+    public string? ContentType => Headers.FirstOrDefault(h => string.Equals(h.Key, "Content-Type", StringComparison.OrdinalIgnoreCase)).Value?.FirstOrDefault();
+
+    public static byte[] ComputeHash(int statusCode, string? contentType, ReadOnlySpan<byte> body)
+    {
+        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        Span<byte> status = stackalloc byte[4];
+        System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(status, statusCode);
+        hash.AppendData(status);
+        hash.AppendData(Encoding.UTF8.GetBytes((contentType ?? "") + "\n"));
+        hash.AppendData(body);
+        return hash.GetHashAndReset();
+    }
+}

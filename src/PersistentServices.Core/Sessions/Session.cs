@@ -1,0 +1,218 @@
+namespace PersistentServices.Sessions;
+
+/// <summary>What <see cref="Session.Admit"/> decided for a request's sequence number (seed 000 §3.1).</summary>
+internal enum AdmitOutcome
+{
+    /// <summary>The next expected number: log and execute it.</summary>
+    Execute,
+
+    /// <summary>A duplicate of the last request, already answered: resend its buffered reply.</summary>
+    Duplicate,
+
+    /// <summary>A duplicate of the last request while it still executes: wait for its reply.</summary>
+    DuplicateInFlight,
+
+    /// <summary>Older than the last request: its reply is gone; never re-executed.</summary>
+    Stale,
+
+    /// <summary>Skips numbers: the client lost track.</summary>
+    Gap,
+
+    /// <summary>The next number while the previous request still executes (one request at a time per session).</summary>
+    Busy,
+
+    /// <summary>The last number again, but a different request.</summary>
+    Mismatch,
+
+    /// <summary>The session ended.</summary>
+    Ended,
+}
+
+/// <summary>The decision for one request and what the caller needs to act on it.</summary>
+internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSequence, BufferedReply? Reply = null, Task<BufferedReply>? Pending = null);
+
+/// <summary>A logged request of a session: where it is in the log (the session's position stream, seed 000 §3.2).</summary>
+internal readonly record struct LoggedPosition(long RequestLsn, long Sequence);
+
+/// <summary>
+/// One client's session (seed 000 §3.1–3.2): next expected request number, buffered reply of the last request, its
+/// position stream, and its private state. Recovery rebuilds everything but the state from the log; the state is
+/// rebuilt by replaying the requests.
+/// </summary>
+internal sealed class Session
+{
+    private readonly Lock _gate = new();
+    private readonly Dictionary<object, object?> _state = [];
+    private readonly TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private TaskCompletionSource<BufferedReply>? _executing;
+
+    public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying)
+    {
+        Id = id;
+        Owner = owner;
+        LastActivity = startedAt;
+        if (!replaying)
+        {
+            _ready.SetResult();
+        }
+    }
+
+    public SessionId Id { get; }
+
+    /// <summary>SHA-256 of the owning principal's identifier; empty when the session was started anonymously.</summary>
+    public byte[] Owner { get; }
+
+    /// <summary>Number of the last request accepted (0 before the first). The next expected number is one more.</summary>
+    public long LastSequence { get; private set; }
+
+    public byte[]? LastRequestHash { get; private set; }
+
+    /// <summary>The buffered reply of <see cref="LastSequence"/>, once it completed.</summary>
+    public BufferedReply? LastReply { get; private set; }
+
+    public DateTimeOffset LastActivity { get; set; }
+
+    /// <summary>LSN of the session's latest log record (its state number, seed 000 §3.1).</summary>
+    public long StateNumber { get; set; }
+
+    /// <summary>The session's logged requests, in order.</summary>
+    public List<LoggedPosition> PositionStream { get; } = [];
+
+    /// <summary>Logged reply hashes by sequence number (from ReplySent records), for replay's divergence check.</summary>
+    public Dictionary<long, (int StatusCode, byte[] Hash)> LoggedReplies { get; } = [];
+
+    /// <summary>Held while a request (persistent or read-only) runs: one request at a time per session.</summary>
+    public SemaphoreSlim ExecutionLock { get; } = new(1, 1);
+
+    /// <summary>Completes when the session's replay finished (at once for sessions started after recovery).</summary>
+    public Task Ready => _ready.Task;
+
+    public bool IsExecuting
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _executing is not null;
+            }
+        }
+    }
+
+    public bool Ended { get; private set; }
+
+    /// <summary>Decides what to do with request <paramref name="sequence"/>; claims it when it is the next one.</summary>
+    public Admission Admit(long sequence, byte[] requestHash)
+    {
+        lock (_gate)
+        {
+            var expected = LastSequence + 1;
+            if (Ended)
+            {
+                return new Admission(AdmitOutcome.Ended, expected);
+            }
+
+            if (sequence == LastSequence && LastSequence > 0)
+            {
+                if (LastRequestHash is null || !requestHash.AsSpan().SequenceEqual(LastRequestHash))
+                {
+                    return new Admission(AdmitOutcome.Mismatch, expected);
+                }
+
+                return _executing is { } running
+                    ? new Admission(AdmitOutcome.DuplicateInFlight, expected, Pending: running.Task)
+                    : new Admission(AdmitOutcome.Duplicate, expected, Reply: LastReply);
+            }
+
+            if (sequence < LastSequence)
+            {
+                return new Admission(AdmitOutcome.Stale, expected);
+            }
+
+            if (sequence > expected)
+            {
+                return new Admission(AdmitOutcome.Gap, expected);
+            }
+
+            if (_executing is not null)
+            {
+                return new Admission(AdmitOutcome.Busy, expected);
+            }
+
+            LastSequence = sequence;
+            LastRequestHash = requestHash;
+            LastReply = null;
+            _executing = new TaskCompletionSource<BufferedReply>(TaskCreationOptions.RunContinuationsAsynchronously);
+            return new Admission(AdmitOutcome.Execute, expected);
+        }
+    }
+
+    /// <summary>Records the reply of the executing request and releases duplicates waiting for it.</summary>
+    public void Complete(BufferedReply reply)
+    {
+        TaskCompletionSource<BufferedReply>? executing;
+        lock (_gate)
+        {
+            LastReply = reply;
+            executing = _executing;
+            _executing = null;
+        }
+
+        executing?.TrySetResult(reply);
+    }
+
+    /// <summary>The executing request could not complete (the log faulted): duplicates waiting for it fail too.</summary>
+    public void Abandon(Exception error)
+    {
+        TaskCompletionSource<BufferedReply>? executing;
+        lock (_gate)
+        {
+            executing = _executing;
+            _executing = null;
+        }
+
+        executing?.TrySetException(error);
+    }
+
+    /// <summary>Analysis scan: a logged request of this session.</summary>
+    public void RecoverRequest(long lsn, long sequence, byte[] requestHash, DateTimeOffset receivedAt)
+    {
+        PositionStream.Add(new LoggedPosition(lsn, sequence));
+        LastSequence = sequence;
+        LastRequestHash = requestHash;
+        LastActivity = receivedAt;
+        StateNumber = lsn;
+    }
+
+    /// <summary>Replay finished: <paramref name="lastReply"/> (the replayed reply of the last request) becomes the buffered reply.</summary>
+    public void FinishReplay(BufferedReply? lastReply)
+    {
+        lock (_gate)
+        {
+            LastReply = lastReply;
+        }
+
+        _ready.TrySetResult();
+    }
+
+    /// <summary>Replay failed: requests waiting for this session fail with <paramref name="error"/>.</summary>
+    public void FailReplay(Exception error) => _ready.TrySetException(error);
+
+    /// <summary>Marks the session ended; returns false when a request is executing.</summary>
+    public bool TryEnd()
+    {
+        lock (_gate)
+        {
+            if (_executing is not null)
+            {
+                return false;
+            }
+
+            Ended = true;
+            return true;
+        }
+    }
+
+    public T GetState<T>(SessionStateKey<T> key) => _state.TryGetValue(key, out var value) ? (T)value! : default!;
+
+    public void SetState<T>(SessionStateKey<T> key, T value) => _state[key] = value;
+}

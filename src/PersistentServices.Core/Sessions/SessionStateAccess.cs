@@ -1,0 +1,34 @@
+using System.ComponentModel;
+
+namespace PersistentServices.Sessions;
+
+/// <summary>Reads and writes <see cref="SessionStateAttribute"/> properties. Called by generated code.</summary>
+[EditorBrowsable(EditorBrowsableState.Never)]
+public static class SessionStateAccess
+{
+    /// <summary>The current session's value of <paramref name="key"/> (default when never set).</summary>
+    public static T Get<T>(SessionStateKey<T> key)
+    {
+        ArgumentNullException.ThrowIfNull(key);
+        return RequireSession(key.Name).GetState(key);
+    }
+
+    /// <summary>Sets the current session's value of <paramref name="key"/>.</summary>
+    public static void Set<T>(SessionStateKey<T> key, T value)
+    {
+        ArgumentNullException.ThrowIfNull(key);
+        var scope = PersistentScope.Current;
+        if (scope?.Mode == ExecutionMode.ReadOnly)
+        {
+            throw new InvalidOperationException(
+                $"Session state '{key.Name}' cannot be changed by a [ReadOnly] request: read-only methods change no session state (seed 001 §3.3).");
+        }
+
+        RequireSession(key.Name).SetState(key, value);
+    }
+
+    private static Session RequireSession(string name)
+        => PersistentScope.Current?.Session
+           ?? throw new InvalidOperationException(
+               $"Session state '{name}' is only available while a [Persistent] or [ReadOnly] request of a session runs (send the PS-Session header).");
+}

@@ -1,0 +1,216 @@
+using System.Net;
+using System.Text.Json;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Options;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.AspNetCore.Tests.Recovery;
+
+/// <summary>Recovery by replay after the service restarts on the same log (the kill tests are in the crash harness).</summary>
+public sealed class RecoveryTests : IDisposable
+{
+    private readonly TempDirectory _dir = new();
+
+    public RecoveryTests() => TestBehavior.Reset();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private static string[] Items(JsonElement body) => [.. body.GetProperty("items").EnumerateArray().Select(e => e.GetString()!)];
+
+    public void Dispose() => _dir.Dispose();
+
+    [Fact]
+    public async Task Restart_SessionStateAndBufferedReplySurvive_DuplicateExecutesNothing()
+    {
+        string session;
+        string lastReply;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+            lastReply = (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" })).Body.GetRawText();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            var executions = TestBehavior.Count("cart/add:b");
+
+            var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
+            var (duplicate, duplicateBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            var (stale, _) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+            var (next, nextBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 3, new { item = "c" });
+
+            Assert.Equal(["a", "b"], Items(cartBody));
+            Assert.Equal(lastReply, duplicateBody.GetRawText());
+            Assert.Equal("true", duplicate.Headers.GetValues("PS-Replayed").Single());
+            Assert.Equal(executions, TestBehavior.Count("cart/add:b"));
+            Assert.Equal(HttpStatusCode.Gone, stale.StatusCode);
+            Assert.Equal(["a", "b", "c"], Items(nextBody));
+        }
+    }
+
+    [Fact]
+    public async Task Restart_ManySessions_ReplayInParallelToTheirOwnState()
+    {
+        var expected = new Dictionary<string, string[]>();
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            var sessions = await Task.WhenAll(Enumerable.Range(0, 40).Select(_ => server.StartSessionAsync()));
+            await Task.WhenAll(sessions.Select(async (session, s) =>
+            {
+                var items = new List<string>();
+                for (var i = 1; i <= 15; i++)
+                {
+                    var item = $"s{s}-i{i}";
+                    var (response, _) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, i, new { item });
+                    Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                    items.Add(item);
+                }
+
+                lock (expected)
+                {
+                    expected[session] = [.. items];
+                }
+            }));
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.ReplayParallelism = 4))
+        {
+            Assert.Equal(40, server.Runtime.Analysis!.Sessions);
+            Assert.Equal(600, server.Runtime.Analysis.Requests);
+            await server.RecoveryCompletion;
+            foreach (var (session, items) in expected)
+            {
+                var (_, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
+                Assert.Equal(items, Items(body));
+            }
+        }
+    }
+
+    [Fact]
+    public async Task Restart_RequestOfAReplayingSession_WaitsForIt_WhileNewSessionsAreServed()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            TestBehavior.Gate.SetResult();
+            await server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
+        }
+
+        TestBehavior.Reset(); // the replay of /cart/slow now blocks on a fresh gate
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            while (TestBehavior.Count("cart/slow") == 0)
+            {
+                await Task.Delay(10, Ct);
+            }
+
+            var waiting = server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "after" });
+            var fresh = await server.StartSessionAsync();
+            var (freshReply, _) = await server.SendAsync(HttpMethod.Post, "/cart/add", fresh, 1, new { item = "new" });
+            var (health, _) = await server.SendAsync(HttpMethod.Get, "/health/ready", null, null);
+            Assert.Equal(HttpStatusCode.OK, freshReply.StatusCode);
+            Assert.Equal(HttpStatusCode.OK, health.StatusCode);
+            await Task.Delay(100, Ct);
+            Assert.False(waiting.IsCompleted, "a request of a replaying session waits for its replay");
+
+            TestBehavior.Gate.SetResult();
+            var (reply, body) = await waiting;
+            Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
+            Assert.Equal(["slow", "after"], Items(body));
+        }
+    }
+
+    [Fact]
+    public async Task Restart_ReplayRunsAsTheLoggedPrincipal()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync(user: "alice");
+            await server.SendAsync(HttpMethod.Post, "/cart/whoami", session, 1, user: "alice");
+            await server.SendAsync(HttpMethod.Post, "/cart/whoami", session, 2, user: "alice");
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+
+            var (_, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "alice");
+            var (other, _) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "mallory");
+
+            Assert.Equal(["alice", "alice"], Items(body));
+            Assert.Equal(HttpStatusCode.NotFound, other.StatusCode);
+        }
+    }
+
+    [Fact]
+    public async Task Restart_ReplayProducesAnotherReply_RecoveryStopsNamingSessionAndLsn()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+        }
+
+        TestBehavior.Salt = "-changed"; // the endpoint now answers differently: not deterministic
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+
+            Assert.Equal(RecoveryStage.Failed, server.Runtime.Stage);
+            var error = Assert.IsType<ReplayDivergenceException>(server.Runtime.Failure);
+            Assert.Equal(session, error.SessionId);
+            Assert.Contains($"LSN {error.Lsn}", error.Message, StringComparison.Ordinal);
+            Assert.Contains(session, error.Message, StringComparison.Ordinal);
+            Assert.True(server.App.Services.GetRequiredService<IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested, "the service stops itself");
+        }
+    }
+
+    [Fact]
+    public async Task IdleSession_ExpiresAfterTheRetention_AndStaysEndedAfterRestart()
+    {
+        var time = new FakeTimeProvider(DateTimeOffset.Parse("2026-01-01T00:00:00Z", System.Globalization.CultureInfo.InvariantCulture));
+        string idle;
+        string active;
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time))
+        {
+            idle = await server.StartSessionAsync();
+            active = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", idle, 1, new { item = "a" });
+            time.Advance(TimeSpan.FromMinutes(6));
+            await server.SendAsync(HttpMethod.Post, "/cart/add", active, 1, new { item = "b" });
+            time.Advance(TimeSpan.FromMinutes(5));
+
+            var expired = server.App.Services.GetRequiredService<SessionExpiryService>().ExpireIdleSessions();
+
+            Assert.Equal(1, expired);
+            Assert.Equal(HttpStatusCode.NotFound, (await server.SendAsync(HttpMethod.Post, "/cart/add", idle, 2, new { item = "x" })).Response.StatusCode);
+            Assert.Equal(HttpStatusCode.OK, (await server.SendAsync(HttpMethod.Get, "/cart", active, null)).Response.StatusCode);
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(1, server.Runtime.Sessions.Count);
+            Assert.Equal(HttpStatusCode.NotFound, (await server.SendAsync(HttpMethod.Get, "/cart", idle, null)).Response.StatusCode);
+        }
+    }
+
+    [Fact]
+    public async Task Start_WithoutALogDirectory_FailsNamingTheOption()
+    {
+        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => TestServer.StartAsync(""));
+
+        Assert.Contains("LogDirectory", error.Message, StringComparison.Ordinal);
+    }
+}

@@ -1,0 +1,150 @@
+using System.Collections.Concurrent;
+using System.Security.Claims;
+using System.Text.Encodings.Web;
+using Microsoft.AspNetCore.Authentication;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Mvc;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using PersistentServices.Sessions;
+
+[assembly: CollectionBehavior(DisableTestParallelization = true)]
+
+namespace PersistentServices.AspNetCore.Tests.TestSupport;
+
+/// <summary>Switches and counters the test endpoints use; reset by each test.</summary>
+internal static class TestBehavior
+{
+    public static readonly ConcurrentDictionary<string, int> Executions = new();
+    public static volatile string Salt = "";
+    public static TaskCompletionSource Gate = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public static void Reset()
+    {
+        Executions.Clear();
+        Salt = "";
+        Gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+    }
+
+    public static int Count(string key) => Executions.TryGetValue(key, out var n) ? n : 0;
+
+    public static void Executed(string key) => Executions.AddOrUpdate(key, 1, (_, n) => n + 1);
+}
+
+/// <summary>Session state written the way the generator writes it (the runtime contract), so these tests do not need the generator.</summary>
+internal static class CartState
+{
+    private static readonly SessionStateKey<List<string>?> ItemsKey = new("Tests.CartState.Items");
+    private static readonly SessionStateKey<long> TotalKey = new("Tests.CartState.Total");
+
+    public static List<string>? Items
+    {
+        get => SessionStateAccess.Get(ItemsKey);
+        set => SessionStateAccess.Set(ItemsKey, value);
+    }
+
+    public static long Total
+    {
+        get => SessionStateAccess.Get(TotalKey);
+        set => SessionStateAccess.Set(TotalKey, value);
+    }
+}
+
+public sealed record AddItem(string Item);
+
+public sealed record AddAmount(string OpId, long Amount);
+
+[ApiController]
+[Route("cart")]
+[Persistent]
+public sealed class CartController : ControllerBase
+{
+    [HttpPost("add")]
+    public IActionResult Add(AddItem body)
+    {
+        TestBehavior.Executed("cart/add:" + body.Item);
+        var items = CartState.Items ??= [];
+        items.Add(body.Item + TestBehavior.Salt);
+        return Ok(new { items, count = items.Count });
+    }
+
+    [HttpGet]
+    [ReadOnly]
+    public IActionResult Get() => Ok(new { items = CartState.Items ?? [] });
+
+    [HttpPost("try-write")]
+    [ReadOnly]
+    public IActionResult TryWrite()
+    {
+        CartState.Items = ["not allowed"];
+        return Ok();
+    }
+
+    [HttpPost("slow")]
+    public async Task<IActionResult> Slow()
+    {
+        TestBehavior.Executed("cart/slow");
+        await TestBehavior.Gate.Task;
+        var items = CartState.Items ??= [];
+        items.Add("slow");
+        return Ok(new { items });
+    }
+
+    [HttpPost("throw")]
+    public IActionResult Throw()
+    {
+        TestBehavior.Executed("cart/throw");
+        throw new InvalidOperationException("endpoint bug");
+    }
+
+    [HttpPost("whoami")]
+    public IActionResult WhoAmI()
+    {
+        var items = CartState.Items ??= [];
+        items.Add(User.Identity?.Name ?? "anonymous");
+        return Ok(new { user = User.Identity?.Name, items });
+    }
+}
+
+/// <summary>Authenticates "X-Test-User: name" as that user (tests of session ownership and principal replay).</summary>
+internal sealed class TestAuthHandler(IOptionsMonitor<AuthenticationSchemeOptions> options, ILoggerFactory logger, UrlEncoder encoder)
+    : AuthenticationHandler<AuthenticationSchemeOptions>(options, logger, encoder)
+{
+    protected override Task<AuthenticateResult> HandleAuthenticateAsync()
+    {
+        if (Request.Headers["X-Test-User"] is not [{ } user])
+        {
+            return Task.FromResult(AuthenticateResult.NoResult());
+        }
+
+        var identity = new ClaimsIdentity([new Claim(ClaimTypes.NameIdentifier, user), new Claim(ClaimTypes.Name, user)], "Test");
+        return Task.FromResult(AuthenticateResult.Success(new AuthenticationTicket(new ClaimsPrincipal(identity), "Test")));
+    }
+}
+
+internal static class TestApp
+{
+    public static void Configure(WebApplication app)
+    {
+        app.UseAuthentication();
+        app.UsePersistentServices();
+        app.MapControllers();
+        app.MapPost("/counter/add", [Persistent] (AddAmount body) =>
+        {
+            TestBehavior.Executed("counter:" + body.OpId);
+            CartState.Total += body.Amount;
+            return Results.Ok(new { total = CartState.Total });
+        });
+        app.MapGet("/counter", () => Results.Ok(new { total = CartState.Total })).WithMetadata(new ReadOnlyAttribute());
+        app.MapGet("/plain", () => Results.Ok(new { plain = true }));
+        app.MapHealthChecks("/health/ready");
+    }
+
+    public static void AddServices(IServiceCollection services)
+    {
+        services.AddControllers().AddApplicationPart(typeof(CartController).Assembly);
+        services.AddAuthentication("Test").AddScheme<AuthenticationSchemeOptions, TestAuthHandler>("Test", _ => { });
+    }
+}

@@ -1,0 +1,122 @@
+using System.Net.Http.Headers;
+using System.Net.Http.Json;
+using System.Text.Json;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Hosting;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.AspNetCore.Tests.TestSupport;
+
+/// <summary>The test app on Kestrel at 127.0.0.1 (a random port), over a given log directory.</summary>
+internal sealed class TestServer : IAsyncDisposable
+{
+    private TestServer(WebApplication app, HttpClient client)
+    {
+        App = app;
+        Client = client;
+    }
+
+    public WebApplication App { get; }
+
+    public HttpClient Client { get; }
+
+    public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
+
+    public Task RecoveryCompletion => App.Services.GetRequiredService<RecoveryHostedService>().Completion;
+
+    public static async Task<TestServer> StartAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null, TimeProvider? time = null)
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.WebHost.UseUrls("http://127.0.0.1:0");
+        builder.Logging.ClearProviders();
+        if (Environment.GetEnvironmentVariable("PS_TEST_LOG_FILE") is { Length: > 0 } logFile)
+        {
+            builder.Logging.AddProvider(new FileLoggerProvider(logFile));
+            builder.Logging.SetMinimumLevel(LogLevel.Debug);
+        }
+        builder.Services.AddPersistentServices(options =>
+        {
+            options.LogDirectory = logDirectory;
+            options.Log.PageSizeBits = 20;
+            options.Log.MemorySizeBits = 22;
+            options.MaxRequestBodyBytes = 64 * 1024;
+            options.RecoveryFailureExitCode = null;
+            configure?.Invoke(options);
+        });
+        if (time is not null)
+        {
+            builder.Services.Replace(ServiceDescriptor.Singleton(time));
+        }
+
+        TestApp.AddServices(builder.Services);
+        var app = builder.Build();
+        TestApp.Configure(app);
+        await app.StartAsync(TestContext.Current.CancellationToken);
+        var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
+        return new TestServer(app, client);
+    }
+
+    public async Task<string> StartSessionAsync(string? user = null)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, "/ps/sessions");
+        if (user is not null)
+        {
+            request.Headers.Add("X-Test-User", user);
+        }
+
+        using var response = await Client.SendAsync(request, TestContext.Current.CancellationToken);
+        Assert.Equal(System.Net.HttpStatusCode.Created, response.StatusCode);
+        var body = await response.Content.ReadFromJsonAsync<JsonElement>(TestContext.Current.CancellationToken);
+        return body.GetProperty("sessionId").GetString()!;
+    }
+
+    public static HttpRequestMessage Request(HttpMethod method, string path, string? session, long? sequence, object? json = null, string? user = null)
+    {
+        var request = new HttpRequestMessage(method, path);
+        if (session is not null)
+        {
+            request.Headers.TryAddWithoutValidation("PS-Session", session);
+        }
+
+        if (sequence is { } seq)
+        {
+            request.Headers.TryAddWithoutValidation("PS-Seq", seq.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        if (user is not null)
+        {
+            request.Headers.Add("X-Test-User", user);
+        }
+
+        if (json is not null)
+        {
+            request.Content = JsonContent.Create(json, mediaType: new MediaTypeHeaderValue("application/json"));
+        }
+
+        return request;
+    }
+
+    public async Task<(HttpResponseMessage Response, JsonElement Body)> SendAsync(HttpMethod method, string path, string? session, long? sequence, object? json = null, string? user = null)
+    {
+        using var request = Request(method, path, session, sequence, json, user);
+        var response = await Client.SendAsync(request, TestContext.Current.CancellationToken);
+        var text = await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
+        var isJson = response.Content.Headers.ContentType?.MediaType?.EndsWith("json", StringComparison.Ordinal) == true;
+        var body = text.Length == 0 || !isJson ? default : JsonDocument.Parse(text).RootElement.Clone();
+        return (response, body);
+    }
+
+    public Session Session(string id) => Runtime.Sessions.TryGet(SessionId.TryParse(id, out var sid) ? sid : default, out var s) ? s : throw new KeyNotFoundException(id);
+
+    public async ValueTask DisposeAsync()
+    {
+        Client.Dispose();
+        await App.StopAsync(CancellationToken.None);
+        await App.DisposeAsync();
+    }
+}
