@@ -39,11 +39,13 @@ internal sealed class DurableLog : IAsyncDisposable
     private readonly Lock _appendLock = new();
     private readonly AppendEntry _entry;
     private readonly Lock _waitersLock = new();
-    private readonly SemaphoreSlim _commitSignal = new(0);
-    private readonly Task _commitLoop;
+    private readonly Action _onCommitted;
+    private readonly Action<object?> _issueCommit;
     private List<Waiter> _waiters = [];
     private List<Waiter> _pending = [];
-    private int _commitRequested;
+    private bool _commitInFlight;
+    private TaskCompletionSource? _idle;
+    private long _commitStarted;
     private long _durableUntil;
     private long _lastCommitNum;
     private long _commits;
@@ -51,6 +53,7 @@ internal sealed class DurableLog : IAsyncDisposable
     private volatile LogFaultedException? _fault;
     private volatile bool _closing;
     private int _disposed;
+    private int _disposeStarted;
 
     private DurableLog(
         FasterLog log,
@@ -76,7 +79,8 @@ internal sealed class DurableLog : IAsyncDisposable
         _lastCommitNum = scan.CommitNum;
         _committedBegin = log.BeginAddress;
         OpenReport = scan;
-        _commitLoop = Task.Run(CommitLoopAsync);
+        _onCommitted = OnCommitted;
+        _issueCommit = _ => IssueCommit();
     }
 
     /// <summary>First LSN of the log.</summary>
@@ -265,6 +269,7 @@ internal sealed class DurableLog : IAsyncDisposable
         }
 
         Waiter waiter;
+        bool lead;
         lock (_waitersLock)
         {
             if (lsn < DurableUntil)
@@ -284,9 +289,17 @@ internal sealed class DurableLog : IAsyncDisposable
 
             waiter = new Waiter(lsn);
             _waiters.Add(waiter);
+            lead = !_commitInFlight;
+            _commitInFlight = true;
         }
 
-        RequestCommit();
+        // Group commit: the first waiter to find no commit in flight issues one (on its own thread, no hand-off);
+        // everyone who arrives while it is in flight is covered by the next one.
+        if (lead)
+        {
+            IssueCommit();
+        }
+
         return new ValueTask(cancellationToken.CanBeCanceled ? waiter.Task.WaitAsync(cancellationToken) : waiter.Task);
     }
 
@@ -389,17 +402,29 @@ internal sealed class DurableLog : IAsyncDisposable
         LogEvents.Truncated(_logger, _directory, untilLsn);
     }
 
-    /// <summary>Commits what was appended (unless faulted), stops the commit loop and closes the files.</summary>
+    /// <summary>Commits what was appended (unless faulted), waits for the commit in flight, and closes the files.</summary>
     public async ValueTask DisposeAsync()
     {
-        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        if (Interlocked.Exchange(ref _disposeStarted, 1) != 0)
         {
             return;
         }
 
         _closing = true;
-        RequestCommit();
-        await _commitLoop.ConfigureAwait(false);
+        if (_fault is null && TailAddress > DurableUntil)
+        {
+            try
+            {
+                await WaitUntilDurableAsync(TailAddress - 1).ConfigureAwait(false);
+            }
+            catch (LogFaultedException)
+            {
+                // Already faulted: what was not durable is not.
+            }
+        }
+
+        await WaitUntilIdleAsync().ConfigureAwait(false);
+        Volatile.Write(ref _disposed, 1);
         FailWaiters(new ObjectDisposedException(nameof(DurableLog), "The log was closed before the record became durable."));
 
         lock (_appendLock)
@@ -408,7 +433,7 @@ internal sealed class DurableLog : IAsyncDisposable
             {
                 try
                 {
-                    _metadata.Write(_log.BeginAddress, DurableUntil, _log.CommittedUntilAddress > 0 ? LastCommitNum() : 0);
+                    _metadata.Write(_log.BeginAddress, DurableUntil, LastCommitNum());
                 }
                 catch (IOException)
                 {
@@ -421,12 +446,10 @@ internal sealed class DurableLog : IAsyncDisposable
 
         _device.Dispose();
         _metadata.Dispose();
-        _commitSignal.Dispose();
         await _lockFile.DisposeAsync().ConfigureAwait(false);
     }
 
-    private static SegmentDurabilityDevice CreateDefaultDevice(string basePath)
-        => new SegmentDurabilityDevice(Devices.CreateLogDevice(basePath, preallocateFile: false, deleteOnClose: false, capacity: Devices.CAPACITY_UNSPECIFIED, recoverDevice: true));
+    internal static SegmentDurabilityDevice CreateDefaultDevice(string basePath) => new(new DirectFileDevice(basePath));
 
     private static FileStream AcquireDirectoryLock(string directory)
     {
@@ -461,44 +484,12 @@ internal sealed class DurableLog : IAsyncDisposable
         ObjectDisposedException.ThrowIf(_closing, this);
     }
 
-    private void RequestCommit()
+    /// <summary>
+    /// Issues one FASTER commit of everything appended so far. Called by the waiter that found no commit in flight, or
+    /// from the thread pool when waiters remain after a commit; <see cref="_commitInFlight"/> is already set.
+    /// </summary>
+    private void IssueCommit()
     {
-        if (Interlocked.Exchange(ref _commitRequested, 1) == 0)
-        {
-            _commitSignal.Release();
-        }
-    }
-
-    private async Task CommitLoopAsync()
-    {
-        while (true)
-        {
-            await _commitSignal.WaitAsync().ConfigureAwait(false);
-            Volatile.Write(ref _commitRequested, 0);
-            if (!await CommitOnceAsync().ConfigureAwait(false))
-            {
-                return;
-            }
-
-            if (_closing)
-            {
-                // One more round covers appends that raced with closing.
-                await CommitOnceAsync().ConfigureAwait(false);
-                return;
-            }
-        }
-    }
-
-    /// <summary>Issues one commit of everything appended so far and waits for it. False once the log is faulted.</summary>
-    private async ValueTask<bool> CommitOnceAsync()
-    {
-        if (_fault is not null)
-        {
-            return false;
-        }
-
-        var started = Stopwatch.GetTimestamp();
-        long committed;
         try
         {
             bool issued;
@@ -506,83 +497,129 @@ internal sealed class DurableLog : IAsyncDisposable
             long commitNum;
             lock (_appendLock)
             {
-                // Nothing appended since the last commit: an idle log costs nothing.
-                issued = _log.TailAddress > DurableUntil | _log.BeginAddress > _committedBegin;
+                // Nothing appended since the last commit (and the begin address unchanged): an idle log costs nothing.
+                issued = _fault is null && (_log.TailAddress > DurableUntil || _log.BeginAddress > _committedBegin);
                 tail = commitNum = 0;
                 if (issued)
                 {
-                    issued = _log.CommitStrongly(out tail, out commitNum, spinWait: false);
+                    _commitStarted = Stopwatch.GetTimestamp();
+                    issued = _log.CommitStrongly(out tail, out commitNum, spinWait: false, callback: _onCommitted);
                     _committedBegin = _log.BeginAddress;
+                    Volatile.Write(ref _lastCommitNum, Math.Max(commitNum, _lastCommitNum));
                 }
             }
 
-            if (issued)
+            if (!issued)
             {
-                await _log.WaitForCommitAsync(tail, commitNum).ConfigureAwait(false);
-                Volatile.Write(ref _lastCommitNum, commitNum);
-                Interlocked.Increment(ref _commits);
-                PersistentServicesMetrics.LogCommits.Add(1);
-                PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+                CommitFinished(_log.CommittedUntilAddress);
+                return;
             }
 
-            committed = _log.CommittedUntilAddress;
+            _ = ObserveCommitAsync(tail, commitNum);
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
             OnFault(ex, "commit failed");
-            return false;
         }
-
-        Publish(committed);
-        return _fault is null;
     }
 
-    private void Publish(long committed)
+    /// <summary>FASTER's commit callback: the commit record and everything before it are durable.</summary>
+    private void OnCommitted()
     {
-        List<Waiter> ready;
+        Interlocked.Increment(ref _commits);
+        PersistentServicesMetrics.LogCommits.Add(1);
+        PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
+        CommitFinished(_log.CommittedUntilAddress);
+    }
+
+    /// <summary>The success path runs through <see cref="OnCommitted"/>; this only notices a failed commit (FASTER then never calls back).</summary>
+    private async Task ObserveCommitAsync(long tail, long commitNum)
+    {
+        try
+        {
+            await _log.WaitForCommitAsync(tail, commitNum).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is not OutOfMemoryException)
+        {
+            OnFault(ex, "commit failed");
+        }
+    }
+
+    /// <summary>Publishes the durable address, releases the waiters below it, and commits again if some remain.</summary>
+    private void CommitFinished(long committed)
+    {
+        List<Waiter>? ready = null;
+        bool again;
+        TaskCompletionSource? idle = null;
         lock (_waitersLock)
         {
-            if (_fault is not null || committed <= _durableUntil)
+            if (_fault is not null)
             {
-                if (_waiters.Count > 0)
-                {
-                    RequestCommit();
-                }
-
                 return;
             }
 
-            Volatile.Write(ref _durableUntil, committed);
-            ready = _waiters;
-            _waiters = _pending;
-            _pending = ready;
-            for (var i = ready.Count - 1; i >= 0; i--)
+            if (committed > _durableUntil)
             {
-                if (ready[i].Lsn >= committed)
+                Volatile.Write(ref _durableUntil, committed);
+                ready = _waiters;
+                _waiters = _pending;
+                _pending = ready;
+                for (var i = ready.Count - 1; i >= 0; i--)
                 {
-                    _waiters.Add(ready[i]);
-                    ready.RemoveAt(i);
+                    if (ready[i].Lsn >= committed)
+                    {
+                        _waiters.Add(ready[i]);
+                        ready.RemoveAt(i);
+                    }
                 }
             }
 
-            if (_waiters.Count > 0)
+            again = _waiters.Count > 0;
+            _commitInFlight = again;
+            if (!again)
             {
-                RequestCommit();
+                idle = _idle;
+                _idle = null;
             }
         }
 
-        PersistentServicesMetrics.LogCommitBatch.Record(ready.Count);
-        foreach (var waiter in ready)
+        if (again)
         {
-            waiter.TrySetResult();
+            // Not inline: this may run on FASTER's commit thread, inside its commit call.
+            ThreadPool.UnsafeQueueUserWorkItem(_issueCommit, null, preferLocal: false);
         }
 
-        ready.Clear();
+        idle?.TrySetResult();
+        if (ready is not null)
+        {
+            PersistentServicesMetrics.LogCommitBatch.Record(ready.Count);
+            foreach (var waiter in ready)
+            {
+                waiter.TrySetResult();
+            }
+
+            ready.Clear();
+        }
+    }
+
+    private Task WaitUntilIdleAsync()
+    {
+        lock (_waitersLock)
+        {
+            if (!_commitInFlight || _fault is not null)
+            {
+                return Task.CompletedTask;
+            }
+
+            _idle ??= new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            return _idle.Task;
+        }
     }
 
     private void OnFault(Exception error, string what)
     {
         LogFaultedException fault;
+        TaskCompletionSource? idle;
         lock (_waitersLock)
         {
             if (_fault is not null)
@@ -595,9 +632,13 @@ internal sealed class DurableLog : IAsyncDisposable
                 $"Appends are refused until the log is reopened. Cause: {error.Message}",
                 error);
             _fault = fault;
+            _commitInFlight = false;
+            idle = _idle;
+            _idle = null;
         }
 
         LogEvents.Faulted(_logger, _directory, DurableUntil, error);
+        idle?.TrySetResult();
         FailWaiters(fault);
     }
 

@@ -20,8 +20,7 @@ internal static class LogTestOptions
     /// <summary>The default device (what DurableLog uses) wrapped in a fault injector.</summary>
     public static Func<string, IDevice> Faulty(Action<FaultInjectingDevice> capture) => basePath =>
     {
-        var device = new FaultInjectingDevice(new SegmentDurabilityDevice(
-            Devices.CreateLogDevice(basePath, preallocateFile: false, deleteOnClose: false, capacity: Devices.CAPACITY_UNSPECIFIED, recoverDevice: true)));
+        var device = new FaultInjectingDevice(DurableLog.CreateDefaultDevice(basePath));
         capture(device);
         return device;
     };
