@@ -51,6 +51,7 @@ internal static class LoggedRequests
             Endpoint = context.GetEndpoint()?.DisplayName ?? "",
             RemoteIp = context.Connection.RemoteIpAddress?.ToString() ?? "",
             RequestHash = ByteString.CopyFrom(requestHash),
+            CanHaveBody = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody ?? body.Length > 0,
         };
 
         foreach (var (name, values) in request.Headers)
@@ -120,6 +121,7 @@ internal static class LoggedRequests
             Headers = headers,
             Body = new MemoryStream(record.Body.ToByteArray(), writable: false),
         });
+        features.Set<IHttpRequestBodyDetectionFeature>(new BodyDetection(record.CanHaveBody));
         capture.Install(features);
         features.Set<IHttpRequestLifetimeFeature>(new UninterruptibleLifetime());
         features.Set<IHttpConnectionFeature>(new HttpConnectionFeature
@@ -138,5 +140,10 @@ internal static class LoggedRequests
                 user.RoleClaimType))
             : new ClaimsPrincipal(new ClaimsIdentity());
         return context;
+    }
+
+    private sealed class BodyDetection(bool canHaveBody) : IHttpRequestBodyDetectionFeature
+    {
+        public bool CanHaveBody { get; } = canHaveBody;
     }
 }

@@ -56,6 +56,26 @@ public sealed class RecoveryTests : IDisposable
     }
 
     [Fact]
+    public async Task Restart_MinimalApiEndpoint_ReplaysWithItsBody()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a", amount = 5 });
+            await server.SendAsync(HttpMethod.Post, "/counter/add", session, 2, new { opId = "b", amount = 7 });
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            var (_, body) = await server.SendAsync(HttpMethod.Get, "/counter", session, null);
+            Assert.Equal(12, body.GetProperty("total").GetInt64());
+        }
+    }
+
+    [Fact]
     public async Task Restart_ManySessions_ReplayInParallelToTheirOwnState()
     {
         var expected = new Dictionary<string, string[]>();
