@@ -27,10 +27,20 @@ internal static class LoggedRequests
     /// <summary>SHA-256 of method, path, query and body: identifies "the same request" for retries of a sequence number.</summary>
     public static byte[] Hash(string method, string path, string query, ReadOnlySpan<byte> body)
     {
-        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
-        hash.AppendData(Encoding.UTF8.GetBytes($"{method}\n{path}\n{query}\n"));
-        hash.AppendData(body);
-        return hash.GetHashAndReset();
+        var head = $"{method}\n{path}\n{query}\n";
+        var headLength = Encoding.UTF8.GetByteCount(head);
+        var rented = System.Buffers.ArrayPool<byte>.Shared.Rent(headLength + body.Length);
+        try
+        {
+            var buffer = rented.AsSpan(0, headLength + body.Length);
+            Encoding.UTF8.GetBytes(head, buffer);
+            body.CopyTo(buffer[headLength..]);
+            return SHA256.HashData(buffer);
+        }
+        finally
+        {
+            System.Buffers.ArrayPool<byte>.Shared.Return(rented);
+        }
     }
 
     public static LoggedRequest Create(HttpContext context, SessionId session, long sequence, byte[] body, byte[] requestHash, DateTimeOffset receivedAt, ISet<string> excluded)
@@ -102,6 +112,7 @@ internal static class LoggedRequests
     /// <summary>Builds the context a logged request replays in: request features from the record, a capture for the reply.</summary>
     public static DefaultHttpContext CreateReplayContext(LoggedRequest record, ResponseCapture capture, IServiceProvider services)
     {
+        var body = record.Body.ToByteArray();
         var headers = new HeaderDictionary();
         foreach (var header in record.Headers)
         {
@@ -119,9 +130,10 @@ internal static class LoggedRequests
             QueryString = record.QueryString,
             RawTarget = record.PathBase + record.Path + record.QueryString,
             Headers = headers,
-            Body = new MemoryStream(record.Body.ToByteArray(), writable: false),
+            Body = new MemoryStream(body, writable: false),
         });
         features.Set<IHttpRequestBodyDetectionFeature>(new BodyDetection(record.CanHaveBody));
+        features.Set<IRequestBodyPipeFeature>(new LoggedBodyPipe(body));
         capture.Install(features);
         features.Set<IHttpRequestLifetimeFeature>(new UninterruptibleLifetime());
         features.Set<IHttpConnectionFeature>(new HttpConnectionFeature

@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Globalization;
 using System.Runtime.CompilerServices;
 using System.Text.Json;
@@ -191,7 +192,6 @@ internal sealed class PersistenceMiddleware
             session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
 
             capture = new ResponseCapture();
-            using var disposeCapture = capture;
             reply = await RunEndpointAsync(context, session, sequence, body, capture).ConfigureAwait(false);
 
             var replyLsn = log.Append(RecordKind.Reply, new ReplySent
@@ -233,7 +233,9 @@ internal sealed class PersistenceMiddleware
         var lifetime = features.Get<IHttpRequestLifetimeFeature>();
         features.Set<IHttpRequestLifetimeFeature>(new UninterruptibleLifetime());
         var requestBody = context.Request.Body;
+        var requestPipe = features.Get<IRequestBodyPipeFeature>();
         context.Request.Body = new MemoryStream(body, writable: false);
+        features.Set<IRequestBodyPipeFeature>(new LoggedBodyPipe(body));
         try
         {
             using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Live)))
@@ -257,6 +259,7 @@ internal sealed class PersistenceMiddleware
             features.Set(responseBody);
             features.Set(lifetime);
             context.Request.Body = requestBody;
+            features.Set(requestPipe);
         }
     }
 
@@ -475,21 +478,27 @@ internal sealed class PersistenceMiddleware
             return null;
         }
 
-        using var buffer = new MemoryStream();
-        var chunk = new byte[16 * 1024];
-        int read;
-        while ((read = await context.Request.Body.ReadAsync(chunk, context.RequestAborted).ConfigureAwait(false)) > 0)
+        var reader = context.Request.BodyReader;
+        while (true)
         {
-            if (buffer.Length + read > limit)
+            var result = await reader.ReadAsync(context.RequestAborted).ConfigureAwait(false);
+            var buffer = result.Buffer;
+            if (buffer.Length > limit)
             {
+                reader.AdvanceTo(buffer.End);
                 await TooLargeAsync(context, limit).ConfigureAwait(false);
                 return null;
             }
 
-            buffer.Write(chunk, 0, read);
-        }
+            if (result.IsCompleted)
+            {
+                var body = buffer.ToArray();
+                reader.AdvanceTo(buffer.End);
+                return body;
+            }
 
-        return buffer.ToArray();
+            reader.AdvanceTo(buffer.Start, buffer.End);
+        }
     }
 
     private static Task TooLargeAsync(HttpContext context, int limit)

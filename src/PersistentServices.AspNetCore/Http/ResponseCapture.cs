@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.IO.Pipelines;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
@@ -10,16 +11,19 @@ namespace PersistentServices.Http;
 /// process until the log is durable (seed 000 Fig. 7: a reply to an end client leaves only after the force). Used the
 /// same way by live execution and by replay, so both produce the same <see cref="BufferedReply"/>.
 /// </summary>
-internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyFeature, IDisposable
+internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyFeature
 {
     private static readonly HashSet<string> NotBuffered = new(StringComparer.OrdinalIgnoreCase)
     {
         "Date", "Server", "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Upgrade", "Trailer",
     };
 
-    private readonly MemoryStream _buffer = new();
+    // The body goes straight into one growable buffer, through a PipeWriter and a Stream that both write to it (no
+    // MemoryStream + StreamPipeWriter adapter pair per request).
+    private readonly ArrayBufferWriter<byte> _buffer = new();
     private readonly List<(Func<object, Task> Callback, object State)> _onStarting = [];
-    private PipeWriter? _writer;
+    private BufferPipeWriter? _writer;
+    private BufferStream? _stream;
 
     public int StatusCode { get; set; } = StatusCodes.Status200OK;
 
@@ -30,15 +34,15 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
     [Obsolete("Use IHttpResponseBodyFeature.Stream")]
     public Stream Body
     {
-        get => _buffer;
+        get => Stream;
         set => throw new NotSupportedException("The body of a persistent reply cannot be replaced.");
     }
 
     public bool HasStarted => false;
 
-    public Stream Stream => _buffer;
+    public Stream Stream => _stream ??= new BufferStream(_buffer);
 
-    public PipeWriter Writer => _writer ??= PipeWriter.Create(_buffer, new StreamPipeWriterOptions(leaveOpen: true));
+    public PipeWriter Writer => _writer ??= new BufferPipeWriter(_buffer);
 
     /// <summary>OnCompleted callbacks, handed to the real response when the reply is sent.</summary>
     public List<(Func<object, Task> Callback, object State)> OnCompletedCallbacks { get; } = [];
@@ -55,64 +59,57 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
 
     public async Task SendFileAsync(string path, long offset, long? count, CancellationToken cancellationToken = default)
     {
-        await using var file = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read);
-        file.Position = offset;
-        if (count is { } n)
+        var file = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read);
+        await using (file.ConfigureAwait(false))
         {
-            var buffer = new byte[n];
-            await file.ReadExactlyAsync(buffer, cancellationToken).ConfigureAwait(false);
-            await _buffer.WriteAsync(buffer, cancellationToken).ConfigureAwait(false);
-        }
-        else
-        {
-            await file.CopyToAsync(_buffer, cancellationToken).ConfigureAwait(false);
+            file.Position = offset;
+            var remaining = count ?? file.Length - offset;
+            while (remaining > 0)
+            {
+                var read = await file.ReadAsync(_buffer.GetMemory((int)Math.Min(remaining, 81920))[..(int)Math.Min(remaining, 81920)], cancellationToken).ConfigureAwait(false);
+                if (read == 0)
+                {
+                    break;
+                }
+
+                _buffer.Advance(read);
+                remaining -= read;
+            }
         }
     }
 
-    public async Task CompleteAsync()
-    {
-        if (_writer is not null)
-        {
-            await _writer.FlushAsync().ConfigureAwait(false);
-        }
-    }
+    public Task CompleteAsync() => Task.CompletedTask;
 
     /// <summary>Discards what the endpoint produced and makes the reply an empty <paramref name="statusCode"/> (an endpoint threw).</summary>
-    public async Task ResetAsync(int statusCode)
+    public Task ResetAsync(int statusCode)
     {
-        try
-        {
-            await CompleteAsync().ConfigureAwait(false);
-        }
-        catch (InvalidOperationException)
-        {
-            // A writer already completed by the endpoint: nothing left to flush.
-        }
-
-        _buffer.SetLength(0);
+        _buffer.Clear();
         Headers.Clear();
         _onStarting.Clear();
         StatusCode = statusCode;
         ReasonPhrase = null;
+        return Task.CompletedTask;
     }
 
     /// <summary>Runs the OnStarting callbacks (last registered first, as servers do) and freezes the reply.</summary>
     public async Task<BufferedReply> FinishAsync()
     {
-        await CompleteAsync().ConfigureAwait(false);
         for (var i = _onStarting.Count - 1; i >= 0; i--)
         {
             await _onStarting[i].Callback(_onStarting[i].State).ConfigureAwait(false);
         }
 
-        var headers = Headers
-            .Where(h => !NotBuffered.Contains(h.Key))
-            .Select(h => new KeyValuePair<string, string[]>(h.Key, h.Value.ToArray()!))
-            .ToList();
-        return new BufferedReply(StatusCode, headers, _buffer.ToArray());
-    }
+        var headers = new List<KeyValuePair<string, string[]>>(Headers.Count);
+        foreach (var (name, values) in Headers)
+        {
+            if (!NotBuffered.Contains(name))
+            {
+                headers.Add(new KeyValuePair<string, string[]>(name, values.ToArray()!));
+            }
+        }
 
-    public void Dispose() => _buffer.Dispose();
+        return new BufferedReply(StatusCode, headers, _buffer.WrittenSpan.ToArray());
+    }
 
     /// <summary>Installs this capture on <paramref name="features"/>; returns what it replaced.</summary>
     public (IHttpResponseFeature? Response, IHttpResponseBodyFeature? Body) Install(IFeatureCollection features)
@@ -122,6 +119,80 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
         features.Set<IHttpResponseBodyFeature>(this);
         return previous;
     }
+
+    private sealed class BufferPipeWriter(ArrayBufferWriter<byte> buffer) : PipeWriter
+    {
+        public override bool CanGetUnflushedBytes => true;
+
+        public override long UnflushedBytes => 0;
+
+        public override void Advance(int bytes) => buffer.Advance(bytes);
+
+        public override Memory<byte> GetMemory(int sizeHint = 0) => buffer.GetMemory(sizeHint);
+
+        public override Span<byte> GetSpan(int sizeHint = 0) => buffer.GetSpan(sizeHint);
+
+        public override void CancelPendingFlush()
+        {
+        }
+
+        public override void Complete(Exception? exception = null)
+        {
+        }
+
+        public override ValueTask<FlushResult> FlushAsync(CancellationToken cancellationToken = default) => new(new FlushResult(false, false));
+    }
+
+    private sealed class BufferStream(ArrayBufferWriter<byte> buffer) : Stream
+    {
+        public override bool CanRead => false;
+
+        public override bool CanSeek => false;
+
+        public override bool CanWrite => true;
+
+        public override long Length => buffer.WrittenCount;
+
+        public override long Position
+        {
+            get => buffer.WrittenCount;
+            set => throw new NotSupportedException();
+        }
+
+        public override void Flush()
+        {
+        }
+
+        public override Task FlushAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+        public override int Read(byte[] buffer, int offset, int count) => throw new NotSupportedException();
+
+        public override long Seek(long offset, SeekOrigin origin) => throw new NotSupportedException();
+
+        public override void SetLength(long value) => throw new NotSupportedException();
+
+        public override void Write(byte[] buffer, int offset, int count) => Write(buffer.AsSpan(offset, count));
+
+        public override void Write(ReadOnlySpan<byte> source) => buffer.Write(source);
+
+        public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken cancellationToken)
+        {
+            Write(buffer.AsSpan(offset, count));
+            return Task.CompletedTask;
+        }
+
+        public override ValueTask WriteAsync(ReadOnlyMemory<byte> source, CancellationToken cancellationToken = default)
+        {
+            buffer.Write(source.Span);
+            return default;
+        }
+    }
+}
+
+/// <summary>The logged body as the request's <see cref="PipeReader"/> (no stream adapter).</summary>
+internal sealed class LoggedBodyPipe(byte[] body) : IRequestBodyPipeFeature
+{
+    public PipeReader Reader { get; } = PipeReader.Create(new ReadOnlySequence<byte>(body));
 }
 
 /// <summary>A request lifetime whose <see cref="RequestAborted"/> never fires: a logged request runs to completion even when its client disconnects.</summary>

@@ -37,7 +37,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var scope = scopes.CreateAsyncScope();
         await using (scope.ConfigureAwait(false))
         {
-            using var capture = new ResponseCapture();
+            var capture = new ResponseCapture();
             var context = LoggedRequests.CreateReplayContext(record, capture, scope.ServiceProvider);
             await router(context).ConfigureAwait(false);
             var endpoint = context.GetEndpoint();

@@ -16,12 +16,14 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     private const FileOptions NoBuffering = (FileOptions)0x20000000; // O_DIRECT on Linux
 
     private readonly ConcurrentDictionary<int, SafeFileHandle> _handles = new();
+    private readonly LogIoThread _io;
     private readonly Lock _openLock = new();
     private volatile bool _disposed;
 
-    public DirectFileDevice(string basePath)
+    public DirectFileDevice(string basePath, LogIoThread io)
         : base(basePath, 512, Devices.CAPACITY_UNSPECIFIED)
     {
+        _io = io;
         var segments = SegmentFiles.List(Path.GetDirectoryName(Path.GetFullPath(basePath))!);
         if (segments.Count > 0)
         {
@@ -33,11 +35,11 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite, DeviceIOCompletionCallback callback, object context)
     {
         HandleCapacity(segmentId);
-        ThreadPool.UnsafeQueueUserWorkItem(new Operation(this, write: true, sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context), preferLocal: false);
+        _io.Post(new Operation(this, write: true, sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context));
     }
 
     public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength, DeviceIOCompletionCallback callback, object context)
-        => ThreadPool.UnsafeQueueUserWorkItem(new Operation(this, write: false, destinationAddress, segmentId, sourceAddress, readLength, callback, context), preferLocal: false);
+        => _io.Post(new Operation(this, write: false, destinationAddress, segmentId, sourceAddress, readLength, callback, context));
 
     public override void RemoveSegmentAsync(int segment, AsyncCallback callback, IAsyncResult result)
     {

@@ -40,7 +40,8 @@ internal sealed class DurableLog : IAsyncDisposable
     private readonly AppendEntry _entry;
     private readonly Lock _waitersLock = new();
     private readonly Action _onCommitted;
-    private readonly Action<object?> _issueCommit;
+    private readonly LogIoThread _io;
+    private readonly IssueCommitItem _issueCommit;
     private List<Waiter> _waiters = [];
     private List<Waiter> _pending = [];
     private bool _commitInFlight;
@@ -61,6 +62,7 @@ internal sealed class DurableLog : IAsyncDisposable
         CommitMetadataFile metadata,
         ThrottledCommitManager commitManager,
         FileStream lockFile,
+        LogIoThread io,
         LogOptions options,
         LogScanResult scan,
         ILogger logger)
@@ -80,7 +82,8 @@ internal sealed class DurableLog : IAsyncDisposable
         _committedBegin = log.BeginAddress;
         OpenReport = scan;
         _onCommitted = OnCommitted;
-        _issueCommit = _ => IssueCommit();
+        _io = io;
+        _issueCommit = new IssueCommitItem(this);
     }
 
     /// <summary>First LSN of the log.</summary>
@@ -121,6 +124,7 @@ internal sealed class DurableLog : IAsyncDisposable
         CommitMetadataFile? metadataFile = null;
         IDevice? device = null;
         FasterLog? fasterLog = null;
+        var io = new LogIoThread("ps-log-io");
         try
         {
             var metadataPath = Path.Combine(options.Directory, CommitMetadataFile.FileName);
@@ -153,7 +157,7 @@ internal sealed class DurableLog : IAsyncDisposable
             DurableLog? created = null;
             var manager = new ThrottledCommitManager(metadataFile, options.MetadataWriteInterval, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
-            device = options.DeviceFactory is { } factory ? factory(basePath) : CreateDefaultDevice(basePath);
+            device = options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io);
             var settings = new FasterLogSettings
             {
                 LogDevice = device,
@@ -178,7 +182,7 @@ internal sealed class DurableLog : IAsyncDisposable
                     Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
             }
 
-            created = new DurableLog(fasterLog, device, metadataFile, manager, lockFile, options, scan, logger);
+            created = new DurableLog(fasterLog, device, metadataFile, manager, lockFile, io, options, scan, logger);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
                 (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
             return created;
@@ -187,6 +191,7 @@ internal sealed class DurableLog : IAsyncDisposable
         {
             fasterLog?.Dispose();
             device?.Dispose();
+            io.Dispose();
             metadataFile?.Dispose();
             await lockFile.DisposeAsync().ConfigureAwait(false);
             throw;
@@ -445,11 +450,12 @@ internal sealed class DurableLog : IAsyncDisposable
         }
 
         _device.Dispose();
+        _io.Dispose();
         _metadata.Dispose();
         await _lockFile.DisposeAsync().ConfigureAwait(false);
     }
 
-    internal static SegmentDurabilityDevice CreateDefaultDevice(string basePath) => new(new DirectFileDevice(basePath));
+    internal static SegmentDurabilityDevice CreateDefaultDevice(string basePath, LogIoThread io) => new(new DirectFileDevice(basePath, io));
 
     private static FileStream AcquireDirectoryLock(string directory)
     {
@@ -585,8 +591,9 @@ internal sealed class DurableLog : IAsyncDisposable
 
         if (again)
         {
-            // Not inline: this may run on FASTER's commit thread, inside its commit call.
-            ThreadPool.UnsafeQueueUserWorkItem(_issueCommit, null, preferLocal: false);
+            // Not inline (this may run inside FASTER's commit call), but on the log's own thread, not behind the
+            // application's work in the thread pool.
+            _io.Post(_issueCommit);
         }
 
         idle?.TrySetResult();
@@ -655,6 +662,11 @@ internal sealed class DurableLog : IAsyncDisposable
         {
             waiter.TrySetException(error);
         }
+    }
+
+    private sealed class IssueCommitItem(DurableLog log) : IThreadPoolWorkItem
+    {
+        public void Execute() => log.IssueCommit();
     }
 
     private sealed class Waiter(long lsn) : TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)

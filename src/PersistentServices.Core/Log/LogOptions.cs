@@ -31,7 +31,7 @@ public sealed class LogOptions
     public int MetadataWriteInterval { get; set; } = 1000;
 
     /// <summary>Test hook: builds the FASTER device for a segment base path (fault injection).</summary>
-    internal Func<string, IDevice>? DeviceFactory { get; set; }
+    internal Func<string, LogIoThread, IDevice>? DeviceFactory { get; set; }
 
     internal int PageSize => 1 << PageSizeBits;
 

@@ -30,12 +30,23 @@ internal sealed class BufferedReply
 
     public static byte[] ComputeHash(int statusCode, string? contentType, ReadOnlySpan<byte> body)
     {
-        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
-        Span<byte> status = stackalloc byte[4];
-        System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(status, statusCode);
-        hash.AppendData(status);
-        hash.AppendData(Encoding.UTF8.GetBytes((contentType ?? "") + "\n"));
-        hash.AppendData(body);
-        return hash.GetHashAndReset();
+        // One-shot SHA-256 over "status \n content-type \n body": no per-call hash object.
+        var typeLength = Encoding.UTF8.GetByteCount(contentType ?? "");
+        var length = 4 + 1 + typeLength + 1 + body.Length;
+        var rented = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
+        try
+        {
+            var buffer = rented.AsSpan(0, length);
+            System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(buffer, statusCode);
+            buffer[4] = (byte)'\n';
+            Encoding.UTF8.GetBytes(contentType ?? "", buffer[5..]);
+            buffer[5 + typeLength] = (byte)'\n';
+            body.CopyTo(buffer[(6 + typeLength)..]);
+            return SHA256.HashData(buffer);
+        }
+        finally
+        {
+            System.Buffers.ArrayPool<byte>.Shared.Return(rented);
+        }
     }
 }

@@ -6,7 +6,7 @@ namespace PersistentServices.Tests.TestSupport;
 internal static class LogTestOptions
 {
     /// <summary>Small pages and segments, so tests cross page and segment boundaries quickly.</summary>
-    public static LogOptions Small(string directory, Func<string, IDevice>? device = null) => new()
+    public static LogOptions Small(string directory, Func<string, LogIoThread, IDevice>? device = null) => new()
     {
         Directory = directory,
         PageSizeBits = 14,
@@ -18,9 +18,9 @@ internal static class LogTestOptions
     };
 
     /// <summary>The default device (what DurableLog uses) wrapped in a fault injector.</summary>
-    public static Func<string, IDevice> Faulty(Action<FaultInjectingDevice> capture) => basePath =>
+    public static Func<string, LogIoThread, IDevice> Faulty(Action<FaultInjectingDevice> capture) => (basePath, io) =>
     {
-        var device = new FaultInjectingDevice(DurableLog.CreateDefaultDevice(basePath));
+        var device = new FaultInjectingDevice(DurableLog.CreateDefaultDevice(basePath, io));
         capture(device);
         return device;
     };

@@ -1,0 +1,321 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Json;
+using System.Reflection;
+using System.Text;
+using System.Text.Json;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using PersistentServices;
+using PersistentServices.EndToEnd;
+using PersistentServices.Hosting;
+
+// End-to-end benchmark over real HTTP on loopback. Modes:
+//   throughput (default): plain vs [Persistent] vs [ReadOnly] endpoints of one in-process Kestrel server, with 1 and
+//       64 concurrent client sessions (closed loop): requests/s, p50/p99 latency, log forces per request.
+//   recovery: drives N logged requests into the sample service (a child process), SIGKILLs it, restarts it and
+//       measures restart -> ready (log verified and scanned) -> all sessions replayed.
+// Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
+//        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
+var mode = args.FirstOrDefault(a => !a.StartsWith("--", StringComparison.Ordinal)) ?? "throughput";
+string? Option(string name) => args.SkipWhile(a => a != name).Skip(1).FirstOrDefault();
+
+Console.WriteLine($"# PersistentServices end-to-end benchmark: {mode}");
+Console.WriteLine();
+Console.WriteLine($"- machine: {Environment.ProcessorCount} cores, {GC.GetGCMemoryInfo().TotalAvailableMemoryBytes / (1 << 30)} GiB, {System.Runtime.InteropServices.RuntimeInformation.OSDescription}, .NET {Environment.Version}");
+Console.WriteLine($"- command: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- {string.Join(' ', args)}");
+Console.WriteLine();
+
+if (mode == "recovery")
+{
+    await RecoveryRun.RunAsync(
+        requests: int.Parse(Option("--requests") ?? "100000", CultureInfo.InvariantCulture),
+        sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture));
+    return 0;
+}
+
+var seconds = int.Parse(Option("--seconds") ?? "10", CultureInfo.InvariantCulture);
+var kinds = (Option("--kinds") ?? "plain,persistent,readonly").Split(',');
+var sessionCounts = (Option("--sessions") ?? "1,64").Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray();
+var logDir = Path.Combine(Path.GetTempPath(), "ps-e2e-" + Guid.NewGuid().ToString("N")[..8]);
+await using var server = await BenchServer.StartAsync(logDir);
+Console.WriteLine($"- server: in-process Kestrel on {server.BaseAddress} (HTTP/1.1), log in {logDir}; clients in the same process; {seconds} s per cell after 2 s warm-up");
+Console.WriteLine();
+Console.WriteLine("| endpoint | sessions | requests/s | p50 (ms) | p99 (ms) | log forces per request | vs plain (req/s) |");
+Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|");
+foreach (var sessions in sessionCounts)
+{
+    double plainRate = 0;
+    foreach (var kind in kinds)
+    {
+        var result = await LoadRun.RunAsync(server, kind, sessions, TimeSpan.FromSeconds(seconds));
+        if (kind == "plain" || plainRate == 0)
+        {
+            plainRate = result.RequestsPerSecond;
+        }
+
+        Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"| {kind} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {result.ForcesPerRequest:F3} | {result.RequestsPerSecond / plainRate:F2} |"));
+    }
+}
+
+Directory.Delete(logDir, recursive: true);
+return 0;
+
+namespace PersistentServices.EndToEnd
+{
+    /// <summary>The endpoints measured: the same tiny work behind each kind of endpoint.</summary>
+    public sealed partial class BenchSession
+    {
+        [SessionState]
+        public partial long Count { get; set; }
+    }
+
+    internal sealed class BenchServer : IAsyncDisposable
+    {
+        private BenchServer(WebApplication app) => App = app;
+
+        public WebApplication App { get; }
+
+        public Uri BaseAddress => new(App.Urls.First());
+
+        public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
+
+        public static async Task<BenchServer> StartAsync(string logDirectory)
+        {
+            var builder = WebApplication.CreateBuilder();
+            builder.WebHost.UseUrls("http://127.0.0.1:0");
+            builder.Logging.ClearProviders();
+            builder.Services.AddSingleton<BenchSession>();
+            builder.Services.AddPersistentServices(o => o.LogDirectory = logDirectory);
+            var app = builder.Build();
+            app.UsePersistentServices();
+            app.MapPost("/plain", (Item body, BenchSession _) => Results.Ok(new { count = body.N }));
+            app.MapPost("/persistent", [Persistent] (Item body, BenchSession session) => Results.Ok(new { count = session.Count += body.N }));
+            app.MapPost("/readonly", [ReadOnly] (Item body, BenchSession session) => Results.Ok(new { count = session.Count + body.N }));
+            await app.StartAsync();
+            return new BenchServer(app);
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            await App.StopAsync();
+            await App.DisposeAsync();
+        }
+    }
+
+    public sealed record Item(long N);
+
+    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest);
+
+    internal static class LoadRun
+    {
+        private static readonly byte[] Body = Encoding.UTF8.GetBytes("{\"n\":1}");
+
+        public static async Task<LoadResult> RunAsync(BenchServer server, string kind, int sessions, TimeSpan duration)
+        {
+            // No client timeout: HttpClient's per-request timeout timer is finalizable and would tax every endpoint alike.
+            using var client = new HttpClient(new SocketsHttpHandler { MaxConnectionsPerServer = sessions + 4, UseCookies = false })
+            {
+                BaseAddress = server.BaseAddress,
+                Timeout = Timeout.InfiniteTimeSpan,
+            };
+            var ids = new string[sessions];
+            for (var i = 0; i < sessions; i++)
+            {
+                using var response = await client.PostAsync("/ps/sessions", null);
+                ids[i] = response.Headers.GetValues("PS-Session").Single();
+            }
+
+            var sequences = new long[sessions];
+            await DriveAsync(client, kind, ids, sequences, TimeSpan.FromSeconds(2), null);
+            var commitsBefore = server.Runtime.Log.Commits;
+            var latencies = new List<double>[sessions];
+            var started = Stopwatch.GetTimestamp();
+            var count = await DriveAsync(client, kind, ids, sequences, duration, latencies);
+            var elapsed = Stopwatch.GetElapsedTime(started).TotalSeconds;
+            var commits = server.Runtime.Log.Commits - commitsBefore;
+            var all = latencies.SelectMany(l => l).Order().ToArray();
+            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count);
+        }
+
+        private static async Task<long> DriveAsync(HttpClient client, string kind, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)
+        {
+            var deadline = Stopwatch.GetTimestamp() + (long)(duration.TotalSeconds * Stopwatch.Frequency);
+            var tasks = ids.Select((id, i) => Task.Run(async () =>
+            {
+                var samples = latencies is null ? null : latencies[i] = new List<double>(16_384);
+                long done = 0;
+                while (Stopwatch.GetTimestamp() < deadline)
+                {
+                    using var request = new HttpRequestMessage(HttpMethod.Post, "/" + kind) { Content = new ByteArrayContent(Body) };
+                    request.Content.Headers.ContentType = new("application/json");
+                    request.Headers.TryAddWithoutValidation("PS-Session", id);
+                    if (kind == "persistent")
+                    {
+                        request.Headers.TryAddWithoutValidation("PS-Seq", (++sequences[i]).ToString(CultureInfo.InvariantCulture));
+                    }
+
+                    var t0 = Stopwatch.GetTimestamp();
+                    using var response = await client.SendAsync(request);
+                    await response.Content.ReadAsByteArrayAsync();
+                    if (response.StatusCode != HttpStatusCode.OK)
+                    {
+                        throw new InvalidOperationException($"{kind}: {response.StatusCode}");
+                    }
+
+                    samples?.Add(Stopwatch.GetElapsedTime(t0).TotalMilliseconds);
+                    done++;
+                }
+
+                return done;
+            })).ToArray();
+            return (await Task.WhenAll(tasks)).Sum();
+        }
+    }
+
+    /// <summary>Recovery time of the sample (a real process) after SIGKILL with many logged requests.</summary>
+    internal static class RecoveryRun
+    {
+        public static async Task RunAsync(int requests, int sessions)
+        {
+            var sample = typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
+            var logDir = Path.Combine(Path.GetTempPath(), "ps-recovery-" + Guid.NewGuid().ToString("N")[..8]);
+            const string url = "http://127.0.0.1:5099";
+            using var client = new HttpClient { BaseAddress = new Uri(url), Timeout = TimeSpan.FromSeconds(30) };
+            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients");
+            Console.WriteLine();
+
+            var service = Start(sample, url, logDir, out var output);
+            await WaitReadyAsync(client, requireReplayed: true);
+            var ids = new string[sessions];
+            for (var i = 0; i < sessions; i++)
+            {
+                using var response = await client.PostAsync("/ps/sessions", null);
+                ids[i] = response.Headers.GetValues("PS-Session").Single();
+            }
+
+            var load = Stopwatch.StartNew();
+            var perSession = requests / sessions;
+            var next = -1;
+            await Task.WhenAll(Enumerable.Range(0, 64).Select(_ => Task.Run(async () =>
+            {
+                int s;
+                while ((s = Interlocked.Increment(ref next)) < sessions)
+                {
+                    for (var seq = 1; seq <= perSession; seq++)
+                    {
+                        using var request = new HttpRequestMessage(HttpMethod.Post, "/counter/add")
+                        {
+                            Content = JsonContent.Create(new { opId = $"s{s}-{seq}", amount = seq }),
+                        };
+                        request.Headers.TryAddWithoutValidation("PS-Session", ids[s]);
+                        request.Headers.TryAddWithoutValidation("PS-Seq", seq.ToString(CultureInfo.InvariantCulture));
+                        using var response = await client.SendAsync(request);
+                        response.EnsureSuccessStatusCode();
+                    }
+                }
+            })));
+            Console.WriteLine($"logged {perSession * sessions:N0} requests in {load.Elapsed.TotalSeconds:F1} s ({perSession * sessions / load.Elapsed.TotalSeconds:N0} requests/s)");
+            var logBytes = Directory.GetFiles(logDir, "log.*").Sum(f => new FileInfo(f).Length);
+
+            service.Kill(entireProcessTree: true); // SIGKILL
+            await service.WaitForExitAsync();
+            service.Dispose();
+
+            var restart = Stopwatch.StartNew();
+            service = Start(sample, url, logDir, out output);
+            await WaitReadyAsync(client, requireReplayed: false);
+            var ready = restart.Elapsed;
+            await WaitReadyAsync(client, requireReplayed: true);
+            var replayed = restart.Elapsed;
+
+            // Check one session from the outside.
+            using var check = new HttpRequestMessage(HttpMethod.Get, "/counter");
+            check.Headers.TryAddWithoutValidation("PS-Session", ids[sessions / 2]);
+            using var state = await client.SendAsync(check);
+            var body = await state.Content.ReadFromJsonAsync<JsonElement>();
+            var expectedTotal = (long)perSession * (perSession + 1) / 2;
+
+            Console.WriteLine($"log size {logBytes / (1 << 20):N1} MiB");
+            Console.WriteLine();
+            Console.WriteLine("| measurement | time |");
+            Console.WriteLine("|---|---:|");
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart (process start) -> ready (log verified, analysis scan done, accepting requests) | {ready.TotalSeconds:F2} s |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> all {sessions:N0} sessions replayed ({perSession * sessions:N0} requests) | {replayed.TotalSeconds:F2} s |"));
+            Console.WriteLine();
+            Console.WriteLine("service log:");
+            foreach (var line in output.Where(l => l.Contains("Opened log", StringComparison.Ordinal) || l.Contains("Analysis scan", StringComparison.Ordinal) || l.Contains("Replayed", StringComparison.Ordinal)))
+            {
+                Console.WriteLine("    " + line.Trim());
+            }
+
+            Console.WriteLine($"session {ids[sessions / 2]}: total {body.GetProperty("total").GetInt64()} (expected {expectedTotal}), operations {body.GetProperty("operations").GetArrayLength()} (expected {perSession})");
+            service.Kill(entireProcessTree: true);
+            await service.WaitForExitAsync();
+            Directory.Delete(logDir, recursive: true);
+        }
+
+        private static Process Start(string sample, string url, string logDir, out List<string> output)
+        {
+            var lines = new List<string>();
+            output = lines;
+            var process = new Process
+            {
+                StartInfo = new ProcessStartInfo("dotnet")
+                {
+                    ArgumentList = { sample, "--urls", url, $"--PersistentServices:LogDirectory={logDir}", "--Logging:LogLevel:Default=Information" },
+                    RedirectStandardOutput = true,
+                    RedirectStandardError = true,
+                    UseShellExecute = false,
+                },
+            };
+            process.OutputDataReceived += (_, e) =>
+            {
+                if (e.Data is not null)
+                {
+                    lock (lines)
+                    {
+                        lines.Add(e.Data);
+                    }
+                }
+            };
+            process.ErrorDataReceived += (_, _) => { };
+            process.Start();
+            process.BeginOutputReadLine();
+            process.BeginErrorReadLine();
+            return process;
+        }
+
+        private static async Task WaitReadyAsync(HttpClient client, bool requireReplayed)
+        {
+            var deadline = Stopwatch.StartNew();
+            while (deadline.Elapsed < TimeSpan.FromMinutes(5))
+            {
+                try
+                {
+                    using var response = await client.GetAsync("/health/ready");
+                    if (response.StatusCode == HttpStatusCode.OK)
+                    {
+                        var text = await response.Content.ReadAsStringAsync();
+                        if (!requireReplayed || text.Contains("\"stage\":\"Ready\"", StringComparison.Ordinal))
+                        {
+                            return;
+                        }
+                    }
+                }
+                catch (HttpRequestException)
+                {
+                }
+
+                await Task.Delay(5);
+            }
+
+            throw new TimeoutException("the service did not become ready");
+        }
+    }
+}
