@@ -23,6 +23,15 @@ public sealed class PersistentServicesOptions
     /// <summary>Path of the session resource: <c>POST</c> starts a session, <c>DELETE {path}/{id}</c> ends one. Default <c>/ps/sessions</c>.</summary>
     public string SessionsPath { get; set; } = "/ps/sessions";
 
+    /// <summary>
+    /// This service's name in dependency vectors (seed 000 §3.1). Default: the application name. Must be unique within a
+    /// service domain and stable across restarts.
+    /// </summary>
+    public string ServiceName { get; set; } = "";
+
+    /// <summary>A shared variable is checkpointed (its value logged, its backward chain cut) every this many writes. Default 100.</summary>
+    public int SharedCheckpointInterval { get; set; } = 100;
+
     /// <summary>Sessions replayed in parallel after a crash. Default: the processor count.</summary>
     public int ReplayParallelism { get; set; } = Environment.ProcessorCount;
 

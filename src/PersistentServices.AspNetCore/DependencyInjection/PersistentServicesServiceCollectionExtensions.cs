@@ -1,8 +1,10 @@
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Options;
 using PersistentServices;
+using Microsoft.Extensions.Hosting;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
+using PersistentServices.Nondeterminism;
 using PersistentServices.Recovery;
 using PersistentServices.Sessions;
 
@@ -22,10 +24,18 @@ public static class PersistentServicesServiceCollectionExtensions
         ArgumentNullException.ThrowIfNull(services);
         ArgumentNullException.ThrowIfNull(configure);
 
-        services.AddOptions<PersistentServicesOptions>().Configure(configure).ValidateOnStart();
+        services.AddOptions<PersistentServicesOptions>()
+            .Configure<IHostEnvironment>((options, environment) => options.ServiceName = environment.ApplicationName)
+            .Configure(configure)
+            .ValidateOnStart();
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentServicesOptions>, PersistentServicesOptionsValidator>());
         services.TryAddSingleton(TimeProvider.System);
         services.TryAddSingleton<PersistentRuntime>();
+
+        // Time, random numbers and new ids for persistent endpoints: logged on first execution, replayed from the log.
+        services.TryAddSingleton(sp => new PersistentTimeProvider(sp.GetRequiredService<TimeProvider>()));
+        services.TryAddSingleton<IPersistentRandom, PersistentRandom>();
+        services.TryAddSingleton<IPersistentIdGenerator, PersistentIdGenerator>();
         services.TryAddSingleton<ReplayPipeline>();
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();

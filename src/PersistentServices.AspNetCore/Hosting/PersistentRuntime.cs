@@ -3,8 +3,10 @@ using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using PersistentServices.Diagnostics;
 using PersistentServices.Log;
+using PersistentServices.Log.Records;
 using PersistentServices.Recovery;
 using PersistentServices.Sessions;
+using PersistentServices.SharedState;
 
 namespace PersistentServices.Hosting;
 
@@ -49,6 +51,14 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public AnalysisResult? Analysis { get; private set; }
 
+    /// <summary>The service's shared variables (valid once the log is open).</summary>
+    public SharedStateStore Shared => _shared ?? throw new InvalidOperationException("The persistent log is not open yet.");
+
+    /// <summary>The failure-free period the service is in (seed 000 §3.1).</summary>
+    public long Epoch { get; private set; }
+
+    private SharedStateStore? _shared;
+
     /// <summary>The open log; throws before recovery opened it.</summary>
     public DurableLog Log => _log ?? throw new InvalidOperationException("The persistent log is not open yet.");
 
@@ -65,7 +75,16 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         try
         {
             _log = await DurableLog.OpenAsync(Options.BuildLogOptions(), _logger, cancellationToken).ConfigureAwait(false);
-            Analysis = await AnalysisScan.RunAsync(_log, Sessions, cancellationToken).ConfigureAwait(false);
+            _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger);
+            Analysis = await AnalysisScan.RunAsync(_log, Sessions, _shared, cancellationToken).ConfigureAwait(false);
+
+            // A new epoch starts with every recovery; it is forced so no two failure-free periods share one (LSNs of a
+            // lost period are reused by the next).
+            Epoch = Analysis.LastEpoch + 1;
+            var epochLsn = _log.Append(RecordKind.EpochStarted, new EpochStarted { Epoch = Epoch, Service = Options.ServiceName });
+            await _log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
+            _shared.Epoch = Epoch;
+            SharedStateStore.Active = _shared;
             _stage = RecoveryStage.Replaying;
         }
         catch (Exception ex)
@@ -85,6 +104,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
+        if (SharedStateStore.Active == _shared)
+        {
+            SharedStateStore.Active = null;
+        }
+
         if (_log is { } log)
         {
             await log.DisposeAsync().ConfigureAwait(false);

@@ -38,6 +38,16 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.SessionsPath must start with '/' and not end with one (was '{options.SessionsPath}').");
         }
 
+        if (options.SharedCheckpointInterval < 1)
+        {
+            failures.Add($"PersistentServicesOptions.SharedCheckpointInterval must be positive (was {options.SharedCheckpointInterval}).");
+        }
+
+        if (string.IsNullOrWhiteSpace(options.ServiceName))
+        {
+            failures.Add("PersistentServicesOptions.ServiceName must not be empty (it names this service in dependency vectors).");
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");

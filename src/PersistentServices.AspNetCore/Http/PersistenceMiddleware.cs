@@ -187,12 +187,14 @@ internal sealed class PersistenceMiddleware
         {
             var log = _runtime.Log;
             var requestLsn = log.Append(RecordKind.Request, record);
-            session.PositionStream.Add(new LoggedPosition(requestLsn, sequence));
-            session.StateNumber = requestLsn;
+            var position = new LoggedPosition(requestLsn, sequence);
+            session.PositionStream.Add(position);
             session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
+            var execution = new RequestExecution(log, _runtime.Options.ServiceName, _runtime.Epoch, session, position, cursor: null);
+            execution.Advance(requestLsn);
 
             capture = new ResponseCapture();
-            reply = await RunEndpointAsync(context, session, sequence, body, capture).ConfigureAwait(false);
+            reply = await RunEndpointAsync(context, execution, body, capture).ConfigureAwait(false);
 
             var replyLsn = log.Append(RecordKind.Reply, new ReplySent
             {
@@ -226,8 +228,10 @@ internal sealed class PersistenceMiddleware
     }
 
     /// <summary>Runs the rest of the pipeline with the reply captured and client disconnects ignored.</summary>
-    private async Task<BufferedReply> RunEndpointAsync(HttpContext context, Session session, long sequence, byte[] body, ResponseCapture capture)
+    private async Task<BufferedReply> RunEndpointAsync(HttpContext context, RequestExecution execution, byte[] body, ResponseCapture capture)
     {
+        var session = execution.Session;
+        var sequence = execution.Position.Sequence;
         var features = context.Features;
         var (response, responseBody) = capture.Install(features);
         var lifetime = features.Get<IHttpRequestLifetimeFeature>();
@@ -238,7 +242,7 @@ internal sealed class PersistenceMiddleware
         features.Set<IRequestBodyPipeFeature>(new LoggedBodyPipe(body));
         try
         {
-            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Live)))
+            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Live, execution)))
             {
                 try
                 {
@@ -273,11 +277,7 @@ internal sealed class PersistenceMiddleware
                 return;
             }
 
-            using (PersistentScope.Enter(new PersistentScope(null, ExecutionMode.ReadOnly)))
-            {
-                await _next(context).ConfigureAwait(false);
-            }
-
+            await RunReadOnlyAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly)).ConfigureAwait(false);
             return;
         }
 
@@ -301,15 +301,64 @@ internal sealed class PersistenceMiddleware
         await session.ExecutionLock.WaitAsync(context.RequestAborted).ConfigureAwait(false);
         try
         {
-            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.ReadOnly)))
-            {
-                await _next(context).ConfigureAwait(false);
-            }
+            await RunReadOnlyAsync(context, new PersistentScope(session, ExecutionMode.ReadOnly)).ConfigureAwait(false);
         }
         finally
         {
             session.ExecutionLock.Release();
         }
+    }
+
+    /// <summary>
+    /// Runs a read-only endpoint with its reply held back until the shared state it shows is durable (it logs and
+    /// forces nothing itself; it waits for the writers' own commits), so no reply reveals state a crash could take back.
+    /// </summary>
+    private async Task RunReadOnlyAsync(HttpContext context, PersistentScope scope)
+    {
+        var capture = new ResponseCapture();
+        var features = context.Features;
+        var (response, responseBody) = capture.Install(features);
+        BufferedReply reply;
+        try
+        {
+            using (PersistentScope.Enter(scope))
+            {
+                await _next(context).ConfigureAwait(false);
+                reply = await capture.FinishAsync().ConfigureAwait(false);
+            }
+        }
+        finally
+        {
+            features.Set(response);
+            features.Set(responseBody);
+        }
+
+        if (scope.ReadOnlyDependsOn > 0 && _runtime.IsAvailable)
+        {
+            try
+            {
+                await _runtime.Log.WaitUntilDurableAsync(scope.ReadOnlyDependsOn, context.RequestAborted).ConfigureAwait(false);
+            }
+            catch (LogFaultedException ex)
+            {
+                await UnavailableAsync(context, 0, scope.Session?.Id ?? default, ex).ConfigureAwait(false);
+                return;
+            }
+        }
+
+        foreach (var (callback, state) in capture.OnCompletedCallbacks)
+        {
+            context.Response.OnCompleted(callback, state);
+        }
+
+        context.Response.StatusCode = reply.StatusCode;
+        foreach (var (name, values) in reply.Headers)
+        {
+            context.Response.Headers[name] = values;
+        }
+
+        context.Response.ContentLength = reply.Body.Length;
+        await context.Response.Body.WriteAsync(reply.Body, CancellationToken.None).ConfigureAwait(false);
     }
 
     private async Task HandleSessionResourceAsync(HttpContext context, PathString rest)

@@ -4,6 +4,7 @@ using Microsoft.Extensions.Logging;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
+using PersistentServices.Log;
 using PersistentServices.Log.Records;
 using PersistentServices.Sessions;
 
@@ -21,10 +22,23 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
     {
         BufferedReply? last = null;
         long replayed = 0;
-        foreach (var position in session.PositionStream)
+        var positions = session.PositionStream;
+        for (var i = 0; i < positions.Count; i++)
         {
+            var position = positions[i];
             var record = (await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false)).Parse(LoggedRequest.Parser);
-            last = await ReplayOneAsync(session, record, position.RequestLsn, router, next).ConfigureAwait(false);
+            var aux = new List<LogRecord>(position.Aux.Count);
+            foreach (var lsn in position.Aux)
+            {
+                aux.Add(await runtime.Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false));
+            }
+
+            // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
+            var lastAndUnanswered = i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence);
+            var cursor = new ReplayCursor(aux, lastAndUnanswered, session.Id.ToString(), record.Sequence, position.RequestLsn);
+            var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, position, cursor);
+            execution.Advance(position.RequestLsn);
+            last = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
             replayed++;
         }
 
@@ -32,8 +46,11 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         return replayed;
     }
 
-    private async Task<BufferedReply> ReplayOneAsync(Session session, LoggedRequest record, long lsn, RequestDelegate router, RequestDelegate next)
+    private async Task<BufferedReply> ReplayOneAsync(RequestExecution execution, LoggedRequest record, RequestDelegate router, RequestDelegate next)
     {
+        var session = execution.Session;
+        var lsn = execution.Position.RequestLsn;
+        var cursor = execution.Cursor!;
         var scope = scopes.CreateAsyncScope();
         await using (scope.ConfigureAwait(false))
         {
@@ -49,7 +66,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                     session.Id.ToString(), lsn);
             }
 
-            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Replay)))
+            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Replay, execution)))
             {
                 try
                 {
@@ -65,6 +82,13 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 foreach (var (callback, state) in capture.OnCompletedCallbacks)
                 {
                     await callback(state).ConfigureAwait(false);
+                }
+
+                // A divergence found by the cursor stops recovery even when the endpoint caught the exception.
+                cursor.EnsureConsumed();
+                if (cursor.Divergence is { } divergence)
+                {
+                    throw new ReplayDivergenceException(divergence, session.Id.ToString(), lsn);
                 }
 
                 if (session.LoggedReplies.TryGetValue(record.Sequence, out var logged) && !logged.Hash.AsSpan().SequenceEqual(reply.Hash))

@@ -1,25 +1,30 @@
 using System.Diagnostics;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
+using PersistentServices.Domain;
 using PersistentServices.Sessions;
+using PersistentServices.SharedState;
 
 namespace PersistentServices.Recovery;
 
 /// <summary>What the analysis scan rebuilt.</summary>
-internal sealed record AnalysisResult(int Sessions, long Requests, long RecordsScanned, long ScannedUntil, TimeSpan Elapsed);
+internal sealed record AnalysisResult(int Sessions, long Requests, long RecordsScanned, long ScannedUntil, TimeSpan Elapsed, long LastEpoch, int SharedVariables);
 
 /// <summary>
-/// The single-threaded analysis scan of MSP crash recovery (seed 000 §4.3, Fig. 12, step a): reads the log once and
-/// rebuilds every live session's position stream, next expected request number, last request hash and the logged
-/// reply hashes. Session state is not touched: replay rebuilds it.
+/// The single-threaded analysis scan of MSP crash recovery (seed 000 §4.3, Fig. 12): reads the log once and
+/// (a) rebuilds every live session's position stream (its requests and the records each wrote), next expected request
+/// number, last request hash and the logged reply hashes; (b) rolls every shared variable forward to its latest logged
+/// value; and finds the last epoch. Session state is not touched: replay rebuilds it.
 /// </summary>
 internal static class AnalysisScan
 {
-    public static async Task<AnalysisResult> RunAsync(DurableLog log, SessionTable sessions, CancellationToken cancellationToken)
+    public static async Task<AnalysisResult> RunAsync(DurableLog log, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken)
     {
         var started = Stopwatch.GetTimestamp();
         long records = 0;
         long requests = 0;
+        long epoch = 0;
+        var variables = new HashSet<string>(StringComparer.Ordinal);
         var until = log.DurableUntil;
         await foreach (var record in log.ScanAsync(log.BeginAddress, until, cancellationToken).ConfigureAwait(false))
         {
@@ -64,6 +69,33 @@ internal static class AnalysisScan
                     sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
                     break;
 
+                case RecordKind.SharedWrite:
+                    var write = record.Parse(SharedWrite.Parser);
+                    shared.RollForward(write.Variable, write.Value, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
+                    variables.Add(write.Variable);
+                    AddToRequest(sessions, write.SessionId, write.Sequence, record.Lsn);
+                    break;
+
+                case RecordKind.SharedCheckpoint:
+                    var checkpoint = record.Parse(SharedCheckpoint.Parser);
+                    shared.RollForward(checkpoint.Variable, checkpoint.Value, DependencyVector.Empty, record.Lsn, checkpoint: true);
+                    variables.Add(checkpoint.Variable);
+                    break;
+
+                case RecordKind.SharedRead:
+                    var read = record.Parse(SharedRead.Parser);
+                    AddToRequest(sessions, read.SessionId, read.Sequence, record.Lsn);
+                    break;
+
+                case RecordKind.NondeterministicValue:
+                    var value = record.Parse(NondeterministicValue.Parser);
+                    AddToRequest(sessions, value.SessionId, value.Sequence, record.Lsn);
+                    break;
+
+                case RecordKind.EpochStarted:
+                    epoch = Math.Max(epoch, record.Parse(EpochStarted.Parser).Epoch);
+                    break;
+
                 case RecordKind.LogTruncated:
                 case RecordKind.Payload:
                     break;
@@ -79,6 +111,17 @@ internal static class AnalysisScan
             }
         }
 
-        return new AnalysisResult(sessions.Count, requests, records, until, Stopwatch.GetElapsedTime(started));
+        return new AnalysisResult(sessions.Count, requests, records, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count);
+    }
+
+    /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream.</summary>
+    private static void AddToRequest(SessionTable sessions, Google.Protobuf.ByteString sessionId, long sequence, long lsn)
+    {
+        if (sessionId.Length == 16 && sessions.TryGet(SessionId.FromBytes(sessionId.Span), out var session) &&
+            session.PositionStream.Count > 0 && session.PositionStream[^1].Sequence == sequence)
+        {
+            session.PositionStream[^1].Aux.Add(lsn);
+            session.StateNumber = lsn;
+        }
     }
 }

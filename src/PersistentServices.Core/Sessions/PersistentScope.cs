@@ -1,3 +1,9 @@
+using Google.Protobuf;
+using PersistentServices.Domain;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Recovery;
+
 namespace PersistentServices.Sessions;
 
 /// <summary>How the current request runs.</summary>
@@ -13,15 +19,16 @@ internal enum ExecutionMode
     ReadOnly,
 }
 
-/// <summary>The ambient context of a persistent or read-only request: its session and how it runs.</summary>
+/// <summary>The ambient context of a persistent or read-only request: its session, how it runs, and what it logs.</summary>
 internal sealed class PersistentScope
 {
     private static readonly AsyncLocal<PersistentScope?> Ambient = new();
 
-    public PersistentScope(Session? session, ExecutionMode mode)
+    public PersistentScope(Session? session, ExecutionMode mode, RequestExecution? execution = null)
     {
         Session = session;
         Mode = mode;
+        Execution = execution;
     }
 
     /// <summary>The scope of the code running now, or null outside persistent and read-only requests.</summary>
@@ -30,6 +37,12 @@ internal sealed class PersistentScope
     public Session? Session { get; }
 
     public ExecutionMode Mode { get; }
+
+    /// <summary>The logged request being executed or replayed (null for read-only requests).</summary>
+    public RequestExecution? Execution { get; }
+
+    /// <summary>Read-only requests: the highest LSN of shared state the reply shows; the reply waits until it is durable.</summary>
+    public long ReadOnlyDependsOn { get; set; }
 
     /// <summary>Makes <paramref name="scope"/> current until the returned value is disposed.</summary>
     public static Restore Enter(PersistentScope scope)
@@ -42,5 +55,43 @@ internal sealed class PersistentScope
     public readonly struct Restore(PersistentScope? previous) : IDisposable
     {
         public void Dispose() => Ambient.Value = previous;
+    }
+}
+
+/// <summary>
+/// One logged request as it runs, live or in replay: the records it writes go into its position in the session's
+/// position stream; in replay they come back, in order, from <see cref="Cursor"/>.
+/// </summary>
+internal sealed class RequestExecution(DurableLog log, string service, long epoch, Session session, LoggedPosition position, ReplayCursor? cursor)
+{
+    public DurableLog Log { get; } = log;
+
+    public string Service { get; } = service;
+
+    public long Epoch { get; } = epoch;
+
+    public Session Session { get; } = session;
+
+    public LoggedPosition Position { get; } = position;
+
+    public ByteString SessionId { get; } = ByteString.CopyFrom(session.Id.ToBytes());
+
+    /// <summary>Replay only: the request's logged records still to be consumed.</summary>
+    public ReplayCursor? Cursor { get; } = cursor;
+
+    /// <summary>Appends a record written by this request and makes it part of the session's state (state number, DV).</summary>
+    public long Append(RecordKind kind, IMessage body)
+    {
+        var lsn = Log.Append(kind, body);
+        Position.Aux.Add(lsn);
+        Advance(lsn);
+        return lsn;
+    }
+
+    /// <summary>The session's state number and own DV entry move to <paramref name="lsn"/> (seed 000 §3.1: a service depends on itself at its latest record).</summary>
+    public void Advance(long lsn, long? epoch = null)
+    {
+        Session.StateNumber = Math.Max(Session.StateNumber, lsn);
+        Session.Dv = Session.Dv.With(Service, new StateId(epoch ?? Epoch, lsn));
     }
 }

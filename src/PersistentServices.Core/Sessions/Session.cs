@@ -31,8 +31,19 @@ internal enum AdmitOutcome
 /// <summary>The decision for one request and what the caller needs to act on it.</summary>
 internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSequence, BufferedReply? Reply = null, Task<BufferedReply>? Pending = null);
 
-/// <summary>A logged request of a session: where it is in the log (the session's position stream, seed 000 §3.2).</summary>
-internal readonly record struct LoggedPosition(long RequestLsn, long Sequence);
+/// <summary>
+/// A logged request of a session: where it and the records it wrote (shared reads and writes, nondeterministic values)
+/// are in the log. The session's position stream is the list of these (seed 000 §3.2).
+/// </summary>
+internal sealed class LoggedPosition(long requestLsn, long sequence)
+{
+    public long RequestLsn { get; } = requestLsn;
+
+    public long Sequence { get; } = sequence;
+
+    /// <summary>LSNs of the records the request wrote while it ran, in order.</summary>
+    public List<long> Aux { get; } = [];
+}
 
 /// <summary>
 /// One client's session (seed 000 §3.1–3.2): next expected request number, buffered reply of the last request, its
@@ -74,6 +85,9 @@ internal sealed class Session
 
     /// <summary>LSN of the session's latest log record (its state number, seed 000 §3.1).</summary>
     public long StateNumber { get; set; }
+
+    /// <summary>The session's dependency vector (seed 000 §3.2: one DV per session, so sessions recover separately).</summary>
+    public Domain.DependencyVector Dv { get; set; } = Domain.DependencyVector.Empty;
 
     /// <summary>The session's logged requests, in order.</summary>
     public List<LoggedPosition> PositionStream { get; } = [];

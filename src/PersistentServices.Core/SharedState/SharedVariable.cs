@@ -1,16 +1,14 @@
-using System.ComponentModel;
-
 namespace PersistentServices.SharedState;
 
 /// <summary>
-/// One shared variable (seed 000 §3.3): a value shared by all sessions, value-logged on every read and write.
-/// Created by generated code for each <see cref="SharedAttribute"/> property.
+/// One shared variable (seed 000 §3.3): a value shared by all sessions, value-logged on every read and write inside a
+/// persistent request. Generated code creates one for each <see cref="SharedAttribute"/> property; declare one yourself
+/// (a static field with a unique, stable name) when you need <see cref="Update"/>.
 /// </summary>
 /// <typeparam name="T">The variable's type; values are treated as immutable (a write replaces the value).</typeparam>
-[EditorBrowsable(EditorBrowsableState.Never)]
 public sealed class SharedVariable<T>
 {
-    /// <summary>Creates (registers) the process-wide variable named <paramref name="name"/> (namespace, type and property).</summary>
+    /// <summary>Creates the handle of the process-wide variable named <paramref name="name"/> (namespace, type and property).</summary>
     public SharedVariable(string name)
     {
         ArgumentException.ThrowIfNullOrEmpty(name);
@@ -20,9 +18,24 @@ public sealed class SharedVariable<T>
     /// <summary>The variable's name (namespace, type and property).</summary>
     public string Name { get; }
 
-    /// <summary>Reads the value (logged with the variable's DV inside persistent requests).</summary>
-    public T Read() => throw new NotSupportedException("Shared variables arrive with the shared-state issue.");
+    /// <summary>
+    /// Reads the value. Inside a persistent request the read is logged with the variable's DV (and in replay the logged
+    /// value is returned); in a read-only request the reply waits until the value is durable; elsewhere it is a plain read.
+    /// </summary>
+    public T Read() => SharedStateStore.RequireActive(Name).Read<T>(Name);
 
-    /// <summary>Replaces the value (logged with the writer's DV and the previous write's LSN).</summary>
-    public void Write(T value) => throw new NotSupportedException("Shared variables arrive with the shared-state issue.");
+    /// <summary>Replaces the value; only inside a persistent request (logged with the writer's DV and the previous write's LSN).</summary>
+    public void Write(T value) => SharedStateStore.RequireActive(Name).Write(Name, value);
+
+    /// <summary>
+    /// Atomically replaces the value with <paramref name="change"/>(current value) and returns the new value: one hold of
+    /// the variable's lock covers the logged read and the logged write. Only inside a persistent request;
+    /// <paramref name="change"/> must be deterministic (in replay it gets the logged value). Another variable may be
+    /// updated inside <paramref name="change"/>; nest updates in one fixed order to avoid deadlocks.
+    /// </summary>
+    public T Update(Func<T, T> change)
+    {
+        ArgumentNullException.ThrowIfNull(change);
+        return SharedStateStore.RequireActive(Name).Update(Name, change);
+    }
 }

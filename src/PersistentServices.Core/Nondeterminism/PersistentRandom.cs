@@ -1,0 +1,75 @@
+using System.Buffers.Binary;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Nondeterminism;
+
+/// <summary>
+/// Random numbers for persistent endpoints: logged inside a persistent request and returned from the log on replay.
+/// Inject it instead of <see cref="Random"/> (PS0201).
+/// </summary>
+[System.Diagnostics.CodeAnalysis.SuppressMessage("Naming", "CA1716:Identifiers should not match keywords", Justification = "The same names as System.Random, which this replaces in persistent code.")]
+public interface IPersistentRandom
+{
+    /// <summary>A non-negative random integer.</summary>
+    int Next();
+
+    /// <summary>A random integer in [0, <paramref name="maxExclusive"/>).</summary>
+    int Next(int maxExclusive);
+
+    /// <summary>A random integer in [<paramref name="minInclusive"/>, <paramref name="maxExclusive"/>).</summary>
+    int Next(int minInclusive, int maxExclusive);
+
+    /// <summary>A random 64-bit integer in [<paramref name="minInclusive"/>, <paramref name="maxExclusive"/>).</summary>
+    long NextInt64(long minInclusive, long maxExclusive);
+
+    /// <summary>A random number in [0, 1).</summary>
+    double NextDouble();
+
+    /// <summary>Fills <paramref name="buffer"/> with random bytes.</summary>
+    void NextBytes(Span<byte> buffer);
+}
+
+/// <summary>New ids for persistent endpoints: logged inside a persistent request and returned from the log on replay (PS0201).</summary>
+public interface IPersistentIdGenerator
+{
+    /// <summary>A new id.</summary>
+    Guid NewGuid();
+}
+
+/// <summary>The default <see cref="IPersistentRandom"/>: values from <see cref="Random.Shared"/>.</summary>
+internal sealed class PersistentRandom : IPersistentRandom
+{
+    public int Next() => (int)LoggedValues.Int64(NondeterministicKind.RandomInt64, () => Random.Shared.Next());
+
+    public int Next(int maxExclusive) => Next(0, maxExclusive);
+
+    public int Next(int minInclusive, int maxExclusive)
+        => (int)LoggedValues.Int64(NondeterministicKind.RandomInt64, () => Random.Shared.Next(minInclusive, maxExclusive));
+
+    public long NextInt64(long minInclusive, long maxExclusive)
+        => LoggedValues.Int64(NondeterministicKind.RandomInt64, () => Random.Shared.NextInt64(minInclusive, maxExclusive));
+
+    public double NextDouble()
+        => BitConverter.Int64BitsToDouble(LoggedValues.Int64(NondeterministicKind.RandomDouble, () => BitConverter.DoubleToInt64Bits(Random.Shared.NextDouble())));
+
+    public void NextBytes(Span<byte> buffer)
+    {
+        var length = buffer.Length;
+        LoggedValues.Bytes(NondeterministicKind.RandomBytes, () =>
+        {
+            var bytes = new byte[length];
+            Random.Shared.NextBytes(bytes);
+            return bytes;
+        }).AsSpan(0, length).CopyTo(buffer);
+    }
+}
+
+/// <summary>The default <see cref="IPersistentIdGenerator"/>: version 7 (time-ordered) GUIDs.</summary>
+internal sealed class PersistentIdGenerator : IPersistentIdGenerator
+{
+    public Guid NewGuid()
+    {
+        var bytes = LoggedValues.Bytes(NondeterministicKind.NewGuid, () => Guid.CreateVersion7().ToByteArray());
+        return new Guid(bytes);
+    }
+}

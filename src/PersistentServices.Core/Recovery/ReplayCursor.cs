@@ -1,0 +1,76 @@
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Recovery;
+
+/// <summary>
+/// The records a logged request wrote while it ran (shared reads and writes, nondeterministic values), handed back in
+/// order while the request is replayed (seed 000 §4.1: shared reads and nondeterministic values come from the log,
+/// shared writes are skipped). Any difference between what the replay asks for and what was logged is a divergence.
+/// </summary>
+internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowLiveTail, string session, long sequence, long requestLsn)
+{
+    private int _next;
+
+    /// <summary>
+    /// True for the session's last request when its reply was never logged: it may have been cut short by the crash, so
+    /// once its records are used up it continues live (seed 001 §2.5: "normal execution begins").
+    /// </summary>
+    public bool AllowLiveTail { get; } = allowLiveTail;
+
+    /// <summary>Set when the replay diverged (also when user code caught the exception).</summary>
+    public string? Divergence { get; private set; }
+
+    /// <summary>
+    /// The next logged record, which must be of <paramref name="kind"/> (and, when given, for <paramref name="variable"/>).
+    /// Null when the records are used up and the request may continue live.
+    /// </summary>
+    public LogRecord? Take(RecordKind kind, string? variable = null)
+    {
+        if (_next == records.Count)
+        {
+            return AllowLiveTail ? null : throw Diverge($"it did {Describe(kind, variable)} but the log holds nothing more for it");
+        }
+
+        var record = records[_next];
+        var loggedVariable = record.Kind switch
+        {
+            RecordKind.SharedRead => record.Parse(SharedRead.Parser).Variable,
+            RecordKind.SharedWrite => record.Parse(SharedWrite.Parser).Variable,
+            _ => null,
+        };
+        if (record.Kind != kind || (variable is not null && !string.Equals(variable, loggedVariable, StringComparison.Ordinal)))
+        {
+            throw Diverge($"it did {Describe(kind, variable)} where the log holds {Describe(record.Kind, loggedVariable)} (LSN {record.Lsn})");
+        }
+
+        _next++;
+        return record;
+    }
+
+    /// <summary>After the replay: every logged record must have been used.</summary>
+    public void EnsureConsumed()
+    {
+        if (Divergence is null && _next < records.Count)
+        {
+            Divergence = $"Replay of request {sequence} of session {session} (LSN {requestLsn}) did less than before the crash: " +
+                         $"{Describe(records[_next].Kind, null)} at LSN {records[_next].Lsn} and {records.Count - _next - 1} more records were not asked for.";
+        }
+    }
+
+    /// <summary>Records a divergence found by the caller (for example a logged value of another kind) and returns its exception.</summary>
+    public ReplayDivergenceException Diverge(string what)
+    {
+        Divergence ??= $"Replay of request {sequence} of session {session} (LSN {requestLsn}) diverged: {what}. " +
+                       "The endpoint is not deterministic or its code changed.";
+        return new ReplayDivergenceException(Divergence, session, requestLsn);
+    }
+
+    private static string Describe(RecordKind kind, string? variable) => kind switch
+    {
+        RecordKind.SharedRead => $"a read of shared variable '{variable}'",
+        RecordKind.SharedWrite => $"a write of shared variable '{variable}'",
+        RecordKind.NondeterministicValue => "a nondeterministic value (time, random, id)",
+        _ => kind.ToString(),
+    };
+}

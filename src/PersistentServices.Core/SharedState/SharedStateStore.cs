@@ -1,0 +1,424 @@
+using System.Collections.Concurrent;
+using System.Text.Json;
+using Google.Protobuf;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
+using PersistentServices.Domain;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.SharedState;
+
+/// <summary>
+/// One shared variable's state (seed 000 §3.3): its value, its DV, its state number (LSN of its latest write) and the
+/// head of its backward chain (latest write or checkpoint). <see cref="Gate"/> is the variable's own lock, held only
+/// for an access ("Shared Variable Locking": no lock table, no deadlocks).
+/// </summary>
+internal sealed class SharedCell(string name)
+{
+    private object? _value;
+    private Type? _valueType;
+
+    public string Name { get; } = name;
+
+    public Lock Gate { get; } = new();
+
+    /// <summary>JSON of the current value; null while the variable was never written (its value is the type's default).</summary>
+    public byte[]? Bytes { get; private set; }
+
+    public DependencyVector Dv { get; set; } = DependencyVector.Empty;
+
+    /// <summary>LSN of the latest write (or checkpoint) record: the variable's state number.</summary>
+    public long StateNumber { get; set; }
+
+    /// <summary>LSN of the latest write or checkpoint record: where the next write's backward pointer points.</summary>
+    public long ChainHead { get; set; }
+
+    public int WritesSinceCheckpoint { get; set; }
+
+    public bool CheckpointPending { get; set; }
+
+    /// <summary>Sets the value from its JSON (recovery: roll forward or roll back).</summary>
+    public void SetBytes(byte[]? bytes)
+    {
+        Bytes = bytes;
+        _value = null;
+        _valueType = null;
+    }
+
+    /// <summary>Sets the value from a live write; <paramref name="bytes"/> is its JSON.</summary>
+    public void SetValue<T>(T value, byte[] bytes)
+    {
+        Bytes = bytes;
+        _value = value;
+        _valueType = typeof(T);
+    }
+
+    /// <summary>The value as <typeparamref name="T"/>, deserialized once from its JSON. Values are immutable, so the same object is shared.</summary>
+    public T GetValue<T>()
+    {
+        if (_valueType == typeof(T))
+        {
+            return (T)_value!;
+        }
+
+        var value = Bytes is null ? default! : SharedValueCodec.Deserialize<T>(Bytes);
+        _value = value;
+        _valueType = typeof(T);
+        return value;
+    }
+}
+
+/// <summary>Values of shared variables are logged as JSON (System.Text.Json; docs/dependencies.md).</summary>
+internal static class SharedValueCodec
+{
+    private static readonly JsonSerializerOptions Options = new(JsonSerializerDefaults.General);
+
+    public static byte[] Serialize<T>(T value) => JsonSerializer.SerializeToUtf8Bytes(value, Options);
+
+    public static T Deserialize<T>(ReadOnlySpan<byte> json) => JsonSerializer.Deserialize<T>(json, Options)!;
+}
+
+/// <summary>
+/// The service's shared variables (seed 000 §3.3) and how they are read and written:
+/// <list type="bullet">
+/// <item>a read inside a persistent request logs the value and the variable's DV, merges that DV into the reader
+///   session's DV and advances its state number (Fig. 8, read);</item>
+/// <item>a write logs the new value, the writer session's DV and the LSN of the variable's previous write (the backward
+///   chain), replaces the variable's DV with the writer's and advances the variable's state number (Fig. 8, write);</item>
+/// <item>in replay, reads return the logged value and writes are skipped (§4.1); the analysis scan rolls every variable
+///   forward to its latest logged value (§4.3);</item>
+/// <item>every <c>checkpointInterval</c> writes a variable is checkpointed once what it depends on is durable: its value
+///   is logged and its backward chain ends there (Fig. 9);</item>
+/// <item><see cref="RollBackOrphanAsync"/> undoes a variable along its backward chain to its latest non-orphan value
+///   (§4.2), for service domains.</item>
+/// </list>
+/// One store per service process (<see cref="Active"/>); generated <c>[Shared]</c> properties find it there.
+/// </summary>
+internal sealed partial class SharedStateStore
+{
+    private static volatile SharedStateStore? _active;
+
+    private readonly ConcurrentDictionary<string, SharedCell> _cells = new(StringComparer.Ordinal);
+    private readonly int _checkpointInterval;
+    private readonly ILogger _logger;
+
+    public SharedStateStore(DurableLog log, string service, int checkpointInterval, ILogger? logger = null)
+    {
+        Log = log;
+        Service = service;
+        _checkpointInterval = checkpointInterval;
+        _logger = logger ?? NullLogger.Instance;
+    }
+
+    /// <summary>The store of the running service, or null before one opened its log.</summary>
+    public static SharedStateStore? Active
+    {
+        get => _active;
+        set => _active = value;
+    }
+
+    public DurableLog Log { get; }
+
+    public string Service { get; }
+
+    /// <summary>The service's current epoch (set after the analysis scan).</summary>
+    public long Epoch { get; set; } = 1;
+
+    /// <summary>Shared-variable checkpoints written since start.</summary>
+    public long Checkpoints => Interlocked.Read(ref _checkpoints);
+
+    private long _checkpoints;
+
+    public static SharedStateStore RequireActive(string variable)
+        => _active ?? throw new InvalidOperationException(
+            $"Shared variable '{variable}' is used before the persistent service opened its log (AddPersistentServices, then let the host start).");
+
+    public SharedCell Cell(string name) => _cells.GetOrAdd(name, static n => new SharedCell(n));
+
+    public bool TryGetCell(string name, out SharedCell cell) => _cells.TryGetValue(name, out cell!);
+
+    public T Read<T>(string name)
+    {
+        var cell = Cell(name);
+        var scope = PersistentScope.Current;
+        if (scope?.Execution is { } execution)
+        {
+            if (execution.Cursor?.Take(RecordKind.SharedRead, name) is { } logged)
+            {
+                // Replay: the logged value, not the variable's (recovery independence, seed 000 §3.3 "Value Logging").
+                var read = logged.Parse(SharedRead.Parser);
+                execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
+                execution.Advance(logged.Lsn);
+                return SharedValueCodec.Deserialize<T>(read.Value.Span);
+            }
+
+            return ReadLogged<T>(cell, execution);
+        }
+
+        lock (cell.Gate)
+        {
+            if (scope?.Mode == ExecutionMode.ReadOnly)
+            {
+                scope.ReadOnlyDependsOn = Math.Max(scope.ReadOnlyDependsOn, cell.StateNumber);
+            }
+
+            return cell.GetValue<T>();
+        }
+    }
+
+    public void Write<T>(string name, T value)
+    {
+        var execution = RequireWriter(name);
+        if (execution.Cursor?.Take(RecordKind.SharedWrite, name) is { } logged)
+        {
+            // Replay: the write is skipped; the variable recovers on its own (roll forward), seed 000 §4.1.
+            execution.Advance(logged.Lsn);
+            return;
+        }
+
+        var cell = Cell(name);
+        bool checkpoint;
+        lock (cell.Gate)
+        {
+            checkpoint = WriteLocked(cell, execution, value);
+        }
+
+        if (checkpoint)
+        {
+            _ = CheckpointAsync(cell);
+        }
+    }
+
+    /// <summary>
+    /// Reads and replaces the value under one hold of the variable's lock (a read access and a write access, both
+    /// logged, with no other access between them): an atomic read-modify-write, so concurrent requests updating the
+    /// variable are serializable. <paramref name="change"/> must be deterministic; in replay it receives the logged value.
+    /// </summary>
+    public T Update<T>(string name, Func<T, T> change)
+    {
+        var execution = RequireWriter(name);
+        if (execution.Cursor?.Take(RecordKind.SharedRead, name) is { } logged)
+        {
+            var read = logged.Parse(SharedRead.Parser);
+            execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
+            execution.Advance(logged.Lsn);
+            var replayed = change(SharedValueCodec.Deserialize<T>(read.Value.Span));
+            Write(name, replayed);
+            return replayed;
+        }
+
+        var cell = Cell(name);
+        T updated;
+        bool checkpoint;
+        lock (cell.Gate)
+        {
+            var current = ReadLogged<T>(cell, execution);
+            updated = change(current);
+            checkpoint = WriteLocked(cell, execution, updated);
+        }
+
+        if (checkpoint)
+        {
+            _ = CheckpointAsync(cell);
+        }
+
+        return updated;
+    }
+
+    private static RequestExecution RequireWriter(string name)
+        => PersistentScope.Current?.Execution
+           ?? throw new InvalidOperationException(
+               $"Shared variable '{name}' can only be written by a [Persistent] request (writes are logged; read-only requests and code outside requests change nothing).");
+
+    /// <summary>Logs a write (Fig. 8) and installs the value; the caller holds the variable's lock. True when a checkpoint is due.</summary>
+    private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
+    {
+        var bytes = SharedValueCodec.Serialize(value);
+        var lsn = execution.Log.Append(RecordKind.SharedWrite, new SharedWrite
+        {
+            Variable = cell.Name,
+            Value = ByteString.CopyFrom(bytes),
+            Dv = execution.Session.Dv.ToRecord(),
+            PreviousWriteLsn = cell.ChainHead,
+            SessionId = execution.SessionId,
+            Sequence = execution.Position.Sequence,
+        });
+        execution.Position.Aux.Add(lsn);
+        execution.Advance(lsn);
+        cell.SetValue(value, bytes);
+        cell.Dv = execution.Session.Dv;
+        cell.StateNumber = lsn;
+        cell.ChainHead = lsn;
+        cell.WritesSinceCheckpoint++;
+        if (cell.WritesSinceCheckpoint < _checkpointInterval || cell.CheckpointPending)
+        {
+            return false;
+        }
+
+        cell.CheckpointPending = true;
+        return true;
+    }
+
+    /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value (seed 000 §4.3).</summary>
+    public void RollForward(string name, ByteString value, DependencyVector dv, long lsn, bool checkpoint)
+    {
+        var cell = Cell(name);
+        lock (cell.Gate)
+        {
+            cell.SetBytes(value.ToByteArray());
+            cell.Dv = dv;
+            cell.StateNumber = lsn;
+            cell.ChainHead = lsn;
+            cell.WritesSinceCheckpoint = checkpoint ? 0 : cell.WritesSinceCheckpoint + 1;
+        }
+    }
+
+    /// <summary>
+    /// Shared state orphan recovery (seed 000 §4.2): when the variable's DV depends on state that
+    /// <paramref name="recovered"/> says was lost, follows its backward chain of write records to the latest one whose
+    /// DV is not an orphan (or to a checkpoint, which never is) and makes that the variable's value. Returns true when
+    /// the variable was rolled back.
+    /// </summary>
+    public async Task<bool> RollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken = default)
+    {
+        var cell = Cell(name);
+        long head;
+        lock (cell.Gate)
+        {
+            if (!cell.Dv.IsOrphan(recovered))
+            {
+                return false;
+            }
+
+            head = cell.ChainHead;
+        }
+
+        // Read the chain outside the lock, then install the result if the variable did not move meanwhile.
+        var lsn = head;
+        byte[]? value = null;
+        var dv = DependencyVector.Empty;
+        long found = 0;
+        while (lsn != 0)
+        {
+            var record = await Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false);
+            if (record.Kind == RecordKind.SharedCheckpoint)
+            {
+                value = record.Parse(SharedCheckpoint.Parser).Value.ToByteArray();
+                found = lsn;
+                break;
+            }
+
+            var write = record.Parse(SharedWrite.Parser);
+            var writeDv = DependencyVector.FromRecord(write.Dv);
+            if (!writeDv.IsOrphan(recovered))
+            {
+                value = write.Value.ToByteArray();
+                dv = writeDv;
+                found = lsn;
+                break;
+            }
+
+            lsn = write.PreviousWriteLsn;
+        }
+
+        lock (cell.Gate)
+        {
+            if (cell.ChainHead != head)
+            {
+                return false; // written again meanwhile: a write replaces an orphan value (seed 000 §3.3)
+            }
+
+            cell.SetBytes(value);
+            cell.Dv = dv;
+            cell.StateNumber = found;
+            cell.ChainHead = found;
+        }
+
+        SharedStateEvents.RolledBack(_logger, name, recovered.Service, recovered.State.Epoch, recovered.State.Lsn, found);
+        return true;
+    }
+
+    /// <summary>
+    /// A shared-variable checkpoint (seed 000 §3.3): once everything the variable depends on is durable (for one
+    /// service, its latest write), its value is logged; that value can never be an orphan and the chain ends there.
+    /// </summary>
+    private async Task CheckpointAsync(SharedCell cell)
+    {
+        try
+        {
+            while (true)
+            {
+                long stateNumber;
+                lock (cell.Gate)
+                {
+                    stateNumber = cell.StateNumber;
+                }
+
+                await Log.WaitUntilDurableAsync(stateNumber).ConfigureAwait(false);
+                lock (cell.Gate)
+                {
+                    if (cell.StateNumber != stateNumber)
+                    {
+                        continue; // written meanwhile: wait for that write too
+                    }
+
+                    var lsn = Log.Append(RecordKind.SharedCheckpoint, new SharedCheckpoint
+                    {
+                        Variable = cell.Name,
+                        Value = ByteString.CopyFrom(cell.Bytes ?? SharedValueCodec.Serialize<object?>(null)),
+                    });
+                    cell.ChainHead = lsn;
+                    cell.StateNumber = lsn;
+                    cell.Dv = DependencyVector.Empty;
+                    cell.WritesSinceCheckpoint = 0;
+                    cell.CheckpointPending = false;
+                    Interlocked.Increment(ref _checkpoints);
+                    return;
+                }
+            }
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            lock (cell.Gate)
+            {
+                cell.CheckpointPending = false;
+            }
+        }
+    }
+
+    private static T ReadLogged<T>(SharedCell cell, RequestExecution execution)
+    {
+        T value;
+        DependencyVector dv;
+        lock (cell.Gate)
+        {
+            // Logged under the variable's lock: the read's place in the log matches the value it saw.
+            var lsn = execution.Log.Append(RecordKind.SharedRead, new SharedRead
+            {
+                Variable = cell.Name,
+                Value = ByteString.CopyFrom(cell.Bytes ?? SharedValueCodec.Serialize(default(T))),
+                Dv = cell.Dv.ToRecord(),
+                SessionId = execution.SessionId,
+                Sequence = execution.Position.Sequence,
+                WriteLsn = cell.ChainHead,
+            });
+            execution.Position.Aux.Add(lsn);
+            value = cell.GetValue<T>();
+            dv = cell.Dv;
+            execution.Advance(lsn);
+        }
+
+        execution.Session.Dv = execution.Session.Dv.Merge(dv);
+        return value;
+    }
+}
+
+/// <summary>Log messages of shared state (event ids 1300–1349).</summary>
+internal static partial class SharedStateEvents
+{
+    [LoggerMessage(1300, LogLevel.Warning,
+        "Shared variable '{Variable}' depended on state of '{Service}' lost after epoch {Epoch} LSN {Lsn}; rolled back along its write chain to the record at LSN {RestoredLsn}")]
+    public static partial void RolledBack(ILogger logger, string variable, string service, long epoch, long lsn, long restoredLsn);
+}

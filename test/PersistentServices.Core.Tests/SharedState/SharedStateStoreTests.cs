@@ -1,0 +1,340 @@
+using System.Collections.Immutable;
+using PersistentServices.Domain;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Nondeterminism;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+using PersistentServices.SharedState;
+using PersistentServices.Tests.TestSupport;
+
+namespace PersistentServices.Tests.SharedState;
+
+/// <summary>Shared variables with value logging (seed 000 §3.3, Fig. 8–9; §4.2–4.3) against a real log.</summary>
+[Collection(nameof(SharedStateTestGroup))]
+public sealed class SharedStateStoreTests : IAsyncLifetime
+{
+    private const string Service = "svc";
+    private static readonly SharedVariable<int> Counter = new("Tests.Counter");
+    private static readonly SharedVariable<ImmutableList<string>?> Names = new("Tests.Names");
+    private static readonly SharedMap<string, int> Stock = new("Tests.Stock");
+
+    private readonly TempDirectory _dir = new();
+    private DurableLog _log = null!;
+    private SharedStateStore _store = null!;
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    public async ValueTask InitializeAsync()
+    {
+        _log = await DurableLog.OpenAsync(LogTestOptions.Small(_dir.Path), cancellationToken: Ct);
+        _store = new SharedStateStore(_log, Service, checkpointInterval: 3) { Epoch = 1 };
+        SharedStateStore.Active = _store;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        SharedStateStore.Active = null;
+        await _log.DisposeAsync();
+        _dir.Dispose();
+    }
+
+    private static Session NewSession() => new(SessionId.NewRandom(), [], DateTimeOffset.UnixEpoch, replaying: false);
+
+    /// <summary>Runs <paramref name="body"/> as request <paramref name="sequence"/> of <paramref name="session"/> (live, or replayed through <paramref name="cursor"/>).</summary>
+    private RequestExecution Run(Session session, long sequence, Action body, ReplayCursor? cursor = null, DurableLog? log = null)
+    {
+        log ??= _log;
+        var requestLsn = log.Append(RecordKind.Payload, new Payload { Tag = (uint)sequence });
+        var position = new LoggedPosition(requestLsn, sequence);
+        session.PositionStream.Add(position);
+        var execution = new RequestExecution(log, Service, 1, session, position, cursor);
+        execution.Advance(requestLsn);
+        using (PersistentScope.Enter(new PersistentScope(session, cursor is null ? ExecutionMode.Live : ExecutionMode.Replay, execution)))
+        {
+            body();
+        }
+
+        return execution;
+    }
+
+    private async Task<List<LogRecord>> RecordsAsync(RecordKind kind)
+    {
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var records = new List<LogRecord>();
+        await foreach (var record in _log.ScanAsync(_log.BeginAddress, cancellationToken: Ct))
+        {
+            if (record.Kind == kind)
+            {
+                records.Add(record);
+            }
+        }
+
+        return records;
+    }
+
+    [Fact]
+    public async Task Write_LogsValueWriterDvAndPreviousWrite_ReplacesTheVariablesDv()
+    {
+        var writer = NewSession();
+
+        Run(writer, 1, () => Counter.Write(5));
+        Run(writer, 2, () => Counter.Write(6));
+
+        var writes = (await RecordsAsync(RecordKind.SharedWrite)).Select(r => (r.Lsn, Write: r.Parse(SharedWrite.Parser))).ToList();
+        Assert.Equal(2, writes.Count);
+        Assert.Equal("Tests.Counter", writes[0].Write.Variable);
+        Assert.Equal("5", writes[0].Write.Value.ToStringUtf8());
+        Assert.Equal(0, writes[0].Write.PreviousWriteLsn);
+        Assert.Equal(writes[0].Lsn, writes[1].Write.PreviousWriteLsn);
+        Assert.Equal(writer.Id.ToBytes(), writes[1].Write.SessionId.ToByteArray());
+        var cell = _store.Cell("Tests.Counter");
+        Assert.Equal(writes[1].Lsn, cell.StateNumber);
+        Assert.Equal(new StateId(1, writes[1].Lsn), cell.Dv[Service]);
+    }
+
+    [Fact]
+    public async Task Read_LogsTheValueAndTheVariablesDv_MergesItIntoTheReader()
+    {
+        var writer = NewSession();
+        var reader = NewSession();
+        writer.Dv = writer.Dv.With("peer", new StateId(4, 900));
+        Run(writer, 1, () => Counter.Write(41));
+
+        var seen = 0;
+        Run(reader, 1, () => seen = Counter.Read());
+
+        Assert.Equal(41, seen);
+        var read = Assert.Single(await RecordsAsync(RecordKind.SharedRead));
+        var body = read.Parse(SharedRead.Parser);
+        Assert.Equal("41", body.Value.ToStringUtf8());
+        Assert.Equal(new StateId(4, 900), DependencyVector.FromRecord(body.Dv)["peer"]);
+        Assert.Equal(new StateId(4, 900), reader.Dv["peer"]);
+        Assert.Equal(read.Lsn, reader.StateNumber);
+        Assert.Equal(_store.Cell("Tests.Counter").ChainHead, body.WriteLsn);
+    }
+
+    [Fact]
+    public void WriteOutsideAPersistentRequest_Throws_ReadIsPlain()
+    {
+        Assert.Throws<InvalidOperationException>(() => Counter.Write(1));
+        Assert.Equal(0, Counter.Read());
+    }
+
+    [Fact]
+    public async Task EveryNWrites_ACheckpointIsLoggedOnceDurable_AndTheChainBreaksThere()
+    {
+        var writer = NewSession();
+        for (var i = 1; i <= 3; i++)
+        {
+            Run(writer, i, () => Counter.Write(i * 10));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        for (var spin = 0; spin < 200 && _store.Checkpoints == 0; spin++)
+        {
+            await Task.Delay(10, Ct);
+        }
+
+        Run(writer, 4, () => Counter.Write(40));
+
+        var checkpoint = Assert.Single(await RecordsAsync(RecordKind.SharedCheckpoint));
+        Assert.Equal("30", checkpoint.Parse(SharedCheckpoint.Parser).Value.ToStringUtf8());
+        var last = (await RecordsAsync(RecordKind.SharedWrite)).Last().Parse(SharedWrite.Parser);
+        Assert.Equal(checkpoint.Lsn, last.PreviousWriteLsn);
+    }
+
+    [Fact]
+    public async Task AnalysisScan_RollsEveryVariableForwardToItsLatestLoggedValue()
+    {
+        var writer = NewSession();
+        Run(writer, 1, () => Counter.Write(1));
+        Run(writer, 2, () => Names.Write(["ada"]));
+        Run(writer, 3, () => Stock.Set("book", 7));
+        Run(writer, 4, () => Counter.Write(2));
+        Run(writer, 5, () => Names.Write(["ada", "grace"]));
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        await _log.DisposeAsync();
+
+        _log = await DurableLog.OpenAsync(LogTestOptions.Small(_dir.Path), cancellationToken: Ct);
+        _store = new SharedStateStore(_log, Service, checkpointInterval: 3);
+        SharedStateStore.Active = _store;
+        var result = await AnalysisScan.RunAsync(_log, new SessionTable(), _store, Ct);
+
+        Assert.Equal(3, result.SharedVariables);
+        Assert.Equal(2, Counter.Read());
+        Assert.Equal(["ada", "grace"], Names.Read()!);
+        Assert.Equal(7, Stock.Get("book"));
+        Assert.Equal(0, Stock.Get("pen"));
+    }
+
+    [Fact]
+    public async Task OrphanUndo_FollowsTheBackwardChainToTheLatestNonOrphanWrite()
+    {
+        // Writers that depend on peer service B at LSNs 100, 200 and 300 of its epoch 1; B recovers only up to 250.
+        _store = new SharedStateStore(_log, Service, checkpointInterval: 100) { Epoch = 1 };
+        SharedStateStore.Active = _store;
+        foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
+        {
+            var writer = NewSession();
+            writer.Dv = writer.Dv.With("B", new StateId(1, peerLsn));
+            Run(writer, 1, () => Counter.Write(value));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var rolledBack = await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct);
+
+        Assert.True(rolledBack);
+        Assert.Equal(2, Counter.Read());
+        Assert.Equal(new StateId(1, 200), _store.Cell("Tests.Counter").Dv["B"]);
+        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct));
+        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(2, 0)), Ct));
+    }
+
+    [Fact]
+    public async Task OrphanUndo_StopsAtACheckpoint_WhichIsNeverAnOrphan()
+    {
+        var writer = NewSession();
+        writer.Dv = writer.Dv.With("B", new StateId(1, 10));
+        for (var i = 1; i <= 3; i++)
+        {
+            Run(writer, i, () => Counter.Write(i));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        for (var spin = 0; spin < 200 && _store.Checkpoints == 0; spin++)
+        {
+            await Task.Delay(10, Ct);
+        }
+
+        var late = NewSession();
+        late.Dv = late.Dv.With("B", new StateId(1, 500));
+        Run(late, 1, () => Counter.Write(99));
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+
+        Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 0)), Ct));
+        Assert.Equal(3, Counter.Read());
+    }
+
+    [Fact]
+    public async Task Replay_ReadsReturnTheLoggedValue_WritesAreSkipped()
+    {
+        var session = NewSession();
+        var live = Run(session, 1, () =>
+        {
+            var seen = Counter.Read();
+            Counter.Write(seen + 1);
+        });
+
+        // Another session moves the variable on; the replay must still see what the request saw.
+        Run(NewSession(), 1, () => Counter.Write(100));
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var logged = new List<LogRecord>();
+        foreach (var lsn in live.Position.Aux)
+        {
+            logged.Add(await _log.ReadAsync(lsn, Ct));
+        }
+
+        var replayed = NewSession();
+        var cursor = new ReplayCursor(logged, allowLiveTail: false, "s", 1, live.Position.RequestLsn);
+        int seenInReplay = -1;
+        Run(replayed, 1, () =>
+        {
+            seenInReplay = Counter.Read();
+            Counter.Write(seenInReplay + 1);
+        }, cursor);
+        cursor.EnsureConsumed();
+
+        Assert.Equal(0, seenInReplay);
+        Assert.Null(cursor.Divergence);
+        Assert.Equal(100, Counter.Read());
+    }
+
+    [Fact]
+    public async Task Replay_DoingSomethingElseThanLogged_IsADivergence()
+    {
+        var session = NewSession();
+        var live = Run(session, 1, () => Counter.Read());
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var logged = new List<LogRecord> { await _log.ReadAsync(live.Position.Aux.Single(), Ct) };
+
+        var cursor = new ReplayCursor(logged, allowLiveTail: false, "s", 1, live.Position.RequestLsn);
+        Assert.Throws<ReplayDivergenceException>(() => Run(NewSession(), 1, () => Names.Read(), cursor));
+        Assert.Contains("Tests.Names", cursor.Divergence, StringComparison.Ordinal);
+
+        var fewer = new ReplayCursor(logged, allowLiveTail: false, "s", 1, live.Position.RequestLsn);
+        Run(NewSession(), 1, () => { }, fewer);
+        fewer.EnsureConsumed();
+        Assert.Contains("did less", fewer.Divergence, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Update_ConcurrentSessions_NoLostUpdates_EveryResultDistinct()
+    {
+        var results = new System.Collections.Concurrent.ConcurrentBag<int>();
+        await Task.WhenAll(Enumerable.Range(0, 8).Select(_ => Task.Run(() =>
+        {
+            var session = NewSession();
+            for (var i = 1; i <= 100; i++)
+            {
+                Run(session, i, () => results.Add(Counter.Update(c => c + 1)));
+            }
+        }, Ct)));
+
+        Assert.Equal(800, Counter.Read());
+        Assert.Equal(Enumerable.Range(1, 800), results.Order());
+        var writes = await RecordsAsync(RecordKind.SharedWrite);
+        Assert.Equal(800, writes.Count);
+    }
+
+    [Fact]
+    public async Task Update_Replay_ChangesTheLoggedValue_AndSkipsTheWrite()
+    {
+        var live = Run(NewSession(), 1, () => Stock.Update("book", q => q + 5));
+        Run(NewSession(), 1, () => Stock.Set("book", 50));
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var logged = new List<LogRecord>();
+        foreach (var lsn in live.Position.Aux)
+        {
+            logged.Add(await _log.ReadAsync(lsn, Ct));
+        }
+
+        var cursor = new ReplayCursor(logged, allowLiveTail: false, "s", 1, live.Position.RequestLsn);
+        var replayed = -1;
+        Run(NewSession(), 1, () => replayed = Stock.Update("book", q => q + 5), cursor);
+        cursor.EnsureConsumed();
+
+        Assert.Equal([RecordKind.SharedRead, RecordKind.SharedWrite], logged.Select(r => r.Kind));
+        Assert.Equal(5, replayed);
+        Assert.Null(cursor.Divergence);
+        Assert.Equal(50, Stock.Get("book"));
+    }
+
+    [Fact]
+    public async Task Nondeterminism_LoggedOnFirstExecution_SameValuesOnReplay()
+    {
+        var time = new PersistentTimeProvider(TimeProvider.System);
+        var random = new PersistentRandom();
+        var ids = new PersistentIdGenerator();
+        (DateTimeOffset, int, double, Guid) first = default;
+        var live = Run(NewSession(), 1, () => first = (time.GetUtcNow(), random.Next(1000), random.NextDouble(), ids.NewGuid()));
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var logged = new List<LogRecord>();
+        foreach (var lsn in live.Position.Aux)
+        {
+            logged.Add(await _log.ReadAsync(lsn, Ct));
+        }
+
+        await Task.Delay(20, Ct);
+        var cursor = new ReplayCursor(logged, allowLiveTail: false, "s", 1, live.Position.RequestLsn);
+        (DateTimeOffset, int, double, Guid) again = default;
+        Run(NewSession(), 1, () => again = (time.GetUtcNow(), random.Next(1000), random.NextDouble(), ids.NewGuid()), cursor);
+
+        Assert.Equal(4, logged.Count);
+        Assert.Equal(first, again);
+        Assert.NotEqual(first.Item1, time.GetUtcNow());
+    }
+}
+
+[CollectionDefinition(nameof(SharedStateTestGroup), DisableParallelization = true)]
+public sealed class SharedStateTestGroup;
