@@ -17,6 +17,8 @@ using PersistentServices.Hosting;
 // End-to-end benchmark over real HTTP on loopback. Modes:
 //   throughput (default): plain vs [Persistent] vs [ReadOnly] endpoints of one in-process Kestrel server, with 1 and
 //       64 concurrent client sessions (closed loop): requests/s, p50/p99 latency, log forces per request.
+//   state: an endpoint doing 0, 1, 4 read+write of state per request, the state in shared variables vs a durable SQLite
+//       row vs Redis (seed 000 §5: Psession and StateServer), with 1 and 64 sessions.
 //   recovery: drives N logged requests into the sample service (a child process), SIGKILLs it, restarts it and
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
@@ -29,6 +31,14 @@ Console.WriteLine();
 Console.WriteLine($"- machine: {Environment.ProcessorCount} cores, {GC.GetGCMemoryInfo().TotalAvailableMemoryBytes / (1 << 30)} GiB, {System.Runtime.InteropServices.RuntimeInformation.OSDescription}, .NET {Environment.Version}");
 Console.WriteLine($"- command: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- {string.Join(' ', args)}");
 Console.WriteLine();
+
+if (mode == "state")
+{
+    await StateComparison.RunAsync(
+        int.Parse(Option("--seconds") ?? "5", CultureInfo.InvariantCulture),
+        (Option("--sessions") ?? "1,64").Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray());
+    return 0;
+}
 
 if (mode == "recovery")
 {
@@ -110,18 +120,21 @@ namespace PersistentServices.EndToEnd
 
     public sealed record Item(long N);
 
-    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest);
+    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests);
 
     internal static class LoadRun
     {
         private static readonly byte[] Body = Encoding.UTF8.GetBytes("{\"n\":1}");
 
-        public static async Task<LoadResult> RunAsync(BenchServer server, string kind, int sessions, TimeSpan duration)
+        public static Task<LoadResult> RunAsync(BenchServer server, string kind, int sessions, TimeSpan duration)
+            => RunAsync(server.BaseAddress.ToString(), "/" + kind, kind == "persistent", sessions, duration, server.Runtime);
+
+        public static async Task<LoadResult> RunAsync(string baseUrl, string path, bool persistent, int sessions, TimeSpan duration, PersistentRuntime runtime)
         {
             // No client timeout: HttpClient's per-request timeout timer is finalizable and would tax every endpoint alike.
             using var client = new HttpClient(new SocketsHttpHandler { MaxConnectionsPerServer = sessions + 4, UseCookies = false })
             {
-                BaseAddress = server.BaseAddress,
+                BaseAddress = new Uri(baseUrl),
                 Timeout = Timeout.InfiniteTimeSpan,
             };
             var ids = new string[sessions];
@@ -132,18 +145,18 @@ namespace PersistentServices.EndToEnd
             }
 
             var sequences = new long[sessions];
-            await DriveAsync(client, kind, ids, sequences, TimeSpan.FromSeconds(2), null);
-            var commitsBefore = server.Runtime.Log.Commits;
+            await DriveAsync(client, path, persistent, ids, sequences, TimeSpan.FromSeconds(2), null);
+            var commitsBefore = runtime.Log.Commits;
             var latencies = new List<double>[sessions];
             var started = Stopwatch.GetTimestamp();
-            var count = await DriveAsync(client, kind, ids, sequences, duration, latencies);
+            var count = await DriveAsync(client, path, persistent, ids, sequences, duration, latencies);
             var elapsed = Stopwatch.GetElapsedTime(started).TotalSeconds;
-            var commits = server.Runtime.Log.Commits - commitsBefore;
+            var commits = runtime.Log.Commits - commitsBefore;
             var all = latencies.SelectMany(l => l).Order().ToArray();
-            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count);
+            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count);
         }
 
-        private static async Task<long> DriveAsync(HttpClient client, string kind, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)
+        private static async Task<long> DriveAsync(HttpClient client, string path, bool persistent, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)
         {
             var deadline = Stopwatch.GetTimestamp() + (long)(duration.TotalSeconds * Stopwatch.Frequency);
             var tasks = ids.Select((id, i) => Task.Run(async () =>
@@ -152,10 +165,10 @@ namespace PersistentServices.EndToEnd
                 long done = 0;
                 while (Stopwatch.GetTimestamp() < deadline)
                 {
-                    using var request = new HttpRequestMessage(HttpMethod.Post, "/" + kind) { Content = new ByteArrayContent(Body) };
+                    using var request = new HttpRequestMessage(HttpMethod.Post, path) { Content = new ByteArrayContent(Body) };
                     request.Content.Headers.ContentType = new("application/json");
                     request.Headers.TryAddWithoutValidation("PS-Session", id);
-                    if (kind == "persistent")
+                    if (persistent)
                     {
                         request.Headers.TryAddWithoutValidation("PS-Seq", (++sequences[i]).ToString(CultureInfo.InvariantCulture));
                     }
@@ -165,7 +178,7 @@ namespace PersistentServices.EndToEnd
                     await response.Content.ReadAsByteArrayAsync();
                     if (response.StatusCode != HttpStatusCode.OK)
                     {
-                        throw new InvalidOperationException($"{kind}: {response.StatusCode}");
+                        throw new InvalidOperationException($"{path}: {response.StatusCode}");
                     }
 
                     samples?.Add(Stopwatch.GetElapsedTime(t0).TotalMilliseconds);
