@@ -120,7 +120,7 @@ namespace PersistentServices.EndToEnd
 
     public sealed record Item(long N);
 
-    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests);
+    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests, double LogBytesPerRequest);
 
     internal static class LoadRun
     {
@@ -147,13 +147,15 @@ namespace PersistentServices.EndToEnd
             var sequences = new long[sessions];
             await DriveAsync(client, path, persistent, ids, sequences, TimeSpan.FromSeconds(2), null);
             var commitsBefore = runtime.Log.Commits;
+            var tailBefore = runtime.Log.TailAddress;
             var latencies = new List<double>[sessions];
             var started = Stopwatch.GetTimestamp();
             var count = await DriveAsync(client, path, persistent, ids, sequences, duration, latencies);
             var elapsed = Stopwatch.GetElapsedTime(started).TotalSeconds;
             var commits = runtime.Log.Commits - commitsBefore;
+            var logBytes = runtime.Log.TailAddress - tailBefore;
             var all = latencies.SelectMany(l => l).Order().ToArray();
-            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count);
+            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count, (double)logBytes / count);
         }
 
         private static async Task<long> DriveAsync(HttpClient client, string path, bool persistent, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)

@@ -65,9 +65,8 @@ internal static class StateComparison
             {
                 foreach (var n in new[] { 0, 1, 4 })
                 {
-                    var tailBefore = runtime.Log.TailAddress;
                     var result = await LoadRun.RunAsync(app.Urls.First(), $"/{kind}/{n}", kind == "shared", sessions, TimeSpan.FromSeconds(seconds), runtime);
-                    var bytes = kind == "shared" ? (runtime.Log.TailAddress - tailBefore) / (double)result.TotalRequests : 0;
+                    var bytes = result.LogBytesPerRequest;
                     Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                         $"| {label} | {n} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {bytes:N0} | {result.ForcesPerRequest:F3} |"));
                 }
