@@ -180,6 +180,8 @@ internal sealed class PersistenceMiddleware
 
     private async Task ExecuteLoggedAsync(HttpContext context, Session session, long sequence, LoggedRequest record, byte[] body)
     {
+        // Right after a crash that interrupted an update, the variables it held stay reserved until its replay finishes.
+        await _runtime.Shared.WhenUnreservedAsync().ConfigureAwait(false);
         await session.ExecutionLock.WaitAsync(CancellationToken.None).ConfigureAwait(false);
         ResponseCapture capture;
         BufferedReply reply;

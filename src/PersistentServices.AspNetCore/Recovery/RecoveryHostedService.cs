@@ -54,7 +54,8 @@ internal sealed class RecoveryHostedService(
     private async Task ReplayAllAsync()
     {
         var started = Stopwatch.GetTimestamp();
-        var sessions = runtime.Sessions.All.Where(s => !s.Ready.IsCompleted).ToList();
+        // Sessions that crashed inside an update hold variables others wait for: replay them first.
+        var sessions = runtime.Sessions.All.Where(s => !s.Ready.IsCompleted).OrderByDescending(s => s.HoldsReservations).ToList();
         if (!pipeline.IsBuilt)
         {
             AspNetCoreEvents.PipelineMissing(logger);
@@ -88,6 +89,11 @@ internal sealed class RecoveryHostedService(
 
     private void Stop(Exception error, List<Session> sessions)
     {
+        foreach (var session in sessions)
+        {
+            runtime.Shared.ReleaseReservations(session.Id);
+        }
+
         AspNetCoreEvents.RecoveryFailed(logger, error);
         runtime.Fail(error);
         foreach (var session in sessions)

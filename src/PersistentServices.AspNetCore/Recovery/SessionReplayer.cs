@@ -35,6 +35,12 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
 
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
             var lastAndUnanswered = i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence);
+            if (lastAndUnanswered && !session.HoldsReservations)
+            {
+                // It may run past its log (live): wait until the sessions that crashed inside an update finished theirs.
+                await runtime.Shared.WhenUnreservedAsync().WaitAsync(cancellationToken).ConfigureAwait(false);
+            }
+
             var cursor = new ReplayCursor(aux, lastAndUnanswered, session.Id.ToString(), record.Sequence, position.RequestLsn);
             var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, position, cursor);
             execution.Advance(position.RequestLsn);
@@ -42,6 +48,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             replayed++;
         }
 
+        runtime.Shared.ReleaseReservations(session.Id);
         session.FinishReplay(last);
         return replayed;
     }

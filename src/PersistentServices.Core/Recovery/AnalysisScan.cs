@@ -8,7 +8,7 @@ using PersistentServices.SharedState;
 namespace PersistentServices.Recovery;
 
 /// <summary>What the analysis scan rebuilt.</summary>
-internal sealed record AnalysisResult(int Sessions, long Requests, long RecordsScanned, long ScannedUntil, TimeSpan Elapsed, long LastEpoch, int SharedVariables);
+internal sealed record AnalysisResult(int Sessions, long Requests, long RecordsScanned, long ScannedUntil, TimeSpan Elapsed, long LastEpoch, int SharedVariables, int Reservations = 0);
 
 /// <summary>
 /// The single-threaded analysis scan of MSP crash recovery (seed 000 §4.3, Fig. 12): reads the log once and
@@ -25,6 +25,9 @@ internal static class AnalysisScan
         long requests = 0;
         long epoch = 0;
         var variables = new HashSet<string>(StringComparer.Ordinal);
+
+        // Per session: the variables its current request read for an update and has not written yet (it holds their locks).
+        var openUpdates = new Dictionary<SessionId, HashSet<string>>();
         var until = log.DurableUntil;
         await foreach (var record in log.ScanAsync(log.BeginAddress, until, cancellationToken).ConfigureAwait(false))
         {
@@ -50,6 +53,7 @@ internal static class AnalysisScan
                     {
                         owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash.ToByteArray(),
                             DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
+                        openUpdates.Remove(owner.Id);
                         requests++;
                     }
 
@@ -74,6 +78,11 @@ internal static class AnalysisScan
                     shared.RollForward(write.Variable, write.Value, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
                     variables.Add(write.Variable);
                     AddToRequest(sessions, write.SessionId, write.Sequence, record.Lsn);
+                    if (write.SessionId.Length == 16 && openUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
+                    {
+                        open.Remove(write.Variable);
+                    }
+
                     break;
 
                 case RecordKind.SharedCheckpoint:
@@ -85,6 +94,17 @@ internal static class AnalysisScan
                 case RecordKind.SharedRead:
                     var read = record.Parse(SharedRead.Parser);
                     AddToRequest(sessions, read.SessionId, read.Sequence, record.Lsn);
+                    if (read.ForUpdate && read.SessionId.Length == 16)
+                    {
+                        var reader = SessionId.FromBytes(read.SessionId.Span);
+                        if (!openUpdates.TryGetValue(reader, out var set))
+                        {
+                            openUpdates[reader] = set = new HashSet<string>(StringComparer.Ordinal);
+                        }
+
+                        set.Add(read.Variable);
+                    }
+
                     break;
 
                 case RecordKind.NondeterministicValue:
@@ -111,7 +131,24 @@ internal static class AnalysisScan
             }
         }
 
-        return new AnalysisResult(sessions.Count, requests, records, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count);
+        // A session whose last request read a variable for an update and crashed before writing it held that variable's
+        // lock: keep it reserved until the session's replay completes the update (SharedCell.ReservedFor).
+        var reservations = 0;
+        foreach (var (sessionId, open) in openUpdates)
+        {
+            if (open.Count > 0 && sessions.TryGet(sessionId, out var holder))
+            {
+                foreach (var variable in open)
+                {
+                    shared.Reserve(variable, sessionId);
+                    reservations++;
+                }
+
+                holder.HoldsReservations = true;
+            }
+        }
+
+        return new AnalysisResult(sessions.Count, requests, records, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations);
     }
 
     /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream.</summary>

@@ -95,6 +95,9 @@ internal sealed class Session
     /// <summary>Logged reply hashes by sequence number (from ReplySent records), for replay's divergence check.</summary>
     public Dictionary<long, (int StatusCode, byte[] Hash)> LoggedReplies { get; } = [];
 
+    /// <summary>Recovery: this session crashed inside an update and reserves the variables it held (replayed first).</summary>
+    public bool HoldsReservations { get; set; }
+
     /// <summary>Held while a request (persistent or read-only) runs: one request at a time per session.</summary>
     public SemaphoreSlim ExecutionLock { get; } = new(1, 1);
 

@@ -39,6 +39,70 @@ internal sealed class SharedCell(string name)
 
     public bool CheckpointPending { get; set; }
 
+    /// <summary>
+    /// Recovery: the session that held this variable's lock when the service crashed (its update's read is logged, its
+    /// write is not). Until that session's replay writes the variable, other live accesses wait, as they would have
+    /// waited for the lock; otherwise the replayed update would overwrite what they wrote from a value they never saw.
+    /// </summary>
+    public Sessions.SessionId? ReservedFor
+    {
+        get
+        {
+            lock (_reservation)
+            {
+                return _reservedFor;
+            }
+        }
+    }
+
+    private readonly object _reservation = new();
+    private Sessions.SessionId? _reservedFor;
+    private volatile bool _reserved;
+
+    public void Reserve(Sessions.SessionId session)
+    {
+        lock (_reservation)
+        {
+            _reservedFor = session;
+            _reserved = true;
+        }
+    }
+
+    public void Release(Sessions.SessionId session)
+    {
+        if (!_reserved)
+        {
+            return;
+        }
+
+        lock (_reservation)
+        {
+            if (_reservedFor == session)
+            {
+                _reservedFor = null;
+                _reserved = false;
+                Monitor.PulseAll(_reservation);
+            }
+        }
+    }
+
+    /// <summary>Blocks while the variable is reserved for another session's replay (the lock it held at the crash).</summary>
+    public void WaitIfReservedByOther(Sessions.SessionId session)
+    {
+        if (!_reserved)
+        {
+            return;
+        }
+
+        lock (_reservation)
+        {
+            while (_reservedFor is { } owner && owner != session)
+            {
+                Monitor.Wait(_reservation);
+            }
+        }
+    }
+
     /// <summary>Sets the value from its JSON (recovery: roll forward or roll back).</summary>
     public void SetBytes(byte[]? bytes)
     {
@@ -154,7 +218,8 @@ internal sealed partial class SharedStateStore
                 return SharedValueCodec.Deserialize<T>(read.Value.Span);
             }
 
-            return ReadLogged<T>(cell, execution);
+            cell.WaitIfReservedByOther(execution.Session.Id);
+            return ReadLogged<T>(cell, execution, forUpdate: false);
         }
 
         lock (cell.Gate)
@@ -179,6 +244,7 @@ internal sealed partial class SharedStateStore
         }
 
         var cell = Cell(name);
+        cell.WaitIfReservedByOther(execution.Session.Id);
         bool checkpoint;
         lock (cell.Gate)
         {
@@ -210,11 +276,12 @@ internal sealed partial class SharedStateStore
         }
 
         var cell = Cell(name);
+        cell.WaitIfReservedByOther(execution.Session.Id);
         T updated;
         bool checkpoint;
         lock (cell.Gate)
         {
-            var current = ReadLogged<T>(cell, execution);
+            var current = ReadLogged<T>(cell, execution, forUpdate: true);
             updated = change(current);
             checkpoint = WriteLocked(cell, execution, updated);
         }
@@ -252,6 +319,7 @@ internal sealed partial class SharedStateStore
         cell.StateNumber = lsn;
         cell.ChainHead = lsn;
         cell.WritesSinceCheckpoint++;
+        cell.Release(execution.Session.Id);
         if (cell.WritesSinceCheckpoint < _checkpointInterval || cell.CheckpointPending)
         {
             return false;
@@ -260,6 +328,54 @@ internal sealed partial class SharedStateStore
         cell.CheckpointPending = true;
         return true;
     }
+
+    /// <summary>Analysis scan: <paramref name="session"/> held the lock of <paramref name="name"/> when the service crashed.</summary>
+    public void Reserve(string name, Sessions.SessionId session)
+    {
+        Cell(name).Reserve(session);
+        lock (_reservingSessions)
+        {
+            _reservingSessions.Add(session);
+        }
+    }
+
+    /// <summary>The session's replay finished: whatever it still reserves is released.</summary>
+    public void ReleaseReservations(Sessions.SessionId session)
+    {
+        foreach (var cell in _cells.Values)
+        {
+            cell.Release(session);
+        }
+
+        lock (_reservingSessions)
+        {
+            if (_reservingSessions.Remove(session) && _reservingSessions.Count == 0)
+            {
+                _unreserved.TrySetResult();
+            }
+        }
+    }
+
+    /// <summary>
+    /// Completes when no variable is reserved any more. Live requests (and other sessions' replays running past their
+    /// log) wait for it before they execute, so they never block a thread on a reserved variable while the reserving
+    /// session's replay needs threads to finish (the thread-pool deadlock of seed 000 §3.3).
+    /// </summary>
+    public Task WhenUnreservedAsync()
+    {
+        lock (_reservingSessions)
+        {
+            if (_reservingSessions.Count == 0)
+            {
+                _unreserved.TrySetResult();
+            }
+
+            return _unreserved.Task;
+        }
+    }
+
+    private readonly HashSet<Sessions.SessionId> _reservingSessions = [];
+    private readonly TaskCompletionSource _unreserved = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
     /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value (seed 000 §4.3).</summary>
     public void RollForward(string name, ByteString value, DependencyVector dv, long lsn, bool checkpoint)
@@ -388,7 +504,7 @@ internal sealed partial class SharedStateStore
         }
     }
 
-    private static T ReadLogged<T>(SharedCell cell, RequestExecution execution)
+    private static T ReadLogged<T>(SharedCell cell, RequestExecution execution, bool forUpdate)
     {
         T value;
         DependencyVector dv;
@@ -403,6 +519,7 @@ internal sealed partial class SharedStateStore
                 SessionId = execution.SessionId,
                 Sequence = execution.Position.Sequence,
                 WriteLsn = cell.ChainHead,
+                ForUpdate = forUpdate,
             });
             execution.Position.Aux.Add(lsn);
             value = cell.GetValue<T>();

@@ -311,6 +311,41 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task AnalysisScan_SessionCrashedInsideAnUpdate_ReservesTheVariableUntilItsReplayEnds()
+    {
+        // Session A read Tests.Counter for an update (logged) and crashed before its write; session B finished its update.
+        var a = SessionId.NewRandom();
+        var b = SessionId.NewRandom();
+        foreach (var (session, complete) in new[] { (a, false), (b, true) })
+        {
+            var id = Google.Protobuf.ByteString.CopyFrom(session.ToBytes());
+            _log.Append(RecordKind.SessionStarted, new SessionStarted { SessionId = id });
+            _log.Append(RecordKind.Request, new LoggedRequest { SessionId = id, Sequence = 1 });
+            _log.Append(RecordKind.SharedRead, new SharedRead { Variable = "Tests.Counter", SessionId = id, Sequence = 1, ForUpdate = true, Value = Google.Protobuf.ByteString.CopyFromUtf8("0") });
+            if (complete)
+            {
+                _log.Append(RecordKind.SharedWrite, new SharedWrite { Variable = "Tests.Counter", SessionId = id, Sequence = 1, Value = Google.Protobuf.ByteString.CopyFromUtf8("1") });
+            }
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var sessions = new SessionTable();
+        var result = await AnalysisScan.RunAsync(_log, sessions, _store, Ct);
+
+        Assert.Equal(1, result.Reservations);
+        Assert.Equal(a, _store.Cell("Tests.Counter").ReservedFor);
+        Assert.True(sessions.TryGet(a, out var holder) && holder.HoldsReservations);
+        Assert.True(sessions.TryGet(b, out var other) && !other.HoldsReservations);
+        var unreserved = _store.WhenUnreservedAsync();
+        Assert.False(unreserved.IsCompleted, "live requests wait while a crashed update holds a variable");
+
+        _store.ReleaseReservations(a);
+
+        await unreserved.WaitAsync(TimeSpan.FromSeconds(5), Ct);
+        Assert.Null(_store.Cell("Tests.Counter").ReservedFor);
+    }
+
+    [Fact]
     public async Task Nondeterminism_LoggedOnFirstExecution_SameValuesOnReplay()
     {
         var time = new PersistentTimeProvider(TimeProvider.System);
