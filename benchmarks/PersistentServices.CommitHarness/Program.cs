@@ -36,7 +36,7 @@ try
     Console.WriteLine(direct.Row("raw append 512 B, O_DIRECT|O_SYNC (FASTER's device)"));
     Console.WriteLine(commit.Latency.Row("log: append 512 B record + wait until durable (1 writer)"));
     Console.WriteLine();
-    Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} for {commit.Commits} commits");
+    Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} for {commit.Commits} commits; process CPU per durable append (1 writer): {LogRuns.LastCpuMicrosecondsPerCommit:F0} µs (raw append + fdatasync: {RawWrites.LastCpuMicrosecondsPerWrite:F0} µs)");
     Console.WriteLine();
 
     Console.WriteLine("| writers | durable appends/s | commits/s | appends per commit | mean latency (ms) |");
@@ -103,8 +103,11 @@ internal static partial class RawWrites
 {
     private const int RecordSize = 512;
 
+    public static double LastCpuMicrosecondsPerWrite { get; private set; }
+
     public static Latencies AppendFdatasync(string path, int samples)
     {
+        var cpuBefore = System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime;
         using var handle = File.OpenHandle(path, FileMode.CreateNew, FileAccess.Write);
         var buffer = new byte[RecordSize];
         Random.Shared.NextBytes(buffer);
@@ -128,6 +131,7 @@ internal static partial class RawWrites
             }
         }
 
+        LastCpuMicrosecondsPerWrite = (System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime - cpuBefore).TotalMicroseconds / (samples + samples / 10);
         return new Latencies(result);
     }
 
@@ -171,6 +175,8 @@ internal static class LogRuns
     /// <summary>A Payload whose envelope-included record is 512 bytes.</summary>
     private static readonly Payload Record = new() { Tag = 1, Data = ByteString.CopyFrom(new byte[487]) };
 
+    public static double LastCpuMicrosecondsPerCommit { get; private set; }
+
     public static async Task<(Latencies Latency, long Commits, long MetadataWrites)> CommitLatencyAsync(string directory, int samples)
     {
         if (Record.CalculateSize() + RecordEnvelope.HeaderSize != 512)
@@ -180,6 +186,7 @@ internal static class LogRuns
 
         await using var log = await DurableLog.OpenAsync(new LogOptions { Directory = directory });
         var result = new List<double>(samples);
+        var cpuBefore = System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime;
         for (var i = 0; i < samples + samples / 10; i++)
         {
             var started = Stopwatch.GetTimestamp();
@@ -192,6 +199,7 @@ internal static class LogRuns
             }
         }
 
+        LastCpuMicrosecondsPerCommit = (System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime - cpuBefore).TotalMicroseconds / (samples + samples / 10);
         return (new Latencies(result), log.Commits, log.MetadataWrites);
     }
 

@@ -43,12 +43,12 @@ internal static class LoggedRequests
         }
     }
 
-    public static LoggedRequest Create(HttpContext context, SessionId session, long sequence, byte[] body, byte[] requestHash, DateTimeOffset receivedAt, ISet<string> excluded)
+    public static LoggedRequest Create(HttpContext context, ByteString sessionBytes, long sequence, byte[] body, byte[] requestHash, DateTimeOffset receivedAt, ISet<string> excluded)
     {
         var request = context.Request;
         var record = new LoggedRequest
         {
-            SessionId = ByteString.CopyFrom(session.ToBytes()),
+            SessionId = sessionBytes,
             Sequence = sequence,
             Method = request.Method,
             Scheme = request.Scheme,

@@ -133,7 +133,7 @@ internal sealed class PersistenceMiddleware
 
         var requestHash = LoggedRequests.Hash(request.Method, request.Path.Value ?? "", request.QueryString.Value ?? "", body);
         var receivedAt = _runtime.Time.GetUtcNow();
-        var record = LoggedRequests.Create(context, sessionId, sequence, body, requestHash, receivedAt, _runtime.Options.ExcludedRequestHeaders);
+        var record = LoggedRequests.Create(context, session.IdBytes, sequence, body, requestHash, receivedAt, _runtime.Options.ExcludedRequestHeaders);
         if (record.CalculateSize() - body.Length > _runtime.Options.MaxLoggedHeaderBytes)
         {
             await ProtocolProblems.WriteAsync(context, 431, "request-too-large", "Request headers too large to log",

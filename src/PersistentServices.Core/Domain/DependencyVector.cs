@@ -56,7 +56,8 @@ internal sealed class DependencyVector
                     return this;
                 }
 
-                var copy = (KeyValuePair<string, StateId>[])_entries.Clone();
+                var copy = new KeyValuePair<string, StateId>[_entries.Length];
+                _entries.CopyTo(copy, 0);
                 copy[i] = new(service, state);
                 return new DependencyVector(copy);
             }

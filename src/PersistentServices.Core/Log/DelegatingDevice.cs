@@ -150,3 +150,21 @@ internal sealed class SegmentDurabilityDevice : DelegatingDevice
         }
     }
 }
+
+/// <summary>
+/// The outermost device of every log: a write that reports an error faults the log before FASTER processes the
+/// failure (FASTER then never calls the commit back), so no waiter on the failed range is ever released.
+/// </summary>
+internal sealed class FaultObservingDevice(IDevice inner, Action<uint> onWriteError) : DelegatingDevice(inner)
+{
+    public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite, DeviceIOCompletionCallback callback, object context)
+        => Inner.WriteAsync(sourceAddress, segmentId, destinationAddress, numBytesToWrite, (error, bytes, state) =>
+        {
+            if (error != 0)
+            {
+                onWriteError(error);
+            }
+
+            callback(error, bytes, state);
+        }, context);
+}

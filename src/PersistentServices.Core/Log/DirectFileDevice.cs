@@ -15,6 +15,12 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 {
     private const FileOptions NoBuffering = (FileOptions)0x20000000; // O_DIRECT on Linux
 
+    [ThreadStatic]
+    private static List<Operation>? t_deferred;
+
+    [ThreadStatic]
+    private static bool t_deferring;
+
     private readonly ConcurrentDictionary<int, SafeFileHandle> _handles = new();
     private readonly LogIoThread _io;
     private readonly Lock _openLock = new();
@@ -35,7 +41,40 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite, DeviceIOCompletionCallback callback, object context)
     {
         HandleCapacity(segmentId);
-        _io.Post(new Operation(this, write: true, sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context));
+        var operation = new Operation(this, write: true, sourceAddress, segmentId, destinationAddress, numBytesToWrite, callback, context);
+        if (t_deferring)
+        {
+            (t_deferred ??= []).Add(operation);
+        }
+        else
+        {
+            _io.Post(operation);
+        }
+    }
+
+    /// <summary>
+    /// Until <see cref="RunDeferredWrites"/>, writes issued on this thread are kept instead of handed to the log's thread:
+    /// the group commit's leader issues its commit under the append lock, then performs the commit's write itself once
+    /// the lock is released, with no thread hand-off (docs/benchmarks.md).
+    /// </summary>
+    public static void DeferWrites() => t_deferring = true;
+
+    /// <summary>Performs, on this thread and in order, the writes deferred since <see cref="DeferWrites"/>.</summary>
+    public static void RunDeferredWrites()
+    {
+        t_deferring = false;
+        var deferred = t_deferred;
+        if (deferred is not { Count: > 0 })
+        {
+            return;
+        }
+
+        var operations = deferred.ToArray();
+        deferred.Clear();
+        foreach (var operation in operations)
+        {
+            operation.Execute();
+        }
     }
 
     public override void ReadAsync(int segmentId, ulong sourceAddress, IntPtr destinationAddress, uint readLength, DeviceIOCompletionCallback callback, object context)

@@ -122,7 +122,7 @@ internal sealed class DurableLog : IAsyncDisposable
         DurableFile.EnsureDirectory(options.Directory);
         var lockFile = AcquireDirectoryLock(options.Directory);
         CommitMetadataFile? metadataFile = null;
-        IDevice? device = null;
+        FaultObservingDevice? device = null;
         FasterLog? fasterLog = null;
         var io = new LogIoThread("ps-log-io");
         try
@@ -157,7 +157,9 @@ internal sealed class DurableLog : IAsyncDisposable
             DurableLog? created = null;
             var manager = new ThrottledCommitManager(metadataFile, options.MetadataWriteInterval, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
-            device = options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io);
+            device = new FaultObservingDevice(
+                options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io),
+                error => created?.OnFault(new IOException($"A log write failed with error code {error}."), "write or flush failed"));
             var settings = new FasterLogSettings
             {
                 LogDevice = device,
@@ -400,9 +402,14 @@ internal sealed class DurableLog : IAsyncDisposable
 
         await WaitUntilDurableAsync(marker, cancellationToken).ConfigureAwait(false);
 
-        // The commit above recorded the new begin address in the metadata. FASTER deletes the segment files before it
-        // from an epoch callback that may not run before the log closes; delete them here, deterministically.
-        _device.TruncateUntilSegment((int)(untilLsn >> _segmentSizeBits));
+        // The commit above recorded the new begin address in the metadata. FASTER (and StorageDeviceBase) delete the
+        // segment files before it from epoch callbacks that may not run before the log closes; delete them here.
+        var beginSegment = (int)(untilLsn >> _segmentSizeBits);
+        foreach (var segment in SegmentFiles.List(_directory).Keys.Where(s => s < beginSegment))
+        {
+            _device.RemoveSegment(segment);
+        }
+
         DurableFile.FsyncDirectory(_directory);
         LogEvents.Truncated(_logger, _directory, untilLsn);
     }
@@ -509,22 +516,24 @@ internal sealed class DurableLog : IAsyncDisposable
                 if (issued)
                 {
                     _commitStarted = Stopwatch.GetTimestamp();
+                    DirectFileDevice.DeferWrites();
                     issued = _log.CommitStrongly(out tail, out commitNum, spinWait: false, callback: _onCommitted);
                     _committedBegin = _log.BeginAddress;
                     Volatile.Write(ref _lastCommitNum, Math.Max(commitNum, _lastCommitNum));
                 }
             }
 
+            // The commit's write, on this thread, outside the append lock; FASTER's callback publishes it (OnCommitted).
+            // A failed write faults the log through FaultObservingDevice.
+            DirectFileDevice.RunDeferredWrites();
             if (!issued)
             {
                 CommitFinished(_log.CommittedUntilAddress);
-                return;
             }
-
-            _ = ObserveCommitAsync(tail, commitNum);
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
+            DirectFileDevice.RunDeferredWrites();
             OnFault(ex, "commit failed");
         }
     }
@@ -536,19 +545,6 @@ internal sealed class DurableLog : IAsyncDisposable
         PersistentServicesMetrics.LogCommits.Add(1);
         PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
         CommitFinished(_log.CommittedUntilAddress);
-    }
-
-    /// <summary>The success path runs through <see cref="OnCommitted"/>; this only notices a failed commit (FASTER then never calls back).</summary>
-    private async Task ObserveCommitAsync(long tail, long commitNum)
-    {
-        try
-        {
-            await _log.WaitForCommitAsync(tail, commitNum).ConfigureAwait(false);
-        }
-        catch (Exception ex) when (ex is not OutOfMemoryException)
-        {
-            OnFault(ex, "commit failed");
-        }
     }
 
     /// <summary>Publishes the durable address, releases the waiters below it, and commits again if some remain.</summary>

@@ -74,7 +74,7 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
 
     public LoggedPosition Position { get; } = position;
 
-    public ByteString SessionId { get; } = ByteString.CopyFrom(session.Id.ToBytes());
+    public ByteString SessionId => Session.IdBytes;
 
     /// <summary>Replay only: the request's logged records still to be consumed.</summary>
     public ReplayCursor? Cursor { get; } = cursor;

@@ -70,6 +70,11 @@ internal sealed class Session
 
     public SessionId Id { get; }
 
+    /// <summary>The id as it is written in log records.</summary>
+    public Google.Protobuf.ByteString IdBytes => _idBytes ??= Google.Protobuf.ByteString.CopyFrom(Id.ToBytes());
+
+    private Google.Protobuf.ByteString? _idBytes;
+
     /// <summary>SHA-256 of the owning principal's identifier; empty when the session was started anonymously.</summary>
     public byte[] Owner { get; }
 

@@ -335,13 +335,21 @@ internal sealed partial class SharedStateStore
         Cell(name).Reserve(session);
         lock (_reservingSessions)
         {
-            _reservingSessions.Add(session);
+            if (_reservingSessions.Add(session) && _reservingSessions.Count == 1)
+            {
+                _unreserved = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            }
         }
     }
 
     /// <summary>The session's replay finished: whatever it still reserves is released.</summary>
     public void ReleaseReservations(Sessions.SessionId session)
     {
+        if (_unreserved.Task.IsCompleted)
+        {
+            return;
+        }
+
         foreach (var cell in _cells.Values)
         {
             cell.Release(session);
@@ -359,23 +367,19 @@ internal sealed partial class SharedStateStore
     /// <summary>
     /// Completes when no variable is reserved any more. Live requests (and other sessions' replays running past their
     /// log) wait for it before they execute, so they never block a thread on a reserved variable while the reserving
-    /// session's replay needs threads to finish (the thread-pool deadlock of seed 000 §3.3).
+    /// session's replay needs threads to finish (the thread-pool deadlock of seed 000 §3.3). No lock on the usual path.
     /// </summary>
-    public Task WhenUnreservedAsync()
-    {
-        lock (_reservingSessions)
-        {
-            if (_reservingSessions.Count == 0)
-            {
-                _unreserved.TrySetResult();
-            }
-
-            return _unreserved.Task;
-        }
-    }
+    public Task WhenUnreservedAsync() => _unreserved.Task;
 
     private readonly HashSet<Sessions.SessionId> _reservingSessions = [];
-    private readonly TaskCompletionSource _unreserved = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private volatile TaskCompletionSource _unreserved = Completed();
+
+    private static TaskCompletionSource Completed()
+    {
+        var done = new TaskCompletionSource();
+        done.SetResult();
+        return done;
+    }
 
     /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value (seed 000 §4.3).</summary>
     public void RollForward(string name, ByteString value, DependencyVector dv, long lsn, bool checkpoint)
