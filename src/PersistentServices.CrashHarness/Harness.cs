@@ -258,6 +258,12 @@ internal sealed class Harness
             Console.WriteLine("---- end of the service's output ----");
         }
 
+        // Repeated after the service's output, so that a reader of only the last lines (a CI log) still sees them.
+        foreach (var violation in violations.Take(5))
+        {
+            Console.WriteLine($"first violations: {violation}");
+        }
+
         var firstAcks = _stats.FirstAckMs.Where(f => f.Start > 1).Select(f => f.Ms);
         Console.WriteLine($"seed: {_options.Seed}");
         Console.WriteLine($"stop reason: {(stopReason.Length == 0 ? "failure" : stopReason)}");
