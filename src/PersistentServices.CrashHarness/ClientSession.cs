@@ -219,32 +219,11 @@ internal sealed class ClientSession
     /// <summary>Sends one add until it is answered; true when it was acknowledged consistently with the model.</summary>
     private async Task<bool> AddAsync(long seq, string opId, long amount, CancellationToken stop)
     {
-        // Built once: every retry sends exactly these bytes.
-        var body = Encoding.UTF8.GetBytes(string.Create(CultureInfo.InvariantCulture, $$"""{"opId":"{{opId}}","amount":{{amount}}}"""));
-        var seqText = seq.ToString(CultureInfo.InvariantCulture);
-        var reply = await SendAsync(() =>
-        {
-            var request = new HttpRequestMessage(HttpMethod.Post, _options.AddPath) { Content = new ByteArrayContent(body) };
-            request.Content.Headers.ContentType = Json;
-            request.Headers.Add("PS-Session", Id);
-            request.Headers.Add("PS-Seq", seqText);
-            return request;
-        }, $"seq {seqText} op {opId}", stop).ConfigureAwait(false);
+        var where = $"{Name} seq {seq.ToString(CultureInfo.InvariantCulture)} op {opId} amount {amount}";
+        var reply = await SendOperationAsync(seq, opId, string.Create(CultureInfo.InvariantCulture, $$"""{"opId":"{{opId}}","amount":{{amount}}}"""), where, stop).ConfigureAwait(false);
         if (reply is null)
         {
             return false;
-        }
-
-        var where = $"{Name} seq {seqText} op {opId} amount {amount}";
-        if (reply.Status != 200)
-        {
-            _stats.Violation($"{where}: status {reply.Status}{(reply.Replayed ? " (replayed)" : "")} {Shorten(reply.Body)}");
-            return false;
-        }
-
-        if (reply.Replayed)
-        {
-            _stats.Add(Counter.Replayed);
         }
 
         if (!TryParseAddReply(reply.Body, out var total, out var operations))
@@ -253,7 +232,7 @@ internal sealed class ClientSession
             return false;
         }
 
-        if (total != _total + amount || operations != _acknowledged.Count + 1 || (reply.Sequence is { } echoed && echoed != seqText))
+        if (total != _total + amount || operations != _acknowledged.Count + 1)
         {
             _stats.Violation($"{where}: reply total={total} operations={operations} PS-Seq={reply.Sequence} replayed={reply.Replayed}, " +
                 $"expected total={_total + amount} operations={_acknowledged.Count + 1} (one serial application of the acknowledged ops)");
@@ -266,31 +245,11 @@ internal sealed class ClientSession
     /// <summary>Inventory scenario: sends one adjustment until it is answered and records what the reply said.</summary>
     private async Task<bool> AdjustAsync(long seq, string opId, string sku, int delta, CancellationToken stop)
     {
-        var body = Encoding.UTF8.GetBytes(string.Create(CultureInfo.InvariantCulture, $$"""{"opId":"{{opId}}","sku":"{{sku}}","delta":{{delta}}}"""));
-        var seqText = seq.ToString(CultureInfo.InvariantCulture);
-        var reply = await SendAsync(() =>
-        {
-            var request = new HttpRequestMessage(HttpMethod.Post, _options.AddPath) { Content = new ByteArrayContent(body) };
-            request.Content.Headers.ContentType = Json;
-            request.Headers.Add("PS-Session", Id);
-            request.Headers.Add("PS-Seq", seqText);
-            return request;
-        }, $"seq {seqText} op {opId}", stop).ConfigureAwait(false);
+        var where = $"{Name} seq {seq.ToString(CultureInfo.InvariantCulture)} op {opId} {sku} {delta:+0;-0}";
+        var reply = await SendOperationAsync(seq, opId, string.Create(CultureInfo.InvariantCulture, $$"""{"opId":"{{opId}}","sku":"{{sku}}","delta":{{delta}}}"""), where, stop).ConfigureAwait(false);
         if (reply is null)
         {
             return false;
-        }
-
-        var where = $"{Name} seq {seqText} op {opId} {sku} {delta:+0;-0}";
-        if (reply.Status != 200)
-        {
-            _stats.Violation($"{where}: status {reply.Status}{(reply.Replayed ? " (replayed)" : "")} {Shorten(reply.Body)}");
-            return false;
-        }
-
-        if (reply.Replayed)
-        {
-            _stats.Add(Counter.Replayed);
         }
 
         try
@@ -313,6 +272,47 @@ internal sealed class ClientSession
             _stats.Violation($"{where}: unreadable 200 reply {Shorten(reply.Body)}");
             return false;
         }
+    }
+
+    /// <summary>
+    /// Sends one numbered operation of this session until it is answered (every retry sends exactly the same bytes);
+    /// null unless it was answered 200 (anything else is recorded as a violation).
+    /// </summary>
+    private async Task<Reply?> SendOperationAsync(long seq, string opId, string json, string where, CancellationToken stop)
+    {
+        var body = Encoding.UTF8.GetBytes(json);
+        var seqText = seq.ToString(CultureInfo.InvariantCulture);
+        var reply = await SendAsync(() =>
+        {
+            var request = new HttpRequestMessage(HttpMethod.Post, _options.AddPath) { Content = new ByteArrayContent(body) };
+            request.Content.Headers.ContentType = Json;
+            request.Headers.Add("PS-Session", Id);
+            request.Headers.Add("PS-Seq", seqText);
+            return request;
+        }, $"seq {seqText} op {opId}", stop).ConfigureAwait(false);
+        if (reply is null)
+        {
+            return null;
+        }
+
+        if (reply.Status != 200)
+        {
+            _stats.Violation($"{where}: status {reply.Status}{(reply.Replayed ? " (replayed)" : "")} {Shorten(reply.Body)}");
+            return null;
+        }
+
+        if (reply.Sequence is { } echoed && echoed != seqText)
+        {
+            _stats.Violation($"{where}: the reply carries PS-Seq {echoed}");
+            return null;
+        }
+
+        if (reply.Replayed)
+        {
+            _stats.Add(Counter.Replayed);
+        }
+
+        return reply;
     }
 
     /// <summary>
