@@ -23,7 +23,13 @@ using PersistentServices.Hosting;
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
-var mode = args.FirstOrDefault(a => !a.StartsWith("--", StringComparison.Ordinal)) ?? "throughput";
+var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
+if (mode is not ("throughput" or "state" or "recovery"))
+{
+    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state or recovery");
+    return 2;
+}
+
 string? Option(string name) => args.SkipWhile(a => a != name).Skip(1).FirstOrDefault();
 
 Console.WriteLine($"# PersistentServices end-to-end benchmark: {mode}");
