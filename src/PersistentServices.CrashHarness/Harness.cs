@@ -63,12 +63,23 @@ internal sealed class Harness
             showOutput = !serviceUp;
             Console.WriteLine($"stop reason: {stopReason} after {_kills} kills at {_clock.Elapsed.TotalSeconds:F1} s; letting clients finish their in-flight op");
 
-            // Clients finish the operation they are on (bounded), then stop.
+            // Clients finish the operation they are on (bounded), then stop. The service was just restarted, so on a slow
+            // machine the first replies may take seconds; an op abandoned here would leave its effect unexplained (the
+            // inventory checker would then report tickets nobody acknowledged), so the bound is generous and an op still
+            // unanswered at its end is reported as what it is: a liveness failure.
             stopNewOps.Cancel();
-            var drain = TimeSpan.FromMilliseconds(Math.Max(10_000, 3 * _options.RequestTimeoutMs));
+            var drain = TimeSpan.FromMilliseconds(Math.Max(60_000, 3 * _options.RequestTimeoutMs));
             var all = Task.WhenAll(clients);
             if (!serviceUp || await Task.WhenAny(all, Task.Delay(drain, bound.Token)).ConfigureAwait(false) != all)
             {
+                if (serviceUp)
+                {
+                    foreach (var session in sessions.Where(s => s.InFlight is not null))
+                    {
+                        _stats.Violation($"session {session.Id}: op {session.InFlight!.Value.OpId} still unanswered {drain.TotalSeconds:F0} s after the last restart (abandoned)");
+                    }
+                }
+
                 await stopClients.CancelAsync().ConfigureAwait(false);
             }
 

@@ -46,11 +46,37 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             execution.Advance(position.RequestLsn);
             last = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
             replayed++;
+            if (lastAndUnanswered)
+            {
+                await LogReplyAsync(execution, last, cancellationToken).ConfigureAwait(false);
+            }
         }
 
         runtime.Shared.ReleaseReservations(session.Id);
         session.FinishReplay(last);
         return replayed;
+    }
+
+    /// <summary>
+    /// The crash cut the last request short; its replay finished it live, and its reply now becomes the buffered reply
+    /// a retry receives. Like any reply to an end client it leaves only once it and everything it depends on (the
+    /// request's live reads and writes) are durable (seed 000 Fig. 7): otherwise a second crash could lose the live part
+    /// after a client saw its reply, and the next replay could answer differently (another ticket, another version).
+    /// </summary>
+    private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
+    {
+        var session = execution.Session;
+        var replyLsn = runtime.Log.Append(RecordKind.Reply, new ReplySent
+        {
+            SessionId = session.IdBytes,
+            Sequence = execution.Position.Sequence,
+            StatusCode = reply.StatusCode,
+            ReplyHash = Google.Protobuf.ByteString.CopyFrom(reply.Hash),
+            RequestLsn = execution.Position.RequestLsn,
+        });
+        session.StateNumber = replyLsn;
+        session.LoggedReplies[execution.Position.Sequence] = (reply.StatusCode, reply.Hash);
+        await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
     }
 
     private async Task<BufferedReply> ReplayOneAsync(RequestExecution execution, LoggedRequest record, RequestDelegate router, RequestDelegate next)

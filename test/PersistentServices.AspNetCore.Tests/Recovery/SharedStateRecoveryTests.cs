@@ -51,6 +51,65 @@ public sealed class SharedStateRecoveryTests : IDisposable
     }
 
     [Fact]
+    public async Task Restart_RequestCutShortByTheCrash_ReplayFinishesIt_AndItsReplyIsLoggedAndDurableBeforeAnyoneSeesIt()
+    {
+        // Crash image: the log directory copied while session A's request has logged its update but not its reply
+        // (another session's forced reply made A's records durable). A SIGKILL at that moment leaves the same files.
+        var crashImage = Path.Combine(_dir.Path, "crash-image");
+        var logDir = Path.Combine(_dir.Path, "log");
+        string a;
+        await using (var server = await TestServer.StartAsync(logDir))
+        {
+            a = await server.StartSessionAsync();
+            var b = await server.StartSessionAsync();
+            var cutShort = server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 });
+            await WaitUntilAsync(() => SharedTestController.Total.Read() == 5); // A's update is logged; A waits at the gate
+            var (forced, _) = await server.SendAsync(HttpMethod.Post, "/shared/add", b, 1, new { opId = "b-1", amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, forced.StatusCode);
+            CopyDirectory(logDir, crashImage);
+            TestBehavior.Gate.TrySetResult();
+            await cutShort;
+        }
+
+        await using (var server = await TestServer.StartAsync(crashImage))
+        {
+            await server.RecoveryCompletion;
+            var session = server.Session(a);
+
+            // The replay ran A's request to its end (live past its logged records); its reply is now logged and durable,
+            // so a second crash cannot take back what a retry is about to be told.
+            Assert.True(session.LoggedReplies.ContainsKey(1), "the reply of the request finished by replay was not logged");
+            Assert.True(server.Runtime.Log.DurableUntil > session.StateNumber, "the reply was handed out before it was durable");
+            var (retry, body) = await server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 });
+            Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
+            Assert.Equal("true", retry.Headers.GetValues("PS-Replayed").Single());
+            Assert.Equal(5, body.GetProperty("total").GetInt64()); // from the logged read (0), as before the crash
+        }
+    }
+
+    private static async Task WaitUntilAsync(Func<bool> condition)
+    {
+        for (var i = 0; i < 500 && !condition(); i++)
+        {
+            await Task.Delay(10, TestContext.Current.CancellationToken);
+        }
+
+        Assert.True(condition(), "condition not reached within 5 s");
+    }
+
+    private static void CopyDirectory(string from, string to)
+    {
+        Directory.CreateDirectory(to);
+        foreach (var file in Directory.GetFiles(from))
+        {
+            if (Path.GetFileName(file) != "directory.lock")
+            {
+                File.Copy(file, Path.Combine(to, Path.GetFileName(file)));
+            }
+        }
+    }
+
+    [Fact]
     public async Task Restart_EndpointUsingTimeRandomAndIds_ReplaysToTheSameReply()
     {
         string session;

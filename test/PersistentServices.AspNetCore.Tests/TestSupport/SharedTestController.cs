@@ -27,6 +27,15 @@ public sealed partial class SharedTestController : ControllerBase
         return Ok(new { total, calls = Calls });
     }
 
+    /// <summary>Updates the total, then waits for <see cref="TestBehavior.Gate"/> before it answers (a crash can cut it short).</summary>
+    [HttpPost("add-gated")]
+    public async Task<IActionResult> AddGated(AddAmount body)
+    {
+        var total = Total.Update(t => t + body.Amount);
+        await TestBehavior.Gate.Task;
+        return Ok(new { total });
+    }
+
     [HttpPost("stamp")]
     public IActionResult Stamp([FromServices] PersistentTimeProvider time, [FromServices] IPersistentIdGenerator ids, [FromServices] IPersistentRandom random)
         => Ok(new { id = ids.NewGuid(), at = time.GetUtcNow(), dice = random.Next(1, 7), total = Total.Read() });
