@@ -22,6 +22,24 @@ internal static class LoggedRequests
         "Authorization", "Proxy-Authorization", "Cookie",
     };
 
+    /// <summary>
+    /// Logs the short reply record of a request (status and hash, not the body: a replay recomputes it) and makes it the
+    /// session's state number. Not forced: the caller waits until it is durable before anyone receives the reply.
+    /// </summary>
+    public static long AppendReply(Log.DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
+    {
+        var lsn = log.Append(RecordKind.Reply, new ReplySent
+        {
+            SessionId = session.IdBytes,
+            Sequence = position.Sequence,
+            StatusCode = reply.StatusCode,
+            ReplyHash = ByteString.CopyFrom(reply.Hash),
+            RequestLsn = position.RequestLsn,
+        });
+        session.StateNumber = lsn;
+        return lsn;
+    }
+
     public static bool IsLogged(string header, ISet<string> excluded) => !AlwaysExcluded.Contains(header) && !excluded.Contains(header);
 
     /// <summary>SHA-256 of method, path, query and body: identifies "the same request" for retries of a sequence number.</summary>

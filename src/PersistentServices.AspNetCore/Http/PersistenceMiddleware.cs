@@ -198,15 +198,7 @@ internal sealed class PersistenceMiddleware
             capture = new ResponseCapture();
             reply = await RunEndpointAsync(context, execution, body, capture).ConfigureAwait(false);
 
-            var replyLsn = log.Append(RecordKind.Reply, new ReplySent
-            {
-                SessionId = record.SessionId,
-                Sequence = sequence,
-                StatusCode = reply.StatusCode,
-                ReplyHash = ByteString.CopyFrom(reply.Hash),
-                RequestLsn = requestLsn,
-            });
-            session.StateNumber = replyLsn;
+            var replyLsn = LoggedRequests.AppendReply(log, session, position, reply);
 
             // An end client is outside every service domain: the reply leaves only once everything it depends on is
             // durable (seed 000 Fig. 7; seed 001 §3.1). Concurrent requests share this commit.

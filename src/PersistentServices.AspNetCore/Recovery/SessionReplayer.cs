@@ -66,15 +66,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
     private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
     {
         var session = execution.Session;
-        var replyLsn = runtime.Log.Append(RecordKind.Reply, new ReplySent
-        {
-            SessionId = session.IdBytes,
-            Sequence = execution.Position.Sequence,
-            StatusCode = reply.StatusCode,
-            ReplyHash = Google.Protobuf.ByteString.CopyFrom(reply.Hash),
-            RequestLsn = execution.Position.RequestLsn,
-        });
-        session.StateNumber = replyLsn;
+        var replyLsn = LoggedRequests.AppendReply(runtime.Log, session, execution.Position, reply);
         session.LoggedReplies[execution.Position.Sequence] = (reply.StatusCode, reply.Hash);
         await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
     }
