@@ -1,27 +1,43 @@
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Options;
+using PersistentServices;
 using PersistentServices.Http;
+using PersistentServices.Sessions;
 
 namespace Microsoft.AspNetCore.Builder;
 
-/// <summary>Adds the persistence middleware.</summary>
+/// <summary>Adds the persistence middleware and the session endpoints.</summary>
 public static class PersistentServicesApplicationBuilderExtensions
 {
     private const string GlobalEndpointRouteBuilderKey = "__GlobalEndpointRouteBuilder";
 
     /// <summary>
     /// Adds the persistence middleware: <c>[Persistent]</c> endpoints run exactly once per client request, with their
-    /// reply forced to the log before it leaves; <c>[ReadOnly]</c> endpoints see session state without logging; the
-    /// session resource is served. Call it after <c>UseAuthentication</c>/<c>UseAuthorization</c> (when used) and before
-    /// mapping endpoints, on a <see cref="WebApplication"/>. Endpoints without either attribute are untouched.
+    /// reply forced to the log before it leaves; <c>[ReadOnly]</c> endpoints see session state without logging. Maps the
+    /// session endpoints (<c>POST</c> and <c>DELETE</c> on <see cref="PersistentServicesOptions.SessionsPath"/>). Call it
+    /// after <c>UseAuthentication</c>/<c>UseAuthorization</c> (when used) and before mapping endpoints, on a
+    /// <see cref="WebApplication"/>. Endpoints without either attribute are untouched.
     /// </summary>
-    public static IApplicationBuilder UsePersistentServices(this IApplicationBuilder app)
+    public static IApplicationBuilder UsePersistentServices(this IApplicationBuilder app) => app.UsePersistentServices(configureSessionEndpoints: null);
+
+    /// <summary>
+    /// <see cref="UsePersistentServices(IApplicationBuilder)"/>, with conventions for the session endpoints, for example
+    /// <c>app.UsePersistentServices(sessions =&gt; sessions.RequireRateLimiting("per-client"))</c>.
+    /// </summary>
+    public static IApplicationBuilder UsePersistentServices(this IApplicationBuilder app, Action<IEndpointConventionBuilder>? configureSessionEndpoints)
     {
         ArgumentNullException.ThrowIfNull(app);
-        if (!app.Properties.TryGetValue(GlobalEndpointRouteBuilderKey, out var endpoints))
+        if (!app.Properties.TryGetValue(GlobalEndpointRouteBuilderKey, out var global) || global is not IEndpointRouteBuilder endpoints)
         {
             throw new InvalidOperationException(
                 "UsePersistentServices() needs a WebApplication (minimal hosting): replay routes logged requests over the application's endpoints.");
         }
+
+        var options = app.ApplicationServices.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
+        var sessions = SessionEndpoints.Map(endpoints, options.SessionsPath);
+        configureSessionEndpoints?.Invoke(sessions);
 
         // A second router over the same endpoints, used by replay to route logged requests like live ones. Built on
         // first use: the routing middleware snapshots the endpoint data sources when it is built, and the endpoints

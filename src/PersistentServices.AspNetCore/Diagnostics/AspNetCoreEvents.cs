@@ -5,20 +5,29 @@ namespace PersistentServices.Diagnostics;
 /// <summary>Log messages of the ASP.NET Core integration (event ids 1100–1299).</summary>
 internal static partial class AspNetCoreEvents
 {
-    [LoggerMessage(1100, LogLevel.Information, "Started session {SessionId}")]
-    public static partial void SessionStarted(ILogger logger, string sessionId);
+    [LoggerMessage(1100, LogLevel.Information, "Started session {SessionTag}")]
+    public static partial void SessionStarted(ILogger logger, string sessionTag);
 
-    [LoggerMessage(1101, LogLevel.Information, "Ended session {SessionId} ({Reason})")]
-    public static partial void SessionEnded(ILogger logger, string sessionId, string reason);
+    [LoggerMessage(1101, LogLevel.Information, "Ended session {SessionTag} ({Reason})")]
+    public static partial void SessionEnded(ILogger logger, string sessionTag, string reason);
 
-    [LoggerMessage(1102, LogLevel.Debug, "Refused request {Sequence} of session {SessionId}: {Outcome}")]
-    public static partial void RequestRefused(ILogger logger, long sequence, string sessionId, string outcome);
+    [LoggerMessage(1102, LogLevel.Debug, "Refused request {Sequence} of session {SessionTag}: {Outcome}")]
+    public static partial void RequestRefused(ILogger logger, long sequence, string sessionTag, string outcome);
 
-    [LoggerMessage(1103, LogLevel.Error, "Persistent endpoint '{Endpoint}' threw while executing request {Sequence} of session {SessionId}; the reply is 500")]
-    public static partial void EndpointThrew(ILogger logger, string endpoint, long sequence, string sessionId, Exception exception);
+    [LoggerMessage(1103, LogLevel.Error, "Persistent endpoint '{Endpoint}' threw while executing request {Sequence} of session {SessionTag}; the reply is 500")]
+    public static partial void EndpointThrew(ILogger logger, string endpoint, long sequence, string sessionTag, Exception exception);
 
-    [LoggerMessage(1104, LogLevel.Error, "The log is unavailable; persistent request {Sequence} of session {SessionId} gets 503")]
-    public static partial void LogUnavailable(ILogger logger, long sequence, string sessionId, Exception? exception);
+    [LoggerMessage(1104, LogLevel.Error, "The log is unavailable; persistent request {Sequence} of session {SessionTag} gets 503")]
+    public static partial void LogUnavailable(ILogger logger, long sequence, string sessionTag, Exception? exception);
+
+    [LoggerMessage(1105, LogLevel.Warning, "The service cannot make requests durable (recovering, stopping, or its log failed); persistent request {Sequence} gets 503")]
+    public static partial void PersistentRequestUnavailable(ILogger logger, long sequence, Exception? exception);
+
+    [LoggerMessage(1106, LogLevel.Warning, "The service cannot answer from durable state (recovering, stopping, or its log failed); a read-only request gets 503")]
+    public static partial void ReadOnlyRequestUnavailable(ILogger logger, Exception? exception);
+
+    [LoggerMessage(1107, LogLevel.Warning, "The service cannot make session starts or ends durable (recovering, stopping, or its log failed); the session request gets 503")]
+    public static partial void SessionResourceUnavailable(ILogger logger, Exception? exception);
 
     [LoggerMessage(1200, LogLevel.Information,
         "Analysis scan: {Sessions} live sessions, {Requests} logged requests, {Records} records in {ElapsedMs} ms; accepting new sessions")]
@@ -34,6 +43,6 @@ internal static partial class AspNetCoreEvents
         "UsePersistentServices() was not called, so logged requests cannot be replayed; call app.UsePersistentServices() before mapping endpoints")]
     public static partial void PipelineMissing(ILogger logger);
 
-    [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionId} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
-    public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionId, long lsn, Exception exception);
+    [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionTag} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
+    public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);
 }

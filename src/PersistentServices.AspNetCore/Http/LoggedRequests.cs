@@ -1,7 +1,5 @@
 using System.Net;
 using System.Security.Claims;
-using System.Security.Cryptography;
-using System.Text;
 using Google.Protobuf;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
@@ -22,44 +20,7 @@ internal static class LoggedRequests
         "Authorization", "Proxy-Authorization", "Cookie",
     };
 
-    /// <summary>
-    /// Logs the short reply record of a request (status and hash, not the body: a replay recomputes it) and makes it the
-    /// session's state number. Not forced: the caller waits until it is durable before anyone receives the reply.
-    /// </summary>
-    public static long AppendReply(Log.DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
-    {
-        var lsn = log.Append(RecordKind.Reply, new ReplySent
-        {
-            SessionId = session.IdBytes,
-            Sequence = position.Sequence,
-            StatusCode = reply.StatusCode,
-            ReplyHash = ByteString.CopyFrom(reply.Hash),
-            RequestLsn = position.RequestLsn,
-        });
-        session.StateNumber = lsn;
-        return lsn;
-    }
-
     public static bool IsLogged(string header, ISet<string> excluded) => !AlwaysExcluded.Contains(header) && !excluded.Contains(header);
-
-    /// <summary>SHA-256 of method, path, query and body: identifies "the same request" for retries of a sequence number.</summary>
-    public static byte[] Hash(string method, string path, string query, ReadOnlySpan<byte> body)
-    {
-        var head = $"{method}\n{path}\n{query}\n";
-        var headLength = Encoding.UTF8.GetByteCount(head);
-        var rented = System.Buffers.ArrayPool<byte>.Shared.Rent(headLength + body.Length);
-        try
-        {
-            var buffer = rented.AsSpan(0, headLength + body.Length);
-            Encoding.UTF8.GetBytes(head, buffer);
-            body.CopyTo(buffer[headLength..]);
-            return SHA256.HashData(buffer);
-        }
-        finally
-        {
-            System.Buffers.ArrayPool<byte>.Shared.Return(rented);
-        }
-    }
 
     public static LoggedRequest Create(HttpContext context, ByteString sessionBytes, long sequence, byte[] body, byte[] requestHash, DateTimeOffset receivedAt, ISet<string> excluded)
     {
@@ -79,6 +40,7 @@ internal static class LoggedRequests
             Endpoint = context.GetEndpoint()?.DisplayName ?? "",
             RemoteIp = context.Connection.RemoteIpAddress?.ToString() ?? "",
             RequestHash = ByteString.CopyFrom(requestHash),
+            RequestHashVersion = RequestIdentity.CurrentVersion,
             CanHaveBody = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody ?? body.Length > 0,
         };
 
@@ -115,22 +77,12 @@ internal static class LoggedRequests
         return record;
     }
 
-    /// <summary>The identifier a session is bound to: SHA-256 of the principal's id claim, or empty when anonymous.</summary>
-    public static byte[] OwnerOf(ClaimsPrincipal user)
+    /// <summary>
+    /// Builds the context a logged request replays in: request features from the record (what a replayed endpoint sees is
+    /// exactly what was logged). <see cref="EndpointRunner"/> installs the logged body and the reply capture.
+    /// </summary>
+    public static DefaultHttpContext CreateReplayContext(LoggedRequest record, IServiceProvider services)
     {
-        if (user.Identity is not { IsAuthenticated: true } identity)
-        {
-            return [];
-        }
-
-        var id = user.FindFirst(ClaimTypes.NameIdentifier)?.Value ?? user.FindFirst("sub")?.Value ?? identity.Name;
-        return id is null ? [] : SHA256.HashData(Encoding.UTF8.GetBytes("principal:" + id));
-    }
-
-    /// <summary>Builds the context a logged request replays in: request features from the record, a capture for the reply.</summary>
-    public static DefaultHttpContext CreateReplayContext(LoggedRequest record, ResponseCapture capture, IServiceProvider services)
-    {
-        var body = record.Body.ToByteArray();
         var headers = new HeaderDictionary();
         foreach (var header in record.Headers)
         {
@@ -148,12 +100,12 @@ internal static class LoggedRequests
             QueryString = record.QueryString,
             RawTarget = record.PathBase + record.Path + record.QueryString,
             Headers = headers,
-            Body = new MemoryStream(body, writable: false),
+            Body = Stream.Null,
         });
         features.Set<IHttpRequestBodyDetectionFeature>(new BodyDetection(record.CanHaveBody));
-        features.Set<IRequestBodyPipeFeature>(new LoggedBodyPipe(body));
-        capture.Install(features);
-        features.Set<IHttpRequestLifetimeFeature>(new UninterruptibleLifetime());
+        features.Set<IHttpResponseFeature>(new HttpResponseFeature());
+        features.Set<IHttpResponseBodyFeature>(new StreamResponseBodyFeature(Stream.Null));
+        features.Set<IHttpRequestLifetimeFeature>(UninterruptibleLifetime.Instance);
         features.Set<IHttpConnectionFeature>(new HttpConnectionFeature
         {
             RemoteIpAddress = IPAddress.TryParse(record.RemoteIp, out var ip) ? ip : null,

@@ -1,15 +1,23 @@
 using System.Globalization;
 using System.Text.Json;
 using Microsoft.AspNetCore.Http;
+using PersistentServices.Sessions;
 
 namespace PersistentServices.Http;
 
-/// <summary>Protocol errors as RFC 9457 problem details (docs/protocol.md, "Errors").</summary>
+/// <summary>Protocol errors as RFC 9457 problem details (docs/protocol.md, "Errors"): every refusal of the protocol is written here.</summary>
 internal static class ProtocolProblems
 {
+    public const string TypePrefix = "urn:persistentservices:problem:";
+
     public static Task WriteAsync(HttpContext context, int status, string type, string title, string detail, long? expectedSequence = null)
     {
         var response = context.Response;
+        if (response.HasStarted)
+        {
+            return Task.CompletedTask;
+        }
+
         response.StatusCode = status;
         response.ContentType = "application/problem+json";
         if (expectedSequence is { } expected)
@@ -19,12 +27,51 @@ internal static class ProtocolProblems
 
         var body = JsonSerializer.SerializeToUtf8Bytes(new Dictionary<string, object?>
         {
-            ["type"] = "urn:persistentservices:problem:" + type,
+            ["type"] = TypePrefix + type,
             ["title"] = title,
             ["status"] = status,
             ["detail"] = detail,
             ["expectedSequence"] = expectedSequence,
         });
+        response.ContentLength = body.Length;
         return response.Body.WriteAsync(body, CancellationToken.None).AsTask();
     }
+
+    /// <summary>503: the service cannot make requests durable (recovering, stopping, or its log failed). Nothing was acknowledged.</summary>
+    public static Task UnavailableAsync(HttpContext context, string? detail = null)
+    {
+        context.Response.Headers.RetryAfter = "1";
+        return WriteAsync(context, 503, "unavailable", "Service unavailable", detail ??
+            "The service cannot make requests durable right now (recovering, stopping, or its log failed and it must restart). Retry the same request: nothing was acknowledged.");
+    }
+
+    public static Task SessionNotFoundAsync(HttpContext context)
+        => WriteAsync(context, 404, "session-not-found", "Session not found",
+            "No live session with this id belongs to the caller: it was never started, it ended or expired, or it belongs to another principal. Start a new session.");
+
+    public static Task BodyTooLargeAsync(HttpContext context, int limit)
+        => WriteAsync(context, 413, "body-too-large", "Request body too large",
+            $"A persistent request body may have at most {limit} bytes (PersistentServicesOptions.MaxRequestBodyBytes); nothing was logged or executed.");
+
+    public static Task HeadersTooLargeAsync(HttpContext context, int limit)
+        => WriteAsync(context, 431, "request-too-large", "Request headers too large to log",
+            $"The request's headers, query and claims exceed {limit} bytes (PersistentServicesOptions.MaxLoggedHeaderBytes); nothing was logged or executed.");
+
+    /// <summary>The admission refused the request's number (docs/protocol.md, "A persistent request").</summary>
+    public static Task RefusedAsync(HttpContext context, Admission admission, long sequence) => admission.Outcome switch
+    {
+        AdmitOutcome.Stale => WriteAsync(context, 410, "stale-sequence", "Request number already answered",
+            $"Request {sequence} is older than the session's last request; its reply is gone and it is never executed again. The next request is {admission.ExpectedSequence}.",
+            admission.ExpectedSequence),
+        AdmitOutcome.Gap => WriteAsync(context, 409, "sequence-gap", "Request number skips ahead",
+            $"Request {sequence} skips numbers; the session expects request {admission.ExpectedSequence} next (or a retry of {admission.ExpectedSequence - 1}).",
+            admission.ExpectedSequence),
+        AdmitOutcome.Busy => WriteAsync(context, 409, "session-busy", "Previous request still executing",
+            $"Request {sequence - 1} of this session is still executing; one request at a time per session. Retry request {sequence - 1} to get its reply.",
+            admission.ExpectedSequence),
+        AdmitOutcome.Mismatch => WriteAsync(context, 422, "sequence-reused", "Request number reused for a different request",
+            $"Request {sequence} was already received with a different method, path, query or body; a retry must repeat the request exactly.",
+            admission.ExpectedSequence),
+        _ => SessionNotFoundAsync(context),
+    };
 }

@@ -80,25 +80,30 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
 
     public Task CompleteAsync() => Task.CompletedTask;
 
-    /// <summary>Discards what the endpoint produced and makes the reply an empty <paramref name="statusCode"/> (an endpoint threw).</summary>
-    public Task ResetAsync(int statusCode)
+    /// <summary>Discards what the endpoint produced and makes the reply an empty <paramref name="statusCode"/> (an endpoint or an OnStarting callback threw).</summary>
+    public void Reset(int statusCode)
     {
         _buffer.Clear();
         Headers.Clear();
         _onStarting.Clear();
         StatusCode = statusCode;
         ReasonPhrase = null;
-        return Task.CompletedTask;
     }
 
-    /// <summary>Runs the OnStarting callbacks (last registered first, as servers do) and freezes the reply.</summary>
-    public async Task<BufferedReply> FinishAsync()
+    /// <summary>Runs the OnStarting callbacks, last registered first (as servers do), each once.</summary>
+    public async Task RunOnStartingAsync()
     {
-        for (var i = _onStarting.Count - 1; i >= 0; i--)
+        while (_onStarting.Count > 0)
         {
-            await _onStarting[i].Callback(_onStarting[i].State).ConfigureAwait(false);
+            var (callback, state) = _onStarting[^1];
+            _onStarting.RemoveAt(_onStarting.Count - 1);
+            await callback(state).ConfigureAwait(false);
         }
+    }
 
+    /// <summary>Freezes the reply: status, the headers a client must see again, body.</summary>
+    public BufferedReply Freeze()
+    {
         var headers = new List<KeyValuePair<string, string[]>>(Headers.Count);
         foreach (var (name, values) in Headers)
         {
@@ -109,15 +114,6 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
         }
 
         return new BufferedReply(StatusCode, headers, _buffer.WrittenSpan.ToArray());
-    }
-
-    /// <summary>Installs this capture on <paramref name="features"/>; returns what it replaced.</summary>
-    public (IHttpResponseFeature? Response, IHttpResponseBodyFeature? Body) Install(IFeatureCollection features)
-    {
-        var previous = (features.Get<IHttpResponseFeature>(), features.Get<IHttpResponseBodyFeature>());
-        features.Set<IHttpResponseFeature>(this);
-        features.Set<IHttpResponseBodyFeature>(this);
-        return previous;
     }
 
     private sealed class BufferPipeWriter(ArrayBufferWriter<byte> buffer) : PipeWriter
@@ -186,27 +182,5 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
             buffer.Write(source.Span);
             return default;
         }
-    }
-}
-
-/// <summary>The logged body as the request's <see cref="PipeReader"/> (no stream adapter).</summary>
-internal sealed class LoggedBodyPipe(byte[] body) : IRequestBodyPipeFeature
-{
-    public PipeReader Reader { get; } = PipeReader.Create(new ReadOnlySequence<byte>(body));
-}
-
-/// <summary>A request lifetime whose <see cref="RequestAborted"/> never fires: a logged request runs to completion even when its client disconnects.</summary>
-internal sealed class UninterruptibleLifetime : IHttpRequestLifetimeFeature
-{
-    public CancellationToken RequestAborted
-    {
-        get => CancellationToken.None;
-        set
-        {
-        }
-    }
-
-    public void Abort()
-    {
     }
 }

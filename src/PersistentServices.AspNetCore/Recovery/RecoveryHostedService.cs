@@ -54,8 +54,7 @@ internal sealed class RecoveryHostedService(
     private async Task ReplayAllAsync()
     {
         var started = Stopwatch.GetTimestamp();
-        // Sessions that crashed inside an update hold variables others wait for: replay them first.
-        var sessions = runtime.Sessions.All.Where(s => !s.Ready.IsCompleted).OrderByDescending(s => s.HoldsReservations).ToList();
+        var sessions = runtime.Sessions.All.Where(s => !s.Ready.IsCompleted).ToList();
         if (!pipeline.IsBuilt)
         {
             AspNetCoreEvents.PipelineMissing(logger);
@@ -65,20 +64,64 @@ internal sealed class RecoveryHostedService(
 
         var (router, next) = await pipeline.Ready.ConfigureAwait(false);
         long requests = 0;
+        Exception? failure = null;
+        using var run = CancellationTokenSource.CreateLinkedTokenSource(_stopping.Token);
+
+        // Sessions that crashed inside an update hold variables that others, and other holders' live tails, wait for:
+        // each replays at once on a thread of its own, outside ReplayParallelism, with its records read beforehand, so a
+        // chain of holders waiting for one another finishes on any core count and no replay slot or thread-pool thread
+        // ever waits for a reservation. The first failure anywhere cancels the rest.
+        async Task ReplayHolderAsync(Session session)
+        {
+            try
+            {
+                var loaded = await replayer.LoadAllAsync(session, run.Token).ConfigureAwait(false);
+                var replayed = await Task.Factory.StartNew(
+                    () => replayer.ReplayAsync(session, router.Value, next, loaded, run.Token).GetAwaiter().GetResult(),
+                    run.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default).ConfigureAwait(false);
+                Interlocked.Add(ref requests, replayed);
+            }
+            catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
+            {
+                await FailAsync(ex).ConfigureAwait(false);
+            }
+        }
+
+        async Task FailAsync(Exception error)
+        {
+            if (Interlocked.CompareExchange(ref failure, error, null) is null)
+            {
+                runtime.Fail(error);
+                runtime.Shared.AbortReservations();
+                await run.CancelAsync().ConfigureAwait(false);
+            }
+        }
+
+        var holders = sessions.Where(s => s.HoldsReservations).Select(ReplayHolderAsync).ToList();
         try
         {
             await Parallel.ForEachAsync(
-                sessions,
-                new ParallelOptions { MaxDegreeOfParallelism = runtime.Options.ReplayParallelism, CancellationToken = _stopping.Token },
-                async (session, token) => Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, token).ConfigureAwait(false))).ConfigureAwait(false);
+                sessions.Where(s => !s.HoldsReservations),
+                new ParallelOptions { MaxDegreeOfParallelism = runtime.Options.ReplayParallelism, CancellationToken = run.Token },
+                async (session, token) => Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, null, token).ConfigureAwait(false))).ConfigureAwait(false);
         }
-        catch (OperationCanceledException) when (_stopping.IsCancellationRequested)
+        catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
         {
+            await FailAsync(ex).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException)
+        {
+        }
+
+        await Task.WhenAll(holders).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        if (failure is not null)
+        {
+            Stop(failure, sessions);
             return;
         }
-        catch (Exception ex)
+
+        if (_stopping.IsCancellationRequested)
         {
-            Stop(ex, sessions);
             return;
         }
 
@@ -89,13 +132,9 @@ internal sealed class RecoveryHostedService(
 
     private void Stop(Exception error, List<Session> sessions)
     {
-        foreach (var session in sessions)
-        {
-            runtime.Shared.ReleaseReservations(session.Id);
-        }
-
-        AspNetCoreEvents.RecoveryFailed(logger, error);
         runtime.Fail(error);
+        runtime.Shared.AbortReservations();
+        AspNetCoreEvents.RecoveryFailed(logger, error);
         foreach (var session in sessions)
         {
             session.FailReplay(error);

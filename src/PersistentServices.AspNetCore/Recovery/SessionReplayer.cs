@@ -10,68 +10,95 @@ using PersistentServices.Sessions;
 
 namespace PersistentServices.Recovery;
 
+/// <summary>A logged request and the records it wrote while it ran, read from the log for replay.</summary>
+internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Record, IReadOnlyList<LogRecord> Aux);
+
 /// <summary>
 /// Replays one session's logged requests, in order, through the application's own endpoint pipeline (routing, model
-/// binding, filters, a fresh DI scope), in process (seed 000 §4.1 "Logged Request Replay"; seed 001 §2.5). Replies are
-/// discarded except the last, which becomes the buffered reply. Each replayed reply is compared with the logged reply
-/// hash, when one was logged; a difference stops recovery.
+/// binding, filters, a fresh DI scope), in process ([MSP §4.1] "Logged Request Replay"; [Phoenix/App §2.5]), with the
+/// same <see cref="EndpointRunner"/> live execution uses. Replies are discarded except the last, which becomes the
+/// buffered reply; each is compared with the logged reply hash. <c>OnCompleted</c> callbacks of replayed requests never
+/// run (their reply already went, or may have gone, to a client); those of a request the crash cut short, which replay
+/// finishes, run once with the first retry that receives its reply.
 /// </summary>
 internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger)
 {
-    public async Task<long> ReplayAsync(Session session, RequestDelegate router, RequestDelegate next, CancellationToken cancellationToken)
+    /// <summary>Reads every logged request of <paramref name="session"/> with its records (replay then needs no log I/O).</summary>
+    public async Task<IReadOnlyList<LoadedRequest>> LoadAllAsync(Session session, CancellationToken cancellationToken)
     {
+        var loaded = new List<LoadedRequest>(session.PositionStream.Count);
+        foreach (var position in session.PositionStream)
+        {
+            loaded.Add(await LoadAsync(position, cancellationToken).ConfigureAwait(false));
+        }
+
+        return loaded;
+    }
+
+    /// <summary>Replays <paramref name="session"/>; <paramref name="preloaded"/> when its records were read already. Returns the requests replayed.</summary>
+    public async Task<long> ReplayAsync(Session session, RequestDelegate router, RequestDelegate next, IReadOnlyList<LoadedRequest>? preloaded, CancellationToken cancellationToken)
+    {
+        using var activity = PersistentServicesTracing.Source.StartActivity("persistentservices.replay.session");
+        activity?.SetTag(PersistentServicesTracing.SessionTagName, session.TraceTag);
         BufferedReply? last = null;
-        long replayed = 0;
         var positions = session.PositionStream;
         for (var i = 0; i < positions.Count; i++)
         {
-            var position = positions[i];
-            var record = (await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false)).Parse(LoggedRequest.Parser);
-            var aux = new List<LogRecord>(position.Aux.Count);
-            foreach (var lsn in position.Aux)
-            {
-                aux.Add(await runtime.Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false));
-            }
+            var request = preloaded?[i] ?? await LoadAsync(positions[i], cancellationToken).ConfigureAwait(false);
+            var record = request.Record;
 
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
-            var lastAndUnanswered = i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence);
-            if (lastAndUnanswered && !session.HoldsReservations)
+            var cutShort = i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence);
+            if (cutShort && !session.HoldsReservations)
             {
                 // It may run past its log (live): wait until the sessions that crashed inside an update finished theirs.
                 await runtime.Shared.WhenUnreservedAsync().WaitAsync(cancellationToken).ConfigureAwait(false);
             }
 
-            var cursor = new ReplayCursor(aux, lastAndUnanswered, session.Id.ToString(), record.Sequence, position.RequestLsn);
-            var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, position, cursor);
-            execution.Advance(position.RequestLsn);
-            last = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
-            replayed++;
-            if (lastAndUnanswered)
+            var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn);
+            var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, request.Position, cursor);
+            execution.Advance(request.Position.RequestLsn);
+            var (reply, onCompleted) = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
+            if (cutShort)
             {
-                await LogReplyAsync(execution, last, cancellationToken).ConfigureAwait(false);
+                await LogReplyAsync(execution, reply, cancellationToken).ConfigureAwait(false);
+                reply.DeferOnCompleted(onCompleted);
             }
+
+            last = reply;
         }
 
         runtime.Shared.ReleaseReservations(session.Id);
         session.FinishReplay(last);
-        return replayed;
+        activity?.SetTag("persistentservices.replay.requests", (long)positions.Count);
+        return positions.Count;
+    }
+
+    private async Task<LoadedRequest> LoadAsync(LoggedPosition position, CancellationToken cancellationToken)
+    {
+        var record = (await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false)).Parse(LoggedRequest.Parser);
+        var aux = new List<LogRecord>(position.Aux.Count);
+        foreach (var lsn in position.Aux)
+        {
+            aux.Add(await runtime.Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false));
+        }
+
+        return new LoadedRequest(position, record, aux);
     }
 
     /// <summary>
     /// The crash cut the last request short; its replay finished it live, and its reply now becomes the buffered reply
     /// a retry receives. Like any reply to an end client it leaves only once it and everything it depends on (the
-    /// request's live reads and writes) are durable (seed 000 Fig. 7): otherwise a second crash could lose the live part
+    /// request's live reads and writes) are durable ([MSP Fig. 7]): otherwise a second crash could lose the live part
     /// after a client saw its reply, and the next replay could answer differently (another ticket, another version).
     /// </summary>
     private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
     {
-        var session = execution.Session;
-        var replyLsn = LoggedRequests.AppendReply(runtime.Log, session, execution.Position, reply);
-        session.LoggedReplies[execution.Position.Sequence] = (reply.StatusCode, reply.Hash);
+        var replyLsn = SessionRecords.AppendReply(runtime.Log, execution.Session, execution.Position, reply);
         await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
     }
 
-    private async Task<BufferedReply> ReplayOneAsync(RequestExecution execution, LoggedRequest record, RequestDelegate router, RequestDelegate next)
+    private async Task<CapturedReply> ReplayOneAsync(RequestExecution execution, LoggedRequest record, RequestDelegate router, RequestDelegate next)
     {
         var session = execution.Session;
         var lsn = execution.Position.RequestLsn;
@@ -79,54 +106,38 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var scope = scopes.CreateAsyncScope();
         await using (scope.ConfigureAwait(false))
         {
-            var capture = new ResponseCapture();
-            var context = LoggedRequests.CreateReplayContext(record, capture, scope.ServiceProvider);
+            var context = LoggedRequests.CreateReplayContext(record, scope.ServiceProvider);
             await router(context).ConfigureAwait(false);
             var endpoint = context.GetEndpoint();
-            if (endpoint?.DisplayName != record.Endpoint || PersistenceMiddleware.RoleOf(endpoint) != EndpointRole.Persistent)
+            if (endpoint?.DisplayName != record.Endpoint || EndpointRoles.Of(endpoint) != EndpointRole.Persistent)
             {
                 throw new ReplayDivergenceException(
-                    $"Replay of request {record.Sequence} of session {session.Id} (LSN {lsn}, {record.Method} {record.Path}) routed to " +
+                    $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) routed to " +
                     $"'{endpoint?.DisplayName ?? "no endpoint"}', but it ran on '{record.Endpoint}' before the crash (a persistent endpoint was removed or renamed?).",
-                    session.Id.ToString(), lsn);
+                    session.TraceTag, lsn);
             }
 
-            using (PersistentScope.Enter(new PersistentScope(session, ExecutionMode.Replay, execution)))
+            var captured = await EndpointRunner.RunAsync(context, next, new PersistentScope(session, ExecutionMode.Replay, execution), record.Body.ToByteArray(), logger)
+                .ConfigureAwait(false);
+
+            // A divergence found by the cursor stops recovery even when the endpoint caught the exception.
+            cursor.EnsureConsumed();
+            if (cursor.Divergence is { } divergence)
             {
-                try
-                {
-                    await next(context).ConfigureAwait(false);
-                }
-                catch (Exception ex)
-                {
-                    AspNetCoreEvents.ReplayedEndpointThrew(logger, record.Sequence, session.Id.ToString(), lsn, ex);
-                    await capture.ResetAsync(StatusCodes.Status500InternalServerError).ConfigureAwait(false);
-                }
-
-                var reply = await capture.FinishAsync().ConfigureAwait(false);
-                foreach (var (callback, state) in capture.OnCompletedCallbacks)
-                {
-                    await callback(state).ConfigureAwait(false);
-                }
-
-                // A divergence found by the cursor stops recovery even when the endpoint caught the exception.
-                cursor.EnsureConsumed();
-                if (cursor.Divergence is { } divergence)
-                {
-                    throw new ReplayDivergenceException(divergence, session.Id.ToString(), lsn);
-                }
-
-                if (session.LoggedReplies.TryGetValue(record.Sequence, out var logged) && !logged.Hash.AsSpan().SequenceEqual(reply.Hash))
-                {
-                    throw new ReplayDivergenceException(
-                        $"Replay of request {record.Sequence} of session {session.Id} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
-                        $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
-                        "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
-                        session.Id.ToString(), lsn);
-                }
-
-                return reply;
+                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn);
             }
+
+            var reply = captured.Reply;
+            if (session.LoggedReplies.TryGetValue(record.Sequence, out var logged) && !logged.Hash.AsSpan().SequenceEqual(reply.Hash))
+            {
+                throw new ReplayDivergenceException(
+                    $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
+                    $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
+                    "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
+                    session.TraceTag, lsn);
+            }
+
+            return captured;
         }
     }
 }

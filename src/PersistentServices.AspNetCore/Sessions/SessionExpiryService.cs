@@ -1,4 +1,3 @@
-using Google.Protobuf;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Diagnostics;
@@ -35,12 +34,7 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
 
             try
             {
-                runtime.Log.Append(RecordKind.SessionEnded, new SessionEnded
-                {
-                    SessionId = ByteString.CopyFrom(session.Id.ToBytes()),
-                    Reason = SessionEndReason.Expired,
-                    EndedAtUnixMs = now.ToUnixTimeMilliseconds(),
-                });
+                SessionRecords.AppendEnded(runtime.Log, session, SessionEndReason.Expired, now);
             }
             catch (LogFaultedException)
             {
@@ -48,7 +42,7 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
             }
 
             runtime.Sessions.Remove(session.Id);
-            AspNetCoreEvents.SessionEnded(logger, session.Id.ToString(), "idle for longer than the retention");
+            AspNetCoreEvents.SessionEnded(logger, session.TraceTag, "idle for longer than the retention");
             expired++;
         }
 

@@ -40,7 +40,8 @@ internal static class AnalysisScan
                         SessionId.FromBytes(startedRecord.SessionId.Span),
                         startedRecord.Owner.ToByteArray(),
                         DateTimeOffset.FromUnixTimeMilliseconds(startedRecord.StartedAtUnixMs),
-                        replaying: true)
+                        replaying: true,
+                        (int)startedRecord.OwnerVersion)
                     {
                         StateNumber = record.Lsn,
                     };
@@ -51,7 +52,7 @@ internal static class AnalysisScan
                     var request = record.Parse(LoggedRequest.Parser);
                     if (sessions.TryGet(SessionId.FromBytes(request.SessionId.Span), out var owner))
                     {
-                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash.ToByteArray(),
+                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash.ToByteArray(), (int)request.RequestHashVersion,
                             DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
                         openUpdates.Remove(owner.Id);
                         requests++;

@@ -14,7 +14,7 @@ public sealed class ReplayDivergenceException : Exception
         Lsn = lsn;
     }
 
-    /// <summary>The session whose replay diverged.</summary>
+    /// <summary>The session whose replay diverged, by its trace tag (a short hash of its id: ids of anonymous sessions are bearer secrets, never logged).</summary>
     public string SessionId { get; }
 
     /// <summary>LSN of the logged request whose replay diverged.</summary>

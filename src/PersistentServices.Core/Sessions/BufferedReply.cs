@@ -26,6 +26,20 @@ internal sealed class BufferedReply
     /// <summary>SHA-256 of the status code, Content-Type and body: what replay must reproduce.</summary>
     public byte[] Hash { get; }
 
+    /// <summary>
+    /// OnCompleted callbacks of a reply that replay finished (the crash cut its request short, so no client received it
+    /// yet): they run once, with the first retry that receives the reply. Null when there are none or they were taken.
+    /// </summary>
+    private IReadOnlyList<(Func<object, Task> Callback, object State)>? _deferredOnCompleted;
+
+    /// <summary>Keeps <paramref name="callbacks"/> for the first client that receives this reply.</summary>
+    public void DeferOnCompleted(IReadOnlyList<(Func<object, Task> Callback, object State)> callbacks)
+        => _deferredOnCompleted = callbacks.Count > 0 ? callbacks : null;
+
+    /// <summary>The deferred OnCompleted callbacks, once: the next caller gets null.</summary>
+    public IReadOnlyList<(Func<object, Task> Callback, object State)>? TakeDeferredOnCompleted()
+        => Interlocked.Exchange(ref _deferredOnCompleted, null);
+
     public string? ContentType => Headers.FirstOrDefault(h => string.Equals(h.Key, "Content-Type", StringComparison.OrdinalIgnoreCase)).Value?.FirstOrDefault();
 
     public static byte[] ComputeHash(int statusCode, string? contentType, ReadOnlySpan<byte> body)

@@ -57,10 +57,11 @@ internal sealed class Session
     private readonly TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private TaskCompletionSource<BufferedReply>? _executing;
 
-    public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying)
+    public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying, int ownerVersion = SessionOwner.CurrentVersion)
     {
         Id = id;
         Owner = owner;
+        OwnerVersion = ownerVersion;
         LastActivity = startedAt;
         if (!replaying)
         {
@@ -75,13 +76,35 @@ internal sealed class Session
 
     private Google.Protobuf.ByteString? _idBytes;
 
+    /// <summary>The id as clients send it (base64url), computed once.</summary>
+    public string IdText => _idText ??= Id.ToString();
+
+    private string? _idText;
+
+    /// <summary>The id's short hash for traces (<see cref="Diagnostics.PersistentServicesTracing.SessionTag"/>), computed once.</summary>
+    public string TraceTag => _traceTag ??= Diagnostics.PersistentServicesTracing.SessionTag(Id);
+
+    private string? _traceTag;
+
     /// <summary>SHA-256 of the owning principal's identifier; empty when the session was started anonymously.</summary>
     public byte[] Owner { get; }
 
+    /// <summary>How <see cref="Owner"/> was hashed (<see cref="SessionOwner"/>): sessions started by older builds keep theirs.</summary>
+    public int OwnerVersion { get; }
+
     /// <summary>Number of the last request accepted (0 before the first). The next expected number is one more.</summary>
-    public long LastSequence { get; private set; }
+    public long LastSequence
+    {
+        get => Volatile.Read(ref _lastSequence);
+        private set => Volatile.Write(ref _lastSequence, value);
+    }
+
+    private long _lastSequence;
 
     public byte[]? LastRequestHash { get; private set; }
+
+    /// <summary>How <see cref="LastRequestHash"/> was computed (<see cref="RequestIdentity"/>): a request logged by an older build keeps its.</summary>
+    public int LastRequestHashVersion { get; private set; } = RequestIdentity.CurrentVersion;
 
     /// <summary>The buffered reply of <see cref="LastSequence"/>, once it completed.</summary>
     public BufferedReply? LastReply { get; private set; }
@@ -122,8 +145,14 @@ internal sealed class Session
 
     public bool Ended { get; private set; }
 
-    /// <summary>Decides what to do with request <paramref name="sequence"/>; claims it when it is the next one.</summary>
-    public Admission Admit(long sequence, byte[] requestHash)
+    /// <summary>True when a retry of <paramref name="sequence"/> must be compared with a hash of an older version (<see cref="RequestIdentity.HashVersion0"/>).</summary>
+    public bool NeedsVersion0Hash(long sequence) => sequence == Volatile.Read(ref _lastSequence) && LastRequestHashVersion == 0;
+
+    /// <summary>
+    /// Decides what to do with request <paramref name="sequence"/>; claims it when it is the next one.
+    /// <paramref name="version0Hash"/> is the request's hash as older builds computed it, when <see cref="NeedsVersion0Hash"/>.
+    /// </summary>
+    public Admission Admit(long sequence, byte[] requestHash, byte[]? version0Hash = null)
     {
         lock (_gate)
         {
@@ -135,7 +164,8 @@ internal sealed class Session
 
             if (sequence == LastSequence && LastSequence > 0)
             {
-                if (LastRequestHash is null || !requestHash.AsSpan().SequenceEqual(LastRequestHash))
+                var compared = LastRequestHashVersion == 0 ? version0Hash : requestHash;
+                if (LastRequestHash is null || compared is null || !compared.AsSpan().SequenceEqual(LastRequestHash))
                 {
                     return new Admission(AdmitOutcome.Mismatch, expected);
                 }
@@ -162,6 +192,7 @@ internal sealed class Session
 
             LastSequence = sequence;
             LastRequestHash = requestHash;
+            LastRequestHashVersion = RequestIdentity.CurrentVersion;
             LastReply = null;
             _executing = new TaskCompletionSource<BufferedReply>(TaskCreationOptions.RunContinuationsAsynchronously);
             return new Admission(AdmitOutcome.Execute, expected);
@@ -196,11 +227,12 @@ internal sealed class Session
     }
 
     /// <summary>Analysis scan: a logged request of this session.</summary>
-    public void RecoverRequest(long lsn, long sequence, byte[] requestHash, DateTimeOffset receivedAt)
+    public void RecoverRequest(long lsn, long sequence, byte[] requestHash, int requestHashVersion, DateTimeOffset receivedAt)
     {
         PositionStream.Add(new LoggedPosition(lsn, sequence));
         LastSequence = sequence;
         LastRequestHash = requestHash;
+        LastRequestHashVersion = requestHashVersion;
         LastActivity = receivedAt;
         StateNumber = lsn;
     }

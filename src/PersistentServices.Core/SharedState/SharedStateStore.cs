@@ -58,6 +58,24 @@ internal sealed class SharedCell(string name)
     private readonly object _reservation = new();
     private Sessions.SessionId? _reservedFor;
     private volatile bool _reserved;
+    private bool _aborted;
+
+    /// <summary>Recovery failed: a replay waiting for this reservation stops (throws) instead of running on.</summary>
+    public void Abort()
+    {
+        lock (_reservation)
+        {
+            if (_reservedFor is null)
+            {
+                return;
+            }
+
+            _aborted = true;
+            _reservedFor = null;
+            _reserved = false;
+            Monitor.PulseAll(_reservation);
+        }
+    }
 
     public void Reserve(Sessions.SessionId session)
     {
@@ -99,6 +117,11 @@ internal sealed class SharedCell(string name)
             while (_reservedFor is { } owner && owner != session)
             {
                 Monitor.Wait(_reservation);
+            }
+
+            if (_aborted)
+            {
+                throw new OperationCanceledException($"Recovery failed while this request waited for shared variable '{Name}', reserved by another session's replay.");
             }
         }
     }
@@ -361,6 +384,24 @@ internal sealed partial class SharedStateStore
             {
                 _unreserved.TrySetResult();
             }
+        }
+    }
+
+    /// <summary>
+    /// Recovery failed: every reservation ends, replays waiting for one stop, and requests waiting for
+    /// <see cref="WhenUnreservedAsync"/> go on (to find the service unavailable).
+    /// </summary>
+    public void AbortReservations()
+    {
+        foreach (var cell in _cells.Values)
+        {
+            cell.Abort();
+        }
+
+        lock (_reservingSessions)
+        {
+            _reservingSessions.Clear();
+            _unreserved.TrySetResult();
         }
     }
 

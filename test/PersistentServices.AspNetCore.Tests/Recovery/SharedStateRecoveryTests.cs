@@ -71,6 +71,8 @@ public sealed class SharedStateRecoveryTests : IDisposable
             await cutShort;
         }
 
+        await WaitUntilAsync(() => TestBehavior.Count("shared/add-gated:completed") == 1); // live: once, after its reply
+
         await using (var server = await TestServer.StartAsync(crashImage))
         {
             await server.RecoveryCompletion;
@@ -80,10 +82,17 @@ public sealed class SharedStateRecoveryTests : IDisposable
             // so a second crash cannot take back what a retry is about to be told.
             Assert.True(session.LoggedReplies.ContainsKey(1), "the reply of the request finished by replay was not logged");
             Assert.True(server.Runtime.Log.DurableUntil > session.StateNumber, "the reply was handed out before it was durable");
+            Assert.Equal(1, TestBehavior.Count("shared/add-gated:completed")); // replay runs no OnCompleted callback
             var (retry, body) = await server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 });
             Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
             Assert.Equal("true", retry.Headers.GetValues("PS-Replayed").Single());
             Assert.Equal(5, body.GetProperty("total").GetInt64()); // from the logged read (0), as before the crash
+
+            // The reply replay finished reached a client for the first time: its OnCompleted callback runs, once.
+            await WaitUntilAsync(() => TestBehavior.Count("shared/add-gated:completed") == 2);
+            Assert.Equal(HttpStatusCode.OK, (await server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 })).Response.StatusCode);
+            await Task.Delay(200, TestContext.Current.CancellationToken);
+            Assert.Equal(2, TestBehavior.Count("shared/add-gated:completed"));
         }
     }
 

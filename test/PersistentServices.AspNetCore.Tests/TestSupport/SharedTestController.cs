@@ -32,6 +32,11 @@ public sealed partial class SharedTestController : ControllerBase
     public async Task<IActionResult> AddGated(AddAmount body)
     {
         var total = Total.Update(t => t + body.Amount);
+        Response.OnCompleted(() =>
+        {
+            TestBehavior.Executed("shared/add-gated:completed");
+            return Task.CompletedTask;
+        });
         await TestBehavior.Gate.Task;
         return Ok(new { total });
     }

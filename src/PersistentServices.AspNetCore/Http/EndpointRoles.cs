@@ -1,0 +1,48 @@
+using System.Runtime.CompilerServices;
+using Microsoft.AspNetCore.Http;
+
+namespace PersistentServices.Http;
+
+/// <summary>What an endpoint is to the persistence layer ([Phoenix/App §3.2–3.3]).</summary>
+internal enum EndpointRole
+{
+    /// <summary>No attribute: untouched.</summary>
+    Plain,
+
+    /// <summary>[Persistent]: logged, exactly once, reply forced before it leaves.</summary>
+    Persistent,
+
+    /// <summary>[ReadOnly]: not logged, forces nothing, changes no session state.</summary>
+    ReadOnly,
+}
+
+/// <summary>The role of each endpoint, read once from its metadata.</summary>
+internal static class EndpointRoles
+{
+    private static readonly ConditionalWeakTable<Endpoint, StrongBox<EndpointRole>> Roles = [];
+
+    public static EndpointRole Of(Endpoint? endpoint)
+    {
+        if (endpoint is null)
+        {
+            return EndpointRole.Plain;
+        }
+
+        return Roles.GetValue(endpoint, static e =>
+        {
+            // The most specific attribute wins: action metadata comes after controller metadata.
+            for (var i = e.Metadata.Count - 1; i >= 0; i--)
+            {
+                switch (e.Metadata[i])
+                {
+                    case ReadOnlyAttribute:
+                        return new StrongBox<EndpointRole>(EndpointRole.ReadOnly);
+                    case PersistentAttribute:
+                        return new StrongBox<EndpointRole>(EndpointRole.Persistent);
+                }
+            }
+
+            return new StrongBox<EndpointRole>(EndpointRole.Plain);
+        }).Value;
+    }
+}

@@ -1,0 +1,42 @@
+using System.Diagnostics;
+using Microsoft.AspNetCore.Http;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Http;
+
+/// <summary>
+/// One persistent request as it passes through <see cref="PersistentRequestHandler"/>'s steps (admit, log the request,
+/// run under capture, log the reply, force, send): what each step found and what the next one needs, in one place.
+/// </summary>
+internal sealed class PersistentRequest(HttpContext httpContext)
+{
+    public HttpContext HttpContext { get; } = httpContext;
+
+    /// <summary>The session the request belongs to (found and owned by the caller).</summary>
+    public Session Session { get; set; } = null!;
+
+    /// <summary>The request's number in its session (<c>PS-Seq</c>).</summary>
+    public long Sequence { get; set; }
+
+    /// <summary>The whole request body, read before anything is logged.</summary>
+    public byte[] Body { get; set; } = [];
+
+    /// <summary>What identifies a retry as the same request (<see cref="RequestIdentity"/>).</summary>
+    public byte[] Hash { get; set; } = [];
+
+    /// <summary>The request's log record (built before admission so its size is checked before anything is logged).</summary>
+    public LoggedRequest Record { get; set; } = null!;
+
+    /// <summary>The admission's decision.</summary>
+    public Admission Admission { get; set; }
+
+    /// <summary>Once logged: the request's entry in the session's position stream, and its execution.</summary>
+    public RequestExecution? Execution { get; set; }
+
+    /// <summary>Once run: the reply and the OnCompleted callbacks the endpoint registered.</summary>
+    public CapturedReply Reply { get; set; }
+
+    /// <summary>The request's activity, when someone listens (<see cref="Diagnostics.PersistentServicesTracing"/>).</summary>
+    public Activity? Activity { get; set; }
+}

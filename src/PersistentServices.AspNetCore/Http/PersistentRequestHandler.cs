@@ -1,0 +1,289 @@
+using System.Buffers;
+using System.Diagnostics;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Log;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Http;
+
+/// <summary>
+/// A <c>[Persistent]</c> request, in named steps ([MSP §3.1–3.2]; [Phoenix/App §2–3]; docs/protocol.md):
+/// <list type="number">
+/// <item><see cref="AdmitAsync"/>: headers, availability, body within its limit, the caller's session, its replay, the
+///   record within its limit, then the session's decision by the sequence number (duplicate, stale, gap, busy, reused,
+///   or execute).</item>
+/// <item><see cref="LogRequest"/>: the request record joins the session's position stream (not forced).</item>
+/// <item><see cref="RunAsync"/>: the endpoint runs under capture (<see cref="EndpointRunner"/>, as replay runs it).</item>
+/// <item><see cref="LogReply"/> and <see cref="ForceAsync"/>: the short reply record, then one group commit for everything
+///   the reply depends on: an end client is outside every service domain ([MSP Fig. 7]; [Phoenix/App §3.1]).</item>
+/// <item><see cref="SendAsync"/>: the reply becomes the session's buffered reply and goes to the client.</item>
+/// </list>
+/// Only a log fault (or shutdown) before the force abandons a request (503, retry the same request); anything the
+/// endpoint does wrong is its 500 reply, logged like any reply.
+/// </summary>
+internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentRuntime runtime, ILogger logger)
+{
+    private static readonly KeyValuePair<string, object?> Executed = new("outcome", "executed");
+    private static readonly KeyValuePair<string, object?> Duplicate = new("outcome", "duplicate");
+    private static readonly KeyValuePair<string, object?> DuplicateInFlight = new("outcome", "duplicate_in_flight");
+    private static readonly KeyValuePair<string, object?> Refused = new("outcome", "refused");
+    private static readonly KeyValuePair<string, object?> Abandoned = new("outcome", "abandoned");
+
+    public async Task InvokeAsync(HttpContext context)
+    {
+        var request = new PersistentRequest(context);
+        using var activity = request.Activity = PersistentServicesTracing.Source.StartActivity("persistentservices.request");
+        if (!await AdmitAsync(request).ConfigureAwait(false))
+        {
+            return;
+        }
+
+        var admission = request.Admission;
+        Trace(request, admission.Outcome);
+        switch (admission.Outcome)
+        {
+            case AdmitOutcome.Execute:
+                if (await ExecuteAsync(request).ConfigureAwait(false))
+                {
+                    await SendAsync(request).ConfigureAwait(false);
+                }
+
+                return;
+
+            case AdmitOutcome.Duplicate when admission.Reply is { } buffered:
+                PersistentServicesMetrics.Requests.Add(1, Duplicate);
+                await ReplyWriter.WriteAsync(context, buffered, buffered.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
+                return;
+
+            case AdmitOutcome.Duplicate:
+                // The last request of the session was abandoned (the log faulted before its reply was durable): the service
+                // must restart, and recovery will finish it.
+                await UnavailableAsync(request, runtime.LogFault).ConfigureAwait(false);
+                return;
+
+            case AdmitOutcome.DuplicateInFlight:
+                PersistentServicesMetrics.Requests.Add(1, DuplicateInFlight);
+                BufferedReply reply;
+                try
+                {
+                    reply = await admission.Pending!.ConfigureAwait(false);
+                }
+                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException)
+                {
+                    await UnavailableAsync(request, ex).ConfigureAwait(false);
+                    return;
+                }
+
+                await ReplyWriter.WriteAsync(context, reply, reply.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
+                return;
+
+            default:
+                PersistentServicesMetrics.Requests.Add(1, Refused);
+                AspNetCoreEvents.RequestRefused(logger, request.Sequence, request.Session.TraceTag, admission.Outcome.ToString());
+                await ProtocolProblems.RefusedAsync(context, admission, request.Sequence).ConfigureAwait(false);
+                return;
+        }
+    }
+
+    /// <summary>Step 1: everything checked before anything is logged, then the session's decision. False when refused (the refusal was written).</summary>
+    private async ValueTask<bool> AdmitAsync(PersistentRequest request)
+    {
+        var context = request.HttpContext;
+        var http = context.Request;
+        if (!ProtocolHeaders.TryGetSession(http, out var sessionId, out _, out var error))
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header missing or malformed",
+                error ?? $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header: start a session with POST {runtime.Options.SessionsPath}.").ConfigureAwait(false);
+            return false;
+        }
+
+        if (!ProtocolHeaders.TryGetSequence(http, out var sequence, out error))
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "sequence-header", "Sequence header missing or malformed", error!).ConfigureAwait(false);
+            return false;
+        }
+
+        request.Sequence = sequence;
+        if (!runtime.IsAvailable)
+        {
+            AspNetCoreEvents.PersistentRequestUnavailable(logger, sequence, runtime.LogFault ?? runtime.Failure);
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return false;
+        }
+
+        if (await ReadBodyAsync(context).ConfigureAwait(false) is not { } body)
+        {
+            return false;
+        }
+
+        request.Body = body;
+        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        {
+            await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
+            return false;
+        }
+
+        request.Session = session;
+        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        {
+            return false;
+        }
+
+        var method = http.Method;
+        var path = http.Path.Value ?? "";
+        var query = http.QueryString.Value ?? "";
+        request.Hash = RequestIdentity.Hash(method, path, query, body);
+        var version0Hash = session.NeedsVersion0Hash(sequence) ? RequestIdentity.HashVersion0(method, path, query, body) : null;
+        var options = runtime.Options;
+        request.Record = LoggedRequests.Create(context, session.IdBytes, sequence, body, request.Hash, runtime.Time.GetUtcNow(), options.ExcludedRequestHeaders);
+        if (request.Record.CalculateSize() - body.Length > options.MaxLoggedHeaderBytes)
+        {
+            await ProtocolProblems.HeadersTooLargeAsync(context, options.MaxLoggedHeaderBytes).ConfigureAwait(false);
+            return false;
+        }
+
+        request.Admission = session.Admit(sequence, request.Hash, version0Hash);
+        return true;
+    }
+
+    /// <summary>Steps 2–4 under the session's execution lock. False when the request was abandoned (503 written).</summary>
+    private async ValueTask<bool> ExecuteAsync(PersistentRequest request)
+    {
+        var session = request.Session;
+
+        // Right after a crash that interrupted an update, the variables it held stay reserved until its replay finishes.
+        await runtime.Shared.WhenUnreservedAsync().ConfigureAwait(false);
+        await session.ExecutionLock.WaitAsync(CancellationToken.None).ConfigureAwait(false);
+        try
+        {
+            if (!runtime.IsAvailable)
+            {
+                // Recovery failed, or the log faulted, while this request waited: nothing may execute any more.
+                throw runtime.LogFault ?? (Exception)new ObjectDisposedException(nameof(PersistentRuntime), "The service is unavailable.");
+            }
+
+            LogRequest(request);
+            request.Reply = await RunAsync(request).ConfigureAwait(false);
+            var replyLsn = LogReply(request);
+            await ForceAsync(request, replyLsn).ConfigureAwait(false);
+            session.Complete(request.Reply.Reply);
+            PersistentServicesMetrics.Requests.Add(1, Executed);
+            return true;
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            // The log faulted (or closed) before the reply was durable: nothing is acknowledged, duplicates waiting for
+            // this execution fail too, and the service answers 503 until it restarts and recovers from the log.
+            session.Abandon(ex);
+            PersistentServicesMetrics.Requests.Add(1, Abandoned);
+            await UnavailableAsync(request, ex).ConfigureAwait(false);
+            return false;
+        }
+        catch (Exception ex)
+        {
+            // Not the endpoint (its failures are its 500 reply): a defect of the library. Nothing was acknowledged.
+            session.Abandon(ex);
+            PersistentServicesMetrics.Requests.Add(1, Abandoned);
+            throw;
+        }
+        finally
+        {
+            session.ExecutionLock.Release();
+        }
+    }
+
+    /// <summary>Step 2: the request record, appended (not forced) to the session's position stream.</summary>
+    private void LogRequest(PersistentRequest request)
+    {
+        var log = runtime.Log;
+        var position = SessionRecords.AppendRequest(log, request.Session, request.Record);
+        var execution = new RequestExecution(log, runtime.Options.ServiceName, runtime.Epoch, request.Session, position, cursor: null);
+        execution.Advance(position.RequestLsn);
+        request.Execution = execution;
+        request.Activity?.SetTag(PersistentServicesTracing.LsnTagName, position.RequestLsn);
+    }
+
+    /// <summary>Step 3: the endpoint, under capture, with the logged body and a lifetime its client cannot abort.</summary>
+    private Task<CapturedReply> RunAsync(PersistentRequest request)
+        => EndpointRunner.RunAsync(request.HttpContext, next, new PersistentScope(request.Session, ExecutionMode.Live, request.Execution), request.Body, logger);
+
+    /// <summary>Step 4a: the short reply record ([Phoenix/App Algorithm 3]).</summary>
+    private long LogReply(PersistentRequest request)
+    {
+        var lsn = SessionRecords.AppendReply(runtime.Log, request.Session, request.Execution!.Position, request.Reply.Reply);
+        request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.appended"));
+        return lsn;
+    }
+
+    /// <summary>Step 4b: wait until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
+    private static async ValueTask ForceAsync(PersistentRequest request, long replyLsn)
+    {
+        using var force = request.Activity is null ? null : PersistentServicesTracing.Source.StartActivity("persistentservices.log.force");
+        await request.Execution!.Log.WaitUntilDurableAsync(replyLsn, CancellationToken.None).ConfigureAwait(false);
+    }
+
+    /// <summary>Step 5: the reply goes to the client, its OnCompleted callbacks with it.</summary>
+    private static Task SendAsync(PersistentRequest request)
+    {
+        request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.sent"));
+        return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.Session, request.Sequence);
+    }
+
+    private Task UnavailableAsync(PersistentRequest request, Exception? error)
+    {
+        AspNetCoreEvents.LogUnavailable(logger, request.Sequence, request.Session.TraceTag, error);
+        return ProtocolProblems.UnavailableAsync(request.HttpContext);
+    }
+
+    private static void Trace(PersistentRequest request, AdmitOutcome outcome)
+    {
+        if (request.Activity is { } activity)
+        {
+            activity.SetTag(PersistentServicesTracing.SessionTagName, request.Session.TraceTag);
+            activity.SetTag(PersistentServicesTracing.SequenceTagName, request.Sequence);
+            activity.SetTag(PersistentServicesTracing.AdmissionTagName, outcome switch
+            {
+                AdmitOutcome.Execute => "executed",
+                AdmitOutcome.Duplicate => "duplicate",
+                AdmitOutcome.DuplicateInFlight => "duplicate_in_flight",
+                _ => "refused",
+            });
+        }
+    }
+
+    /// <summary>Reads the whole body, refusing (413) more than the limit before anything is logged. Null when refused.</summary>
+    private async ValueTask<byte[]?> ReadBodyAsync(HttpContext context)
+    {
+        var limit = runtime.Options.MaxRequestBodyBytes;
+        if (context.Request.ContentLength > limit)
+        {
+            await ProtocolProblems.BodyTooLargeAsync(context, limit).ConfigureAwait(false);
+            return null;
+        }
+
+        var reader = context.Request.BodyReader;
+        while (true)
+        {
+            var result = await reader.ReadAsync(context.RequestAborted).ConfigureAwait(false);
+            var buffer = result.Buffer;
+            if (buffer.Length > limit)
+            {
+                reader.AdvanceTo(buffer.End);
+                await ProtocolProblems.BodyTooLargeAsync(context, limit).ConfigureAwait(false);
+                return null;
+            }
+
+            if (result.IsCompleted)
+            {
+                var body = buffer.IsEmpty ? [] : buffer.ToArray();
+                reader.AdvanceTo(buffer.End);
+                return body;
+            }
+
+            reader.AdvanceTo(buffer.Start, buffer.End);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Log;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Http;
+
+/// <summary>
+/// A <c>[ReadOnly]</c> request ([Phoenix/App §3.3]): not logged, forces nothing, changes no session state. It runs under
+/// capture like any persistent request, and its reply is held until every shared value it shows is durable (it waits
+/// for the writers' own commits). <c>PS-Session</c> is optional: with it the endpoint reads that session's state, after
+/// the session's running request.
+/// <para>Stateful answers come only from durable state: while the service is recovering its log, once the log faulted
+/// (memory may then hold effects of requests that were never made durable) and when recovery failed, every read-only
+/// request gets 503, with or without a session. A restart recovers from the durable log.</para>
+/// </summary>
+internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRuntime runtime, ILogger logger)
+{
+    public async Task InvokeAsync(HttpContext context)
+    {
+        var present = false;
+        if (!ProtocolHeaders.TryGetSession(context.Request, out var sessionId, out present, out var error) && present)
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header malformed", error!).ConfigureAwait(false);
+            return;
+        }
+
+        if (!runtime.IsAvailable)
+        {
+            await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+            return;
+        }
+
+        if (!present)
+        {
+            await RunAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly)).ConfigureAwait(false);
+            return;
+        }
+
+        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        {
+            await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        {
+            return;
+        }
+
+        await session.ExecutionLock.WaitAsync(context.RequestAborted).ConfigureAwait(false);
+        try
+        {
+            await RunAsync(context, new PersistentScope(session, ExecutionMode.ReadOnly)).ConfigureAwait(false);
+        }
+        finally
+        {
+            session.ExecutionLock.Release();
+        }
+    }
+
+    private async Task RunAsync(HttpContext context, PersistentScope scope)
+    {
+        var (reply, onCompleted) = await EndpointRunner.RunAsync(context, next, scope, loggedBody: null, logger).ConfigureAwait(false);
+        if (scope.ReadOnlyDependsOn > 0)
+        {
+            try
+            {
+                await runtime.Log.WaitUntilDurableAsync(scope.ReadOnlyDependsOn, context.RequestAborted).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+            {
+                await UnavailableAsync(context, ex).ConfigureAwait(false);
+                return;
+            }
+        }
+
+        // The log may have faulted while the endpoint ran: what it read may then never become durable.
+        if (!runtime.IsAvailable)
+        {
+            await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+            return;
+        }
+
+        await ReplyWriter.WriteAsync(context, reply, onCompleted).ConfigureAwait(false);
+    }
+
+    private Task UnavailableAsync(HttpContext context, Exception? error)
+    {
+        AspNetCoreEvents.ReadOnlyRequestUnavailable(logger, error);
+        return ProtocolProblems.UnavailableAsync(context);
+    }
+}

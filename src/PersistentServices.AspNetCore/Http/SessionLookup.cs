@@ -1,0 +1,44 @@
+using Microsoft.AspNetCore.Http;
+using PersistentServices.Hosting;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Http;
+
+/// <summary>Finds the session a request names, as its owner sees it, and waits until it has replayed.</summary>
+internal static class SessionLookup
+{
+    /// <summary>
+    /// The live session <paramref name="id"/> when the caller may use it. A session bound to a principal answers only that
+    /// principal; to anyone else it does not exist (its buffered reply never leaks).
+    /// </summary>
+    public static bool TryFindOwned(PersistentRuntime runtime, HttpContext context, SessionId id, out Session session)
+        => runtime.Sessions.TryGet(id, out session) && !session.Ended && SessionOwner.Owns(context.User, session.Owner, session.OwnerVersion);
+
+    /// <summary>
+    /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when
+    /// the client went away, or the replay failed (then 503 was written).
+    /// </summary>
+    public static async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session)
+    {
+        var ready = session.Ready;
+        if (ready.IsCompletedSuccessfully)
+        {
+            return true;
+        }
+
+        try
+        {
+            await ready.WaitAsync(context.RequestAborted).ConfigureAwait(false);
+            return true;
+        }
+        catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
+        {
+            return false;
+        }
+        catch (Exception)
+        {
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return false;
+        }
+    }
+}

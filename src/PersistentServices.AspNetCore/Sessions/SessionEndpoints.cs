@@ -1,0 +1,147 @@
+using System.Text.Json;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Http;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Sessions;
+
+/// <summary>
+/// The session resource as ordinary endpoints (docs/protocol.md, "Sessions"): <c>POST {SessionsPath}</c> starts a
+/// session, <c>DELETE {SessionsPath}/{id}</c> ends one; any other method gets 405. Mapped by
+/// <c>UsePersistentServices()</c> as one route group, so an application adds conventions to it like to any endpoint
+/// (rate limiting, authorization).
+/// </summary>
+internal static class SessionEndpoints
+{
+    public static RouteGroupBuilder Map(IEndpointRouteBuilder endpoints, string sessionsPath)
+    {
+        var group = endpoints.MapGroup(sessionsPath);
+        group.MapPost("", StartAsync).WithDisplayName("PersistentServices: start a session");
+        group.MapDelete("/{id}", EndAsync).WithDisplayName("PersistentServices: end a session");
+        group.Map("", MethodNotAllowedAsync).WithOrder(1).WithDisplayName("PersistentServices: session resource");
+        group.Map("/{id}", MethodNotAllowedAsync).WithOrder(1).WithDisplayName("PersistentServices: session");
+        return group;
+    }
+
+    private static async Task StartAsync(HttpContext context)
+    {
+        var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
+        var logger = Logger(context);
+        if (!runtime.IsAvailable)
+        {
+            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.LogFault ?? runtime.Failure);
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        var options = runtime.Options;
+        if (runtime.Sessions.Count >= options.MaxSessions)
+        {
+            context.Response.Headers.RetryAfter = "1";
+            await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
+                $"The service holds its maximum of {options.MaxSessions} live sessions; end unused sessions or retry later.").ConfigureAwait(false);
+            return;
+        }
+
+        var now = runtime.Time.GetUtcNow();
+        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), now, replaying: false);
+        try
+        {
+            var lsn = SessionRecords.AppendStarted(runtime.Log, session, now);
+            await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        runtime.Sessions.TryAdd(session);
+        AspNetCoreEvents.SessionStarted(logger, session.TraceTag);
+        var id = session.IdText;
+        var response = context.Response;
+        response.StatusCode = StatusCodes.Status201Created;
+        response.Headers.Location = $"{context.Request.PathBase}{options.SessionsPath}/{id}";
+        response.Headers[ProtocolHeaders.Session] = id;
+        response.ContentType = "application/json";
+        await response.Body.WriteAsync(JsonSerializer.SerializeToUtf8Bytes(new
+        {
+            sessionId = id,
+            nextSequence = 1,
+            idleRetentionSeconds = (long)options.SessionIdleRetention.TotalSeconds,
+        }), CancellationToken.None).ConfigureAwait(false);
+    }
+
+    private static async Task EndAsync(HttpContext context, string id)
+    {
+        var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
+        var logger = Logger(context);
+        if (!SessionId.TryParse(id, out var sessionId))
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "session-id", "Malformed session id",
+                $"A session id has {SessionId.TextLength} base64url characters.").ConfigureAwait(false);
+            return;
+        }
+
+        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        {
+            await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        if (!runtime.IsAvailable)
+        {
+            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.LogFault ?? runtime.Failure);
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        {
+            return;
+        }
+
+        if (!session.TryEnd())
+        {
+            await ProtocolProblems.WriteAsync(context, 409, "session-busy", "Session busy",
+                "A request of this session is still executing; end the session after its reply.").ConfigureAwait(false);
+            return;
+        }
+
+        try
+        {
+            var lsn = SessionRecords.AppendEnded(runtime.Log, session, SessionEndReason.ClientEnded, runtime.Time.GetUtcNow());
+            await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
+            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        runtime.Sessions.Remove(sessionId);
+        AspNetCoreEvents.SessionEnded(logger, session.TraceTag, "ended by the client");
+        context.Response.StatusCode = StatusCodes.Status204NoContent;
+    }
+
+    private static Task MethodNotAllowedAsync(HttpContext context)
+    {
+        var options = context.RequestServices.GetRequiredService<PersistentRuntime>().Options;
+        var isSession = context.Request.RouteValues.ContainsKey("id");
+        context.Response.Headers.Allow = isSession ? "DELETE" : "POST";
+        return ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
+            $"POST {options.SessionsPath} starts a session; DELETE {options.SessionsPath}/{{id}} ends one.");
+    }
+
+    private static ILogger Logger(HttpContext context)
+        => context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Sessions");
+}

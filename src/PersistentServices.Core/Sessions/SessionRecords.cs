@@ -1,0 +1,68 @@
+using Google.Protobuf;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Sessions;
+
+/// <summary>
+/// The one place a session's own records are appended: its start, each logged request, each reply, its end
+/// ([MSP §3.1–3.2]; [Phoenix/App Algorithm 3]: a long request record, a short reply record). None of them is forced
+/// here: the caller waits until the record is durable before anyone learns of it.
+/// </summary>
+internal static class SessionRecords
+{
+    /// <summary>A client started <paramref name="session"/>; its state number becomes the record's LSN.</summary>
+    public static long AppendStarted(DurableLog log, Session session, DateTimeOffset startedAt)
+    {
+        var lsn = log.Append(RecordKind.SessionStarted, new SessionStarted
+        {
+            SessionId = session.IdBytes,
+            Owner = ByteString.CopyFrom(session.Owner),
+            StartedAtUnixMs = startedAt.ToUnixTimeMilliseconds(),
+            OwnerVersion = (uint)session.OwnerVersion,
+        });
+        session.StateNumber = lsn;
+        return lsn;
+    }
+
+    /// <summary>
+    /// A request of <paramref name="session"/> is logged before it executes; it becomes the next entry of the session's
+    /// position stream ([MSP §3.2]).
+    /// </summary>
+    public static LoggedPosition AppendRequest(DurableLog log, Session session, LoggedRequest record)
+    {
+        var lsn = log.Append(RecordKind.Request, record);
+        var position = new LoggedPosition(lsn, record.Sequence);
+        session.PositionStream.Add(position);
+        session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
+        return position;
+    }
+
+    /// <summary>
+    /// The short reply record of a request (status and hash, not the body: a replay recomputes it); it becomes the
+    /// session's state number, and replay's divergence check knows it.
+    /// </summary>
+    public static long AppendReply(DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
+    {
+        var lsn = log.Append(RecordKind.Reply, new ReplySent
+        {
+            SessionId = session.IdBytes,
+            Sequence = position.Sequence,
+            StatusCode = reply.StatusCode,
+            ReplyHash = ByteString.CopyFrom(reply.Hash),
+            RequestLsn = position.RequestLsn,
+        });
+        session.StateNumber = lsn;
+        session.LoggedReplies[position.Sequence] = (reply.StatusCode, reply.Hash);
+        return lsn;
+    }
+
+    /// <summary>The session ended (its client ended it, or it expired): its records are no longer needed.</summary>
+    public static long AppendEnded(DurableLog log, Session session, SessionEndReason reason, DateTimeOffset endedAt)
+        => log.Append(RecordKind.SessionEnded, new SessionEnded
+        {
+            SessionId = session.IdBytes,
+            Reason = reason,
+            EndedAtUnixMs = endedAt.ToUnixTimeMilliseconds(),
+        });
+}

@@ -1,0 +1,202 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.Http.Json;
+using System.Net.Sockets;
+using System.Reflection;
+using System.Text;
+using System.Text.Json;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>The test service as a child process on 127.0.0.1: started, SIGKILLed, restarted on the same log directory.</summary>
+internal sealed class ServiceProcess : IAsyncDisposable
+{
+    private static readonly string ServicePath = typeof(ServiceProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
+        .Single(a => a.Key == "TestServicePath").Value!;
+
+    private readonly Process _process;
+    private readonly StringBuilder _output = new();
+
+    private ServiceProcess(Process process, int port)
+    {
+        _process = process;
+        Port = port;
+        Client = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{port}"), Timeout = TimeSpan.FromSeconds(60) };
+    }
+
+    public int Port { get; }
+
+    public HttpClient Client { get; }
+
+    /// <summary>Everything the service wrote to stdout and stderr so far.</summary>
+    public string Output
+    {
+        get
+        {
+            lock (_output)
+            {
+                return _output.ToString();
+            }
+        }
+    }
+
+    public bool HasExited => _process.HasExited;
+
+    public int ExitCode => _process.ExitCode;
+
+    public static async Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
+    {
+        var port = FreePort();
+        var start = new ProcessStartInfo("dotnet", [ServicePath, "--urls", $"http://127.0.0.1:{port}"])
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+            WorkingDirectory = Path.GetDirectoryName(ServicePath)!,
+        };
+        start.Environment["DOTNET_NOLOGO"] = "1";
+        start.Environment["Logging__Console__FormatterName"] = "simple";
+        foreach (var (name, value) in environment)
+        {
+            start.Environment[name] = value;
+        }
+
+        var process = Process.Start(start)!;
+        var service = new ServiceProcess(process, port);
+        process.OutputDataReceived += (_, e) => service.Append(e.Data);
+        process.ErrorDataReceived += (_, e) => service.Append(e.Data);
+        process.BeginOutputReadLine();
+        process.BeginErrorReadLine();
+        if (waitUntilReady)
+        {
+            await service.WaitUntilReadyAsync();
+        }
+
+        return service;
+    }
+
+    /// <summary>Waits until the readiness check answers 200 (the log is open and scanned).</summary>
+    public async Task WaitUntilReadyAsync()
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(60);
+        while (DateTime.UtcNow < deadline)
+        {
+            if (_process.HasExited)
+            {
+                throw new InvalidOperationException($"The service exited with {_process.ExitCode} before it was ready:\n{Output}");
+            }
+
+            try
+            {
+                using var response = await Client.GetAsync("/health/ready", TestContext.Current.CancellationToken);
+                if (response.StatusCode == HttpStatusCode.OK)
+                {
+                    return;
+                }
+            }
+            catch (HttpRequestException)
+            {
+            }
+
+            await Task.Delay(100, TestContext.Current.CancellationToken);
+        }
+
+        throw new TimeoutException($"The service was not ready within 60 s:\n{Output}");
+    }
+
+    public async Task<string> StartSessionAsync()
+    {
+        using var response = await Client.PostAsync("/ps/sessions", null, TestContext.Current.CancellationToken);
+        Assert.Equal(HttpStatusCode.Created, response.StatusCode);
+        return (await response.Content.ReadFromJsonAsync<JsonElement>(TestContext.Current.CancellationToken)).GetProperty("sessionId").GetString()!;
+    }
+
+    /// <summary>Sends a persistent request (or a read-only one when <paramref name="sequence"/> is null).</summary>
+    public async Task<(HttpStatusCode Status, JsonElement Body, HttpResponseMessage Response)> SendAsync(HttpMethod method, string path, string? session, long? sequence, object? json = null)
+    {
+        using var request = new HttpRequestMessage(method, path);
+        if (session is not null)
+        {
+            request.Headers.TryAddWithoutValidation("PS-Session", session);
+        }
+
+        if (sequence is { } seq)
+        {
+            request.Headers.TryAddWithoutValidation("PS-Seq", seq.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        if (json is not null)
+        {
+            request.Content = JsonContent.Create(json);
+        }
+
+        var response = await Client.SendAsync(request, TestContext.Current.CancellationToken);
+        var text = await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
+        var body = text.Length > 0 && response.Content.Headers.ContentType?.MediaType?.EndsWith("json", StringComparison.Ordinal) == true
+            ? JsonDocument.Parse(text).RootElement.Clone()
+            : default;
+        return (response.StatusCode, body, response);
+    }
+
+    /// <summary>SIGKILL: no shutdown code runs.</summary>
+    public async Task KillAsync()
+    {
+        if (!_process.HasExited)
+        {
+            _process.Kill(entireProcessTree: true);
+        }
+
+        await _process.WaitForExitAsync(TestContext.Current.CancellationToken);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        Client.Dispose();
+        if (!_process.HasExited)
+        {
+            _process.Kill(entireProcessTree: true);
+            await _process.WaitForExitAsync();
+        }
+
+        _process.Dispose();
+    }
+
+    private void Append(string? line)
+    {
+        if (line is null)
+        {
+            return;
+        }
+
+        lock (_output)
+        {
+            _output.AppendLine(line);
+        }
+    }
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
+}
+
+/// <summary>A temporary directory, deleted afterwards.</summary>
+internal sealed class TempDirectory : IDisposable
+{
+    public string Path { get; } = Directory.CreateTempSubdirectory("ps-process-tests-").FullName;
+
+    public string File(string name) => System.IO.Path.Combine(Path, name);
+
+    public void Dispose()
+    {
+        try
+        {
+            Directory.Delete(Path, recursive: true);
+        }
+        catch (IOException)
+        {
+        }
+    }
+}
