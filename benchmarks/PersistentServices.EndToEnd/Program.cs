@@ -24,13 +24,26 @@ using PersistentServices.Hosting;
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
-if (mode is not ("throughput" or "state" or "recovery"))
+if (mode is not ("throughput" or "state" or "recovery" or "serve"))
 {
-    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state or recovery");
+    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery or serve");
     return 2;
 }
 
 string? Option(string name) => args.SkipWhile(a => a != name).Skip(1).FirstOrDefault();
+
+if (mode == "serve")
+{
+    // The same endpoints on a fixed port, for a load generator in another process (benchmarks/wrk/run.sh).
+    var serveDir = Option("--log") ?? Path.Combine(Path.GetTempPath(), "ps-e2e-serve-" + Guid.NewGuid().ToString("N")[..8]);
+    await using var served = await BenchServer.StartAsync(serveDir, $"http://127.0.0.1:{Option("--port") ?? "5090"}");
+    Console.WriteLine($"serving on {served.BaseAddress} with the log in {serveDir}; SIGTERM or Ctrl+C stops it");
+    var stop = new TaskCompletionSource();
+    using var sigterm = System.Runtime.InteropServices.PosixSignalRegistration.Create(System.Runtime.InteropServices.PosixSignal.SIGTERM, c => { c.Cancel = true; stop.TrySetResult(); });
+    using var sigint = System.Runtime.InteropServices.PosixSignalRegistration.Create(System.Runtime.InteropServices.PosixSignal.SIGINT, c => { c.Cancel = true; stop.TrySetResult(); });
+    await stop.Task;
+    return 0;
+}
 
 Console.WriteLine($"# PersistentServices end-to-end benchmark: {mode}");
 Console.WriteLine();
@@ -107,10 +120,10 @@ namespace PersistentServices.EndToEnd
 
         public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
 
-        public static async Task<BenchServer> StartAsync(string logDirectory)
+        public static async Task<BenchServer> StartAsync(string logDirectory, string url = "http://127.0.0.1:0")
         {
             var builder = WebApplication.CreateBuilder();
-            builder.WebHost.UseUrls("http://127.0.0.1:0");
+            builder.WebHost.UseUrls(url);
             builder.Logging.ClearProviders();
             builder.Services.AddSingleton<BenchSession>();
             builder.Services.AddPersistentServices(o => o.LogDirectory = logDirectory);

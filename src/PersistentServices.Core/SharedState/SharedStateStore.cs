@@ -232,13 +232,9 @@ internal sealed partial class SharedStateStore
         var scope = PersistentScope.Current;
         if (scope?.Execution is { } execution)
         {
-            if (execution.Cursor?.Take(RecordKind.SharedRead, name) is { } logged)
+            if (TryReplayRead<T>(execution, name, out var replayed))
             {
-                // Replay: the logged value, not the variable's (recovery independence, seed 000 §3.3 "Value Logging").
-                var read = logged.Parse(SharedRead.Parser);
-                execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
-                execution.Advance(logged.Lsn);
-                return SharedValueCodec.Deserialize<T>(read.Value.Span);
+                return replayed;
             }
 
             cell.WaitIfReservedByOther(execution.Session.Id);
@@ -274,10 +270,35 @@ internal sealed partial class SharedStateStore
             checkpoint = WriteLocked(cell, execution, value);
         }
 
-        if (checkpoint)
+        StartCheckpointIf(checkpoint, cell);
+    }
+
+    private void StartCheckpointIf(bool due, SharedCell cell)
+    {
+        if (due)
         {
             _ = CheckpointAsync(cell);
         }
+    }
+
+    /// <summary>
+    /// Replay: the next logged record of the request must be a read of <paramref name="name"/>; its value, not the
+    /// variable's, is what the request sees (recovery independence, [MSP §3.3] "Value Logging"). False when the request
+    /// runs live (or past its logged records).
+    /// </summary>
+    private static bool TryReplayRead<T>(RequestExecution execution, string name, out T value)
+    {
+        if (execution.Cursor?.Take(RecordKind.SharedRead, name) is not { } logged)
+        {
+            value = default!;
+            return false;
+        }
+
+        var read = logged.Parse(SharedRead.Parser);
+        execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
+        execution.Advance(logged.Lsn);
+        value = SharedValueCodec.Deserialize<T>(read.Value.Span);
+        return true;
     }
 
     /// <summary>
@@ -288,12 +309,9 @@ internal sealed partial class SharedStateStore
     public T Update<T>(string name, Func<T, T> change)
     {
         var execution = RequireWriter(name);
-        if (execution.Cursor?.Take(RecordKind.SharedRead, name) is { } logged)
+        if (TryReplayRead<T>(execution, name, out var logged))
         {
-            var read = logged.Parse(SharedRead.Parser);
-            execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
-            execution.Advance(logged.Lsn);
-            var replayed = change(SharedValueCodec.Deserialize<T>(read.Value.Span));
+            var replayed = change(logged);
             Write(name, replayed);
             return replayed;
         }
@@ -309,11 +327,7 @@ internal sealed partial class SharedStateStore
             checkpoint = WriteLocked(cell, execution, updated);
         }
 
-        if (checkpoint)
-        {
-            _ = CheckpointAsync(cell);
-        }
-
+        StartCheckpointIf(checkpoint, cell);
         return updated;
     }
 
@@ -322,7 +336,10 @@ internal sealed partial class SharedStateStore
            ?? throw new InvalidOperationException(
                $"Shared variable '{name}' can only be written by a [Persistent] request (writes are logged; read-only requests and code outside requests change nothing).");
 
-    /// <summary>Logs a write (Fig. 8) and installs the value; the caller holds the variable's lock. True when a checkpoint is due.</summary>
+    /// <summary>
+    /// Logs a write (Fig. 8) and installs the value; the caller holds the variable's lock. True when a checkpoint is due:
+    /// the caller starts it after releasing the lock (it may issue a commit).
+    /// </summary>
     private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
     {
         var bytes = SharedValueCodec.Serialize(value);

@@ -209,6 +209,36 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task OversizedHeaders_Get431ProblemDetailsBeforeAnythingIsLogged()
+    {
+        await _server.DisposeAsync();
+        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxLoggedHeaderBytes = 4096);
+        var session = await _server.StartSessionAsync();
+        var tail = _server.Runtime.Log.TailAddress;
+
+        using var request = TestServer.Request(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+        request.Headers.TryAddWithoutValidation("X-Big", new string('h', 6000));
+        using var response = await _server.Client.SendAsync(request, TestContext.Current.CancellationToken);
+
+        Assert.Equal(HttpStatusCode.RequestHeaderFieldsTooLarge, response.StatusCode);
+        Assert.Equal("application/problem+json", response.Content.Headers.ContentType?.MediaType);
+        Assert.Contains("urn:persistentservices:problem:request-too-large", await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken), StringComparison.Ordinal);
+        Assert.Equal(tail, _server.Runtime.Log.TailAddress);
+    }
+
+    [Fact]
+    public async Task SessionResource_WrongMethodOnASession_Gets405WithAllowDelete()
+    {
+        var session = await _server.StartSessionAsync();
+
+        var (response, body) = await _server.SendAsync(HttpMethod.Get, "/ps/sessions/" + session, null, null);
+
+        Assert.Equal(HttpStatusCode.MethodNotAllowed, response.StatusCode);
+        Assert.Equal("DELETE", string.Join(",", response.Content.Headers.Allow));
+        Assert.Equal("urn:persistentservices:problem:method-not-allowed", body.GetProperty("type").GetString());
+    }
+
+    [Fact]
     public async Task EndpointThrows_ReplyIs500_AndItsRetryGetsTheSame500WithoutRunningAgain()
     {
         var session = await _server.StartSessionAsync();
@@ -337,9 +367,11 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     [Fact]
     public async Task SessionResource_WrongMethod_Gets405()
     {
-        var (response, _) = await _server.SendAsync(HttpMethod.Get, "/ps/sessions", null, null);
+        var (response, body) = await _server.SendAsync(HttpMethod.Get, "/ps/sessions", null, null);
 
         Assert.Equal(HttpStatusCode.MethodNotAllowed, response.StatusCode);
+        Assert.Equal("POST", string.Join(",", response.Content.Headers.Allow));
+        Assert.Equal("urn:persistentservices:problem:method-not-allowed", body.GetProperty("type").GetString());
     }
 
     [Fact]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Plain vs [Persistent] endpoints of one server process, loaded by wrk from another process (the end-to-end figure of
+# docs/benchmarks.md, "request path CPU"). Needs wrk (apt-get install wrk). Usage:
+#   benchmarks/wrk/run.sh [CONNECTIONS...]        default: 16 64; SECONDS=10 by default
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+conns=("${@:-16 64}"); conns=(${conns[@]})
+seconds=${SECONDS_PER_CELL:-10}
+port=${PORT:-5090}
+work=$(mktemp -d)
+trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
+dotnet build -c Release benchmarks/PersistentServices.EndToEnd >/dev/null
+dotnet benchmarks/PersistentServices.EndToEnd/bin/Release/net10.0/PersistentServices.EndToEnd.dll serve --port "$port" --log "$work/log" >"$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do curl -sf -o /dev/null -X POST "http://127.0.0.1:$port/plain" -H 'Content-Type: application/json' -d '{"n":1}' && break; sleep 0.2; done
+echo "| endpoint | connections | requests/s | p50 (ms) | p99 (ms) | errors | persistent / plain |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for c in "${conns[@]}"; do
+  : > "$work/sessions"
+  for _ in $(seq "$c"); do curl -s -X POST "http://127.0.0.1:$port/ps/sessions" | sed -E 's/.*"sessionId":"([^"]+)".*/\1/' >> "$work/sessions"; echo >> "$work/sessions"; done
+  for path in /plain /persistent; do   # warm-up
+    PS_SESSIONS="$work/sessions" PS_PATH=$path wrk -t "$c" -c "$c" -d 3s -s benchmarks/wrk/session.lua "http://127.0.0.1:$port" >/dev/null
+  done
+  : > "$work/sessions"   # fresh sessions: the warm-up used numbers 1..n
+  for _ in $(seq "$c"); do curl -s -X POST "http://127.0.0.1:$port/ps/sessions" | sed -E 's/.*"sessionId":"([^"]+)".*/\1/' >> "$work/sessions"; echo >> "$work/sessions"; done
+  declare -A rps=()
+  for path in /plain /persistent; do
+    line=$(PS_SESSIONS="$work/sessions" PS_PATH=$path wrk -t "$c" -c "$c" -d "${seconds}s" -s benchmarks/wrk/session.lua "http://127.0.0.1:$port" | grep '^RESULT')
+    eval "$(echo "$line" | sed -E 's/RESULT //; s/([a-z0-9_]+)=/r_\1=/g')"
+    rps[$path]=$r_rps
+    ratio=""; [ "$path" = /persistent ] && ratio=$(awk -v a="$r_rps" -v b="${rps[/plain]}" 'BEGIN{printf "%.2f", a/b}')
+    echo "| ${path#/} | $c | $r_rps | $r_p50_ms | $r_p99_ms | $r_errors | $ratio |"
+  done
+done
