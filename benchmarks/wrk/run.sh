@@ -13,8 +13,10 @@ dotnet build -c Release benchmarks/PersistentServices.EndToEnd >/dev/null
 dotnet benchmarks/PersistentServices.EndToEnd/bin/Release/net10.0/PersistentServices.EndToEnd.dll serve --port "$port" --log "$work/log" >"$work/server.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do curl -sf -o /dev/null -X POST "http://127.0.0.1:$port/plain" -H 'Content-Type: application/json' -d '{"n":1}' && break; sleep 0.2; done
-echo "| endpoint | connections | requests/s | p50 (ms) | p99 (ms) | errors | persistent / plain |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+hz=$(getconf CLK_TCK)
+echo "| endpoint | connections | requests/s | p50 (ms) | p99 (ms) | errors | server CPU per request (µs) | persistent / plain (req/s) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for c in "${conns[@]}"; do
   : > "$work/sessions"
   for _ in $(seq "$c"); do curl -s -X POST "http://127.0.0.1:$port/ps/sessions" | sed -E 's/.*"sessionId":"([^"]+)".*/\1/' >> "$work/sessions"; echo >> "$work/sessions"; done
@@ -25,10 +27,13 @@ for c in "${conns[@]}"; do
   for _ in $(seq "$c"); do curl -s -X POST "http://127.0.0.1:$port/ps/sessions" | sed -E 's/.*"sessionId":"([^"]+)".*/\1/' >> "$work/sessions"; echo >> "$work/sessions"; done
   declare -A rps=()
   for path in /plain /persistent; do
+    before=$(cpu_ticks)
     line=$(PS_SESSIONS="$work/sessions" PS_PATH=$path wrk -t "$c" -c "$c" -d "${seconds}s" -s benchmarks/wrk/session.lua "http://127.0.0.1:$port" | grep '^RESULT')
+    after=$(cpu_ticks)
     eval "$(echo "$line" | sed -E 's/RESULT //; s/([a-z0-9_]+)=/r_\1=/g')"
     rps[$path]=$r_rps
     ratio=""; [ "$path" = /persistent ] && ratio=$(awk -v a="$r_rps" -v b="${rps[/plain]}" 'BEGIN{printf "%.2f", a/b}')
-    echo "| ${path#/} | $c | $r_rps | $r_p50_ms | $r_p99_ms | $r_errors | $ratio |"
+    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$r_requests" 'BEGIN{printf "%.1f", t / hz * 1e6 / n}')
+    echo "| ${path#/} | $c | $r_rps | $r_p50_ms | $r_p99_ms | $r_errors | $cpu | $ratio |"
   done
 done

@@ -95,6 +95,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
     private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
     {
         var replyLsn = SessionRecords.AppendReply(runtime.Log, execution.Session, execution.Position, reply);
+        execution.Session.LoggedReplies[execution.Position.Sequence] = (reply.StatusCode, reply.Hash);
         await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
     }
 

@@ -132,17 +132,6 @@ internal sealed class Session
     /// <summary>Completes when the session's replay finished (at once for sessions started after recovery).</summary>
     public Task Ready => _ready.Task;
 
-    public bool IsExecuting
-    {
-        get
-        {
-            lock (_gate)
-            {
-                return _executing is not null;
-            }
-        }
-    }
-
     public bool Ended { get; private set; }
 
     /// <summary>True when a retry of <paramref name="sequence"/> must be compared with a hash of an older version (<see cref="RequestIdentity.HashVersion0"/>).</summary>

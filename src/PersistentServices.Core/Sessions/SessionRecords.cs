@@ -40,7 +40,7 @@ internal static class SessionRecords
 
     /// <summary>
     /// The short reply record of a request (status and hash, not the body: a replay recomputes it); it becomes the
-    /// session's state number, and replay's divergence check knows it.
+    /// session's state number.
     /// </summary>
     public static long AppendReply(DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
     {
@@ -53,7 +53,6 @@ internal static class SessionRecords
             RequestLsn = position.RequestLsn,
         });
         session.StateNumber = lsn;
-        session.LoggedReplies[position.Sequence] = (reply.StatusCode, reply.Hash);
         return lsn;
     }
 
