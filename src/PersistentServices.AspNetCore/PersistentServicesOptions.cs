@@ -32,6 +32,30 @@ public sealed class PersistentServicesOptions
     /// <summary>A shared variable is checkpointed (its value logged, its backward chain cut) every this many writes. Default 100.</summary>
     public int SharedCheckpointInterval { get; set; } = 100;
 
+    /// <summary>
+    /// A session is checkpointed (its state values and buffered reply logged, so recovery starts there) once it logged this
+    /// many bytes since its last checkpoint, between two of its requests ([MSP §3.2]). Default 256 KiB.
+    /// </summary>
+    public int SessionCheckpointBytes { get; set; } = 256 << 10;
+
+    /// <summary>
+    /// A service checkpoint (which moves the log anchor and truncates the log, [MSP §3.4]) is taken when this much time
+    /// passed since the last one and the log grew meanwhile. Default 1 minute.
+    /// </summary>
+    public TimeSpan ServiceCheckpointInterval { get; set; } = TimeSpan.FromMinutes(1);
+
+    /// <summary>A service checkpoint is also taken whenever the log grew this many bytes since the last one. Default 64 MiB.</summary>
+    public long ServiceCheckpointLogBytes { get; set; } = 64L << 20;
+
+    /// <summary>
+    /// A session or shared variable whose latest checkpoint is this many service checkpoints old is checkpointed again
+    /// (idle ones too), so the log's start keeps moving and the disk stays bounded. Default 4.
+    /// </summary>
+    public int IdleCheckpointAfter { get; set; } = 4;
+
+    /// <summary>What recovery does when a session's replay diverges (its code changed, or it is not deterministic). Default <see cref="DivergencePolicy.QuarantineSession"/>.</summary>
+    public DivergencePolicy OnDivergence { get; set; } = DivergencePolicy.QuarantineSession;
+
     /// <summary>Sessions replayed in parallel after a crash. Default: the processor count.</summary>
     public int ReplayParallelism { get; set; } = Environment.ProcessorCount;
 
@@ -54,4 +78,17 @@ public sealed class PersistentServicesOptions
         log.MaxRecordBytes = MaxRequestBodyBytes + MaxLoggedHeaderBytes;
         return log;
     }
+}
+
+/// <summary>What recovery does when replaying a session does not reproduce what the log says (docs/upgrades.md).</summary>
+public enum DivergencePolicy
+{
+    /// <summary>
+    /// Only that session is quarantined: its requests get a <c>session-diverged</c> problem (500), the event is logged at
+    /// error level and counted, health turns degraded; every other session and the shared state recover and serve.
+    /// </summary>
+    QuarantineSession,
+
+    /// <summary>The whole service stops (exit code <see cref="PersistentServicesOptions.RecoveryFailureExitCode"/>).</summary>
+    FailStop,
 }

@@ -40,8 +40,10 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();
+        services.TryAddSingleton<CheckpointHostedService>();
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
+        services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
         services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);
         return services;
     }

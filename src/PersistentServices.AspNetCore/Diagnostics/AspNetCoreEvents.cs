@@ -43,6 +43,10 @@ internal static partial class AspNetCoreEvents
         "UsePersistentServices() was not called, so logged requests cannot be replayed; call app.UsePersistentServices() before mapping endpoints")]
     public static partial void PipelineMissing(ILogger logger);
 
+    [LoggerMessage(1205, LogLevel.Error,
+        "Replay of session {SessionTag} diverged at request {Sequence} (LSN {Lsn}); the session is quarantined (its requests get session-diverged), every other session recovers")]
+    public static partial void SessionQuarantined(ILogger logger, string sessionTag, long sequence, long lsn, Exception exception);
+
     [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionTag} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
     public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);
 }

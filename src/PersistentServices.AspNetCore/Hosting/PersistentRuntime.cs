@@ -18,6 +18,9 @@ internal enum RecoveryStage
     Replaying,
     Ready,
     Failed,
+
+    /// <summary>The host is stopping: running requests finish, new ones get 503, then everything is checkpointed.</summary>
+    Draining,
 }
 
 /// <summary>
@@ -31,15 +34,66 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private volatile RecoveryStage _stage;
     private Exception? _failure;
 
-    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger)
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null)
     {
         Options = options.Value;
         Time = time;
         _logger = logger;
+        Codec = codec ?? new Serialization.OrleansValueCodec();
         PersistentServicesMetrics.Meter.CreateObservableGauge("persistentservices.sessions.live", () => Sessions.Count, "{session}", "Live sessions.");
     }
 
     public PersistentServicesOptions Options { get; }
+
+    /// <summary>How user values (session state in checkpoints, shared variables) are written to the log.</summary>
+    public Serialization.ValueCodec Codec { get; }
+
+    /// <summary>The service checkpoint, anchor and truncation (valid once the log is open).</summary>
+    public Checkpoints.ServiceCheckpointer Checkpointer => _checkpointer ?? throw new InvalidOperationException("The persistent log is not open yet.");
+
+    private Checkpoints.ServiceCheckpointer? _checkpointer;
+
+    /// <summary>Persistent requests executing now (a drain waits for them).</summary>
+    public int Executing => Volatile.Read(ref _executing);
+
+    private int _executing;
+
+    /// <summary>Counts a persistent request as executing until the returned value is disposed; null while draining (refuse it).</summary>
+    public ExecutingRequest? TryBeginExecution()
+    {
+        Interlocked.Increment(ref _executing);
+        if (_stage == RecoveryStage.Draining)
+        {
+            Interlocked.Decrement(ref _executing);
+            return null;
+        }
+
+        return new ExecutingRequest(this);
+    }
+
+    public readonly struct ExecutingRequest(PersistentRuntime runtime) : IDisposable
+    {
+        public void Dispose() => Interlocked.Decrement(ref runtime._executing);
+    }
+
+    /// <summary>The host is stopping: new persistent, read-only and session requests get 503; running ones finish.</summary>
+    public void BeginDrain()
+    {
+        if (_stage is RecoveryStage.Replaying or RecoveryStage.Ready)
+        {
+            _stage = RecoveryStage.Draining;
+        }
+    }
+
+    /// <summary>While recovered sessions replay: their queue, so a waiting client's session goes first.</summary>
+    public ReplayQueue? Replays { get; set; }
+
+    /// <summary>Sessions whose replay diverged and that are quarantined.</summary>
+    public int QuarantinedSessions => Volatile.Read(ref _quarantined);
+
+    private int _quarantined;
+
+    public void CountQuarantined() => Interlocked.Increment(ref _quarantined);
 
     public TimeProvider Time { get; }
 
@@ -75,8 +129,10 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         try
         {
             _log = await DurableLog.OpenAsync(Options.BuildLogOptions(), _logger, cancellationToken).ConfigureAwait(false);
-            _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger);
-            Analysis = await AnalysisScan.RunAsync(_log, Sessions, _shared, cancellationToken).ConfigureAwait(false);
+            _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
+            var directory = Path.GetFullPath(Options.LogDirectory);
+            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken).ConfigureAwait(false);
+            _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger);
 
             // A new epoch starts with every recovery; it is forced so no two failure-free periods share one (LSNs of a
             // lost period are reused by the next).
@@ -84,7 +140,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             var epochLsn = _log.Append(RecordKind.EpochStarted, new EpochStarted { Epoch = Epoch, Service = Options.ServiceName });
             await _log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
             _shared.Epoch = Epoch;
+            _checkpointer.Epoch = Epoch;
             SharedStateStore.Active = _shared;
+
+            // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
+            await _checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
             _stage = RecoveryStage.Replaying;
         }
         catch (Exception ex)
@@ -94,7 +154,13 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
     }
 
-    public void MarkReady() => _stage = RecoveryStage.Ready;
+    public void MarkReady()
+    {
+        if (_stage == RecoveryStage.Replaying)
+        {
+            _stage = RecoveryStage.Ready;
+        }
+    }
 
     public void Fail(Exception error)
     {
@@ -109,6 +175,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             SharedStateStore.Active = null;
         }
 
+        _checkpointer?.Dispose();
         if (_log is { } log)
         {
             await log.DisposeAsync().ConfigureAwait(false);

@@ -48,6 +48,31 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add("PersistentServicesOptions.ServiceName must not be empty (it names this service in dependency vectors).");
         }
 
+        if (options.SessionCheckpointBytes < 1024)
+        {
+            failures.Add($"PersistentServicesOptions.SessionCheckpointBytes must be at least 1024 (was {options.SessionCheckpointBytes}).");
+        }
+
+        if (options.ServiceCheckpointInterval < TimeSpan.FromSeconds(1))
+        {
+            failures.Add($"PersistentServicesOptions.ServiceCheckpointInterval must be at least one second (was {options.ServiceCheckpointInterval}).");
+        }
+
+        if (options.ServiceCheckpointLogBytes < 1 << 20)
+        {
+            failures.Add($"PersistentServicesOptions.ServiceCheckpointLogBytes must be at least 1 MiB (was {options.ServiceCheckpointLogBytes}).");
+        }
+
+        if (options.IdleCheckpointAfter < 1)
+        {
+            failures.Add($"PersistentServicesOptions.IdleCheckpointAfter must be positive (was {options.IdleCheckpointAfter}).");
+        }
+
+        if (!Enum.IsDefined(options.OnDivergence))
+        {
+            failures.Add($"PersistentServicesOptions.OnDivergence must be QuarantineSession or FailStop (was {options.OnDivergence}).");
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");

@@ -28,6 +28,9 @@ internal sealed class PersistentRequest(HttpContext httpContext)
     /// <summary>The request's log record (built before admission so its size is checked before anything is logged).</summary>
     public LoggedRequest Record { get; set; } = null!;
 
+    /// <summary>The record's serialized size.</summary>
+    public int RecordSize { get; set; }
+
     /// <summary>The admission's decision.</summary>
     public Admission Admission { get; set; }
 

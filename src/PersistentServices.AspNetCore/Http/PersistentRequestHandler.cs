@@ -36,6 +36,16 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     {
         var request = new PersistentRequest(context);
         using var activity = request.Activity = PersistentServicesTracing.Source.StartActivity("persistentservices.request");
+
+        // Counted from here on, so a graceful drain waits for this request (and refuses requests that come later).
+        using var executing = runtime.TryBeginExecution();
+        if (executing is null)
+        {
+            AspNetCoreEvents.PersistentRequestUnavailable(logger, 0, null);
+            await ProtocolProblems.UnavailableAsync(context, ProtocolProblems.StoppingDetail).ConfigureAwait(false);
+            return;
+        }
+
         if (!await AdmitAsync(request).ConfigureAwait(false))
         {
             return;
@@ -127,7 +137,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         }
 
         request.Session = session;
-        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
         {
             return false;
         }
@@ -139,7 +149,8 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         var version0Hash = session.NeedsVersion0Hash(sequence) ? RequestIdentity.HashVersion0(method, path, query, body) : null;
         var options = runtime.Options;
         request.Record = LoggedRequests.Create(context, session.IdBytes, sequence, body, request.Hash, runtime.Time.GetUtcNow(), options.ExcludedRequestHeaders);
-        if (request.Record.CalculateSize() - body.Length > options.MaxLoggedHeaderBytes)
+        request.RecordSize = request.Record.CalculateSize();
+        if (request.RecordSize - body.Length > options.MaxLoggedHeaderBytes)
         {
             await ProtocolProblems.HeadersTooLargeAsync(context, options.MaxLoggedHeaderBytes).ConfigureAwait(false);
             return false;
@@ -171,6 +182,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             await ForceAsync(request, replyLsn).ConfigureAwait(false);
             session.Complete(request.Reply.Reply);
             PersistentServicesMetrics.Requests.Add(1, Executed);
+            CheckpointIfDue(session);
             return true;
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
@@ -195,11 +207,24 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         }
     }
 
+    /// <summary>
+    /// Between this request and the session's next (its execution lock still held): a session checkpoint once the
+    /// session logged <see cref="PersistentServicesOptions.SessionCheckpointBytes"/> since its last one ([MSP §3.2]).
+    /// Appended, not forced; it holds only this session.
+    /// </summary>
+    private void CheckpointIfDue(Session session)
+    {
+        if (session.LoggedBytesSinceCheckpoint >= runtime.Options.SessionCheckpointBytes)
+        {
+            Checkpoints.SessionCheckpoints.Take(runtime.Log, session);
+        }
+    }
+
     /// <summary>Step 2: the request record, appended (not forced) to the session's position stream.</summary>
     private void LogRequest(PersistentRequest request)
     {
         var log = runtime.Log;
-        var position = SessionRecords.AppendRequest(log, request.Session, request.Record);
+        var position = SessionRecords.AppendRequest(log, request.Session, request.Record, request.RecordSize);
         var execution = new RequestExecution(log, runtime.Options.ServiceName, runtime.Epoch, request.Session, position, cursor: null);
         execution.Advance(position.RequestLsn);
         request.Execution = execution;

@@ -37,6 +37,8 @@ internal static class ProtocolProblems
         return response.Body.WriteAsync(body, CancellationToken.None).AsTask();
     }
 
+    public const string StoppingDetail = "The service is stopping (a graceful drain): retry the same request; it is served by the next instance, nothing was executed.";
+
     /// <summary>503: the service cannot make requests durable (recovering, stopping, or its log failed). Nothing was acknowledged.</summary>
     public static Task UnavailableAsync(HttpContext context, string? detail = null)
     {

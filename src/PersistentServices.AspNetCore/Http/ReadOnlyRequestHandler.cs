@@ -45,7 +45,7 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
             return;
         }
 
-        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
         {
             return;
         }

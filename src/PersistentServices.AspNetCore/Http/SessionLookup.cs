@@ -18,7 +18,7 @@ internal static class SessionLookup
     /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when
     /// the client went away, or the replay failed (then 503 was written).
     /// </summary>
-    public static async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session)
+    public static async ValueTask<bool> WaitUntilReplayedAsync(PersistentRuntime runtime, HttpContext context, Session session)
     {
         var ready = session.Ready;
         if (ready.IsCompletedSuccessfully)
@@ -26,6 +26,8 @@ internal static class SessionLookup
             return true;
         }
 
+        // Its client is here: replay it before the sessions nobody waits for.
+        runtime.Replays?.Prioritize(session);
         try
         {
             await ready.WaitAsync(context.RequestAborted).ConfigureAwait(false);
@@ -33,6 +35,14 @@ internal static class SessionLookup
         }
         catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
         {
+            return false;
+        }
+        catch (Exception) when (session.Diverged is { } divergence)
+        {
+            await ProtocolProblems.WriteAsync(context, 500, "session-diverged", "Session could not be recovered",
+                $"After a restart, replaying request {divergence.Sequence} of this session (LSN {divergence.Lsn}) did not reproduce what it did before " +
+                "(the service's code changed, or the endpoint is not deterministic). The session is quarantined: start a new session. " +
+                "Other sessions are not affected.").ConfigureAwait(false);
             return false;
         }
         catch (Exception)

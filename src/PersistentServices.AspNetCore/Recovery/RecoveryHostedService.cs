@@ -8,10 +8,12 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Recovery;
 
 /// <summary>
-/// MSP crash recovery (seed 000 §4.3, Fig. 12) as a hosted service. Before the server accepts traffic: open the log
-/// (verifying it) and run the analysis scan. Once the application has started: accept new sessions at once while the
-/// recovered sessions replay in parallel; a request of a session still replaying waits for it. A replay that fails or
-/// diverges stops the service with an error naming the session and LSN (fail-stop).
+/// MSP crash recovery (MSP §4.3, Fig. 12) as a hosted service. Before the server accepts traffic: open the log
+/// (verifying it), run the analysis scan from the anchored service checkpoint, take a service checkpoint. Once the
+/// application has started: accept new sessions at once while the recovered sessions replay in parallel, a session
+/// whose client waits first; a request of a session still replaying waits for it. A session whose replay diverges is
+/// quarantined (<see cref="PersistentServicesOptions.OnDivergence"/>); a replay that cannot run, or a logged shared value
+/// the code cannot read, stops the service with an error naming the session and LSN (fail-stop).
 /// </summary>
 internal sealed class RecoveryHostedService(
     PersistentRuntime runtime,
@@ -67,23 +69,20 @@ internal sealed class RecoveryHostedService(
         Exception? failure = null;
         using var run = CancellationTokenSource.CreateLinkedTokenSource(_stopping.Token);
 
-        // Sessions that crashed inside an update hold variables that others, and other holders' live tails, wait for:
-        // each replays at once on a thread of its own, outside ReplayParallelism, with its records read beforehand, so a
-        // chain of holders waiting for one another finishes on any core count and no replay slot or thread-pool thread
-        // ever waits for a reservation. The first failure anywhere cancels the rest.
-        async Task ReplayHolderAsync(Session session)
+        async Task ReplayAsync(Session session, IReadOnlyList<LoadedRequest>? preloaded)
         {
             try
             {
-                var loaded = await replayer.LoadAllAsync(session, run.Token).ConfigureAwait(false);
-                var replayed = await Task.Factory.StartNew(
-                    () => replayer.ReplayAsync(session, router.Value, next, loaded, run.Token).GetAwaiter().GetResult(),
-                    run.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default).ConfigureAwait(false);
-                Interlocked.Add(ref requests, replayed);
+                Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, preloaded, run.Token).ConfigureAwait(false));
             }
-            catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
+            catch (ReplayDivergenceException divergence) when (runtime.Options.OnDivergence == DivergencePolicy.QuarantineSession)
             {
-                await FailAsync(ex).ConfigureAwait(false);
+                // Only this session: its requests get session-diverged; every other session and the shared state go on.
+                runtime.Shared.ReleaseReservations(session.Id);
+                session.Quarantine(divergence);
+                runtime.CountQuarantined();
+                PersistentServicesMetrics.DivergedSessions.Add(1);
+                AspNetCoreEvents.SessionQuarantined(logger, session.TraceTag, divergence.Sequence, divergence.Lsn, divergence);
             }
         }
 
@@ -97,23 +96,47 @@ internal sealed class RecoveryHostedService(
             }
         }
 
-        var holders = sessions.Where(s => s.HoldsReservations).Select(ReplayHolderAsync).ToList();
-        try
+        // Sessions that crashed inside an update hold variables that others, and other holders' live tails, wait for:
+        // each replays at once on a thread of its own, outside ReplayParallelism, with its records read beforehand, so a
+        // chain of holders waiting for one another finishes on any core count and no replay slot or thread-pool thread
+        // ever waits for a reservation. The first failure anywhere cancels the rest.
+        async Task ReplayHolderAsync(Session session)
         {
-            await Parallel.ForEachAsync(
-                sessions.Where(s => !s.HoldsReservations),
-                new ParallelOptions { MaxDegreeOfParallelism = runtime.Options.ReplayParallelism, CancellationToken = run.Token },
-                async (session, token) => Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, null, token).ConfigureAwait(false))).ConfigureAwait(false);
-        }
-        catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
-        {
-            await FailAsync(ex).ConfigureAwait(false);
-        }
-        catch (OperationCanceledException)
-        {
+            try
+            {
+                var loaded = await replayer.LoadAllAsync(session, run.Token).ConfigureAwait(false);
+                await Task.Factory.StartNew(
+                    () => ReplayAsync(session, loaded).GetAwaiter().GetResult(),
+                    run.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
+            {
+                await FailAsync(ex).ConfigureAwait(false);
+            }
         }
 
-        await Task.WhenAll(holders).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        // The others: ReplayParallelism workers, in log order, except that a session whose client waits goes first.
+        var queue = new ReplayQueue(sessions.Where(s => !s.HoldsReservations));
+        runtime.Replays = queue;
+        async Task WorkAsync()
+        {
+            try
+            {
+                while (!run.IsCancellationRequested && queue.TryTake(out var session))
+                {
+                    await ReplayAsync(session, null).ConfigureAwait(false);
+                }
+            }
+            catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)
+            {
+                await FailAsync(ex).ConfigureAwait(false);
+            }
+        }
+
+        var holders = sessions.Where(s => s.HoldsReservations).Select(ReplayHolderAsync).ToList();
+        var workers = Enumerable.Range(0, Math.Min(runtime.Options.ReplayParallelism, Math.Max(queue.Count, 1))).Select(_ => Task.Run(WorkAsync)).ToList();
+        await Task.WhenAll(workers.Concat(holders)).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        runtime.Replays = null;
         if (failure is not null)
         {
             Stop(failure, sessions);

@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
+using PersistentServices.Checkpoints;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
@@ -29,7 +30,9 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var loaded = new List<LoadedRequest>(session.PositionStream.Count);
         foreach (var position in session.PositionStream)
         {
-            loaded.Add(await LoadAsync(position, cancellationToken).ConfigureAwait(false));
+            loaded.Add(position is { Request: { } kept, AuxRecords: { } keptAux }
+                ? new LoadedRequest(position, kept, keptAux)
+                : await LoadAsync(position, cancellationToken).ConfigureAwait(false));
         }
 
         return loaded;
@@ -44,7 +47,11 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var positions = session.PositionStream;
         for (var i = 0; i < positions.Count; i++)
         {
-            var request = preloaded?[i] ?? await LoadAsync(positions[i], cancellationToken).ConfigureAwait(false);
+            var position = positions[i];
+            var request = preloaded?[i]
+                          ?? (position is { Request: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, kept, keptAux) : null)
+                          ?? await LoadAsync(position, cancellationToken).ConfigureAwait(false);
+            CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;
 
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
@@ -115,17 +122,23 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 throw new ReplayDivergenceException(
                     $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) routed to " +
                     $"'{endpoint?.DisplayName ?? "no endpoint"}', but it ran on '{record.Endpoint}' before the crash (a persistent endpoint was removed or renamed?).",
-                    session.TraceTag, lsn);
+                    session.TraceTag, lsn, record.Sequence);
             }
 
             var captured = await EndpointRunner.RunAsync(context, next, new PersistentScope(session, ExecutionMode.Replay, execution), record.Body.ToByteArray(), logger)
                 .ConfigureAwait(false);
 
-            // A divergence found by the cursor stops recovery even when the endpoint caught the exception.
+            // A logged shared value the running code cannot read: no session replay can repair that (fail-stop).
+            if (cursor.SharedFailure is { } sharedFailure)
+            {
+                throw sharedFailure;
+            }
+
+            // A divergence found by the cursor counts even when the endpoint caught the exception.
             cursor.EnsureConsumed();
             if (cursor.Divergence is { } divergence)
             {
-                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn);
+                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence);
             }
 
             var reply = captured.Reply;
@@ -135,7 +148,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                     $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
                     $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
                     "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
-                    session.TraceTag, lsn);
+                    session.TraceTag, lsn, record.Sequence);
             }
 
             return captured;

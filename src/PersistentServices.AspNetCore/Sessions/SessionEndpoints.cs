@@ -51,7 +51,7 @@ internal static class SessionEndpoints
         }
 
         var now = runtime.Time.GetUtcNow();
-        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), now, replaying: false);
+        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), now, replaying: false, codec: runtime.Codec);
         try
         {
             var lsn = SessionRecords.AppendStarted(runtime.Log, session, now);
@@ -104,7 +104,7 @@ internal static class SessionEndpoints
             return;
         }
 
-        if (!await SessionLookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
         {
             return;
         }

@@ -27,7 +27,8 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
         var expired = 0;
         foreach (var session in runtime.Sessions.All)
         {
-            if (!session.Ready.IsCompletedSuccessfully || now - session.LastActivity < retention || !session.TryEnd())
+            // Quarantined sessions (their replay diverged) expire like idle ones, so their records stop holding the log back.
+            if ((!session.Ready.IsCompletedSuccessfully && session.Diverged is null) || now - session.LastActivity < retention || !session.TryEnd())
             {
                 continue;
             }

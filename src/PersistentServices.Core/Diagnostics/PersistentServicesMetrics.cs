@@ -30,6 +30,15 @@ internal static class PersistentServicesMetrics
     public static readonly Counter<long> Requests = Meter.CreateCounter<long>(
         "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
 
+    public static readonly Counter<long> SessionCheckpoints = Meter.CreateCounter<long>(
+        "persistentservices.checkpoints.sessions", "{checkpoint}", "Session checkpoints taken.");
+
+    public static readonly Counter<long> ServiceCheckpoints = Meter.CreateCounter<long>(
+        "persistentservices.checkpoints.service", "{checkpoint}", "Service (fuzzy) checkpoints taken; each may truncate the log.");
+
+    public static readonly Counter<long> DivergedSessions = Meter.CreateCounter<long>(
+        "persistentservices.recovery.diverged_sessions", "{session}", "Sessions whose replay diverged and that were quarantined.");
+
     public static readonly Histogram<long> LogCommitBatch = Meter.CreateHistogram<long>(
         "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
 }

@@ -1,37 +1,67 @@
 using System.Diagnostics;
+using PersistentServices.Checkpoints;
+using PersistentServices.Domain;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
-using PersistentServices.Domain;
 using PersistentServices.Sessions;
 using PersistentServices.SharedState;
 
 namespace PersistentServices.Recovery;
 
 /// <summary>What the analysis scan rebuilt.</summary>
-internal sealed record AnalysisResult(int Sessions, long Requests, long RecordsScanned, long ScannedUntil, TimeSpan Elapsed, long LastEpoch, int SharedVariables, int Reservations = 0);
+internal sealed record AnalysisResult(
+    int Sessions,
+    long Requests,
+    long RecordsScanned,
+    long ScannedFrom,
+    long ScannedUntil,
+    TimeSpan Elapsed,
+    long LastEpoch,
+    int SharedVariables,
+    int Reservations = 0,
+    long AnchorLsn = 0,
+    int SessionsFromCheckpoints = 0,
+    bool CleanShutdown = false);
 
 /// <summary>
-/// The single-threaded analysis scan of MSP crash recovery (seed 000 §4.3, Fig. 12): reads the log once and
-/// (a) rebuilds every live session's position stream (its requests and the records each wrote), next expected request
-/// number, last request hash and the logged reply hashes; (b) rolls every shared variable forward to its latest logged
-/// value; and finds the last epoch. Session state is not touched: replay rebuilds it.
+/// The single-threaded analysis scan of MSP crash recovery (MSP §4.3, Fig. 12; Phoenix/App §4.4). It starts where the
+/// anchored service checkpoint says (the log's begin when there is no anchor), reads the log once, sequentially, and
+/// (a) rebuilds every live session from its start or its latest checkpoint, with the position stream of what followed
+/// (the records themselves are kept, within a memory budget, so replay reads nothing again); (b) rolls every shared
+/// variable forward to its latest logged value or checkpoint; (c) finds the last epoch. Session state after a
+/// checkpoint is rebuilt by replay.
 /// </summary>
 internal static class AnalysisScan
 {
-    public static async Task<AnalysisResult> RunAsync(DurableLog log, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken)
+    /// <summary>Record bytes the scan keeps in memory for replay before it keeps only positions (replay then reads them).</summary>
+    public const long DefaultKeepBudgetBytes = 512L << 20;
+
+    public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
+        long keepBudgetBytes = DefaultKeepBudgetBytes)
     {
         var started = Stopwatch.GetTimestamp();
         long records = 0;
         long requests = 0;
         long epoch = 0;
+        long kept = 0;
+        long last = 0;
+        var fromCheckpoints = 0;
         var variables = new HashSet<string>(StringComparer.Ordinal);
+        var codec = shared.Codec;
+        var (anchor, scanFrom, clean) = await StartPointAsync(log, directory, cancellationToken).ConfigureAwait(false);
 
         // Per session: the variables its current request read for an update and has not written yet (it holds their locks).
         var openUpdates = new Dictionary<SessionId, HashSet<string>>();
         var until = log.DurableUntil;
-        await foreach (var record in log.ScanAsync(log.BeginAddress, until, cancellationToken).ConfigureAwait(false))
+        await foreach (var record in log.ScanAsync(scanFrom, until, cancellationToken).ConfigureAwait(false))
         {
             records++;
+            if (record.Kind != RecordKind.LogTruncated)
+            {
+                last = record.Lsn;
+            }
+
+            var keep = kept < keepBudgetBytes;
             switch (record.Kind)
             {
                 case RecordKind.SessionStarted:
@@ -41,11 +71,29 @@ internal static class AnalysisScan
                         startedRecord.Owner.ToByteArray(),
                         DateTimeOffset.FromUnixTimeMilliseconds(startedRecord.StartedAtUnixMs),
                         replaying: true,
-                        (int)startedRecord.OwnerVersion)
+                        (int)startedRecord.OwnerVersion,
+                        codec)
                     {
                         StateNumber = record.Lsn,
+                        RecoveryLsn = record.Lsn,
                     };
                     sessions.TryAdd(session);
+                    break;
+
+                case RecordKind.SessionCheckpoint:
+                    var checkpoint = record.Parse(SessionCheckpoint.Parser);
+                    var checkpointed = SessionId.FromBytes(checkpoint.SessionId.Span);
+                    if (sessions.TryGet(checkpointed, out var known))
+                    {
+                        known.ContinueFromCheckpoint(record.Lsn, checkpoint);
+                    }
+                    else
+                    {
+                        sessions.TryAdd(SessionCheckpoints.Restore(checkpoint, record.Lsn, codec));
+                    }
+
+                    fromCheckpoints++;
+                    openUpdates.Remove(checkpointed);
                     break;
 
                 case RecordKind.Request:
@@ -54,6 +102,15 @@ internal static class AnalysisScan
                     {
                         owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash.ToByteArray(), (int)request.RequestHashVersion,
                             DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
+                        owner.LoggedBytesSinceCheckpoint += record.Body.Length;
+                        if (keep)
+                        {
+                            var position = owner.PositionStream[^1];
+                            position.Request = request;
+                            position.AuxRecords = [];
+                            kept += record.Body.Length;
+                        }
+
                         openUpdates.Remove(owner.Id);
                         requests++;
                     }
@@ -66,6 +123,7 @@ internal static class AnalysisScan
                     {
                         replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash.ToByteArray());
                         replied.StateNumber = record.Lsn;
+                        replied.LoggedBytesSinceCheckpoint += record.Body.Length;
                     }
 
                     break;
@@ -76,9 +134,9 @@ internal static class AnalysisScan
 
                 case RecordKind.SharedWrite:
                     var write = record.Parse(SharedWrite.Parser);
-                    shared.RollForward(write.Variable, write.Value, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
+                    shared.RollForward(write.Variable, write.Value, write.ValueFormat, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
                     variables.Add(write.Variable);
-                    AddToRequest(sessions, write.SessionId, write.Sequence, record.Lsn);
+                    kept += AddToRequest(sessions, write.SessionId, write.Sequence, record, keep);
                     if (write.SessionId.Length == 16 && openUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
                     {
                         open.Remove(write.Variable);
@@ -87,14 +145,14 @@ internal static class AnalysisScan
                     break;
 
                 case RecordKind.SharedCheckpoint:
-                    var checkpoint = record.Parse(SharedCheckpoint.Parser);
-                    shared.RollForward(checkpoint.Variable, checkpoint.Value, DependencyVector.Empty, record.Lsn, checkpoint: true);
-                    variables.Add(checkpoint.Variable);
+                    var variableCheckpoint = record.Parse(SharedCheckpoint.Parser);
+                    shared.RollForward(variableCheckpoint.Variable, variableCheckpoint.Value, variableCheckpoint.ValueFormat, DependencyVector.Empty, record.Lsn, checkpoint: true);
+                    variables.Add(variableCheckpoint.Variable);
                     break;
 
                 case RecordKind.SharedRead:
                     var read = record.Parse(SharedRead.Parser);
-                    AddToRequest(sessions, read.SessionId, read.Sequence, record.Lsn);
+                    kept += AddToRequest(sessions, read.SessionId, read.Sequence, record, keep);
                     if (read.ForUpdate && read.SessionId.Length == 16)
                     {
                         var reader = SessionId.FromBytes(read.SessionId.Span);
@@ -110,11 +168,15 @@ internal static class AnalysisScan
 
                 case RecordKind.NondeterministicValue:
                     var value = record.Parse(NondeterministicValue.Parser);
-                    AddToRequest(sessions, value.SessionId, value.Sequence, record.Lsn);
+                    kept += AddToRequest(sessions, value.SessionId, value.Sequence, record, keep);
                     break;
 
                 case RecordKind.EpochStarted:
                     epoch = Math.Max(epoch, record.Parse(EpochStarted.Parser).Epoch);
+                    break;
+
+                case RecordKind.ServiceCheckpoint:
+                    epoch = Math.Max(epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
                     break;
 
                 case RecordKind.LogTruncated:
@@ -149,17 +211,67 @@ internal static class AnalysisScan
             }
         }
 
-        return new AnalysisResult(sessions.Count, requests, records, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations);
+        CrashPoints.Hit(CrashPoints.RecoveryScanned);
+        return new AnalysisResult(sessions.Count, requests, records, scanFrom, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations,
+            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor);
     }
 
-    /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream.</summary>
-    private static void AddToRequest(SessionTable sessions, Google.Protobuf.ByteString sessionId, long sequence, long lsn)
+    /// <summary>
+    /// Where the scan starts: the anchored service checkpoint's scan start, or the log's begin without an anchor. An
+    /// anchor that does not name a service checkpoint inside the log stops recovery (it is never guessed around).
+    /// </summary>
+    private static async Task<(long Anchor, long ScanFrom, bool Clean)> StartPointAsync(DurableLog log, string directory, CancellationToken cancellationToken)
+    {
+        if (AnchorFile.Read(directory) is not { } anchor)
+        {
+            return (0, log.BeginAddress, false);
+        }
+
+        if (anchor < log.BeginAddress || anchor >= log.DurableUntil)
+        {
+            throw new LogCorruptionException(
+                $"The log anchor names a service checkpoint at LSN {anchor}, outside the log's committed range [{log.BeginAddress}, {log.DurableUntil}): " +
+                "the anchor and the log do not belong together (a partial restore?). Restore the whole directory from one backup (docs/operations.md).", anchor);
+        }
+
+        var record = await log.ReadAsync(anchor, cancellationToken).ConfigureAwait(false);
+        if (record.Kind != RecordKind.ServiceCheckpoint)
+        {
+            throw new LogCorruptionException($"The log anchor names LSN {anchor}, which holds a {record.Kind} record, not a service checkpoint.", anchor);
+        }
+
+        var checkpoint = record.Parse(ServiceCheckpoint.Parser);
+        var scanFrom = checkpoint.ScanFromLsn == 0 ? anchor : checkpoint.ScanFromLsn;
+        if (scanFrom < log.BeginAddress || scanFrom > anchor)
+        {
+            throw new LogCorruptionException(
+                $"The service checkpoint at LSN {anchor} starts recovery at {scanFrom}, but the log begins at {log.BeginAddress}: records recovery needs are gone.", scanFrom);
+        }
+
+        return (anchor, scanFrom, checkpoint.CleanShutdown);
+    }
+
+    /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream. Returns the bytes kept.</summary>
+    private static long AddToRequest(SessionTable sessions, Google.Protobuf.ByteString sessionId, long sequence, LogRecord record, bool keep)
     {
         if (sessionId.Length == 16 && sessions.TryGet(SessionId.FromBytes(sessionId.Span), out var session) &&
             session.PositionStream.Count > 0 && session.PositionStream[^1].Sequence == sequence)
         {
-            session.PositionStream[^1].Aux.Add(lsn);
-            session.StateNumber = lsn;
+            var position = session.PositionStream[^1];
+            position.Aux.Add(record.Lsn);
+            session.StateNumber = record.Lsn;
+            session.LoggedBytesSinceCheckpoint += record.Body.Length;
+            if (keep && position.AuxRecords is { } aux)
+            {
+                aux.Add(record);
+                return record.Body.Length;
+            }
+
+            // Positions are either complete in memory or read again whole.
+            position.Request = null;
+            position.AuxRecords = null;
         }
+
+        return 0;
     }
 }

@@ -22,6 +22,14 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
     public string? Divergence { get; private set; }
 
     /// <summary>
+    /// Set when a logged shared value could not be read as the running code's type: a divergence inside shared state,
+    /// which stops recovery whatever the divergence policy (also when user code caught the exception).
+    /// </summary>
+    public Serialization.ValueFormatException? SharedFailure { get; private set; }
+
+    public void RecordSharedFailure(Serialization.ValueFormatException error) => SharedFailure ??= error;
+
+    /// <summary>
     /// The next logged record, which must be of <paramref name="kind"/> (and, when given, for <paramref name="variable"/>).
     /// Null when the records are used up and the request may continue live.
     /// </summary>
@@ -63,7 +71,7 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
     {
         Divergence ??= $"Replay of request {sequence} of session {session} (LSN {requestLsn}) diverged: {what}. " +
                        "The endpoint is not deterministic or its code changed.";
-        return new ReplayDivergenceException(Divergence, session, requestLsn);
+        return new ReplayDivergenceException(Divergence, session, requestLsn, sequence);
     }
 
     private static string Describe(RecordKind kind, string? variable) => kind switch

@@ -8,11 +8,21 @@ public sealed class ReplayDivergenceException : Exception
 {
     /// <summary>Creates the exception.</summary>
     public ReplayDivergenceException(string message, string sessionId, long lsn, Exception? innerException = null)
+        : this(message, sessionId, lsn, 0, innerException)
+    {
+    }
+
+    /// <summary>Creates the exception, naming the request's number in its session.</summary>
+    public ReplayDivergenceException(string message, string sessionId, long lsn, long sequence, Exception? innerException = null)
         : base(message, innerException)
     {
         SessionId = sessionId;
         Lsn = lsn;
+        Sequence = sequence;
     }
+
+    /// <summary>The number of the request whose replay diverged (0 when unknown).</summary>
+    public long Sequence { get; }
 
     /// <summary>The session whose replay diverged, by its trace tag (a short hash of its id: ids of anonymous sessions are bearer secrets, never logged).</summary>
     public string SessionId { get; }

@@ -42,6 +42,24 @@ internal sealed class BufferedReply
 
     public string? ContentType => Headers.FirstOrDefault(h => string.Equals(h.Key, "Content-Type", StringComparison.OrdinalIgnoreCase)).Value?.FirstOrDefault();
 
+    /// <summary>The reply as a checkpoint logs it: whole (status, headers, body).</summary>
+    public Log.Records.LoggedReply ToLogged()
+    {
+        var logged = new Log.Records.LoggedReply { StatusCode = StatusCode, Body = Google.Protobuf.ByteString.CopyFrom(Body) };
+        foreach (var (name, values) in Headers)
+        {
+            var header = new Log.Records.LoggedHeader { Name = name };
+            header.Values.Add(values);
+            logged.Headers.Add(header);
+        }
+
+        return logged;
+    }
+
+    /// <summary>A reply read back from a checkpoint: exactly the bytes a client may have received.</summary>
+    public static BufferedReply FromLogged(Log.Records.LoggedReply logged)
+        => new(logged.StatusCode, [.. logged.Headers.Select(h => new KeyValuePair<string, string[]>(h.Name, [.. h.Values]))], logged.Body.ToByteArray());
+
     public static byte[] ComputeHash(int statusCode, string? contentType, ReadOnlySpan<byte> body)
     {
         // One-shot SHA-256 over "status \n content-type \n body": no per-call hash object.

@@ -84,6 +84,7 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
     {
         var lsn = Log.Append(kind, body);
         Position.Aux.Add(lsn);
+        Session.LoggedBytesSinceCheckpoint += body.CalculateSize();
         Advance(lsn);
         return lsn;
     }

@@ -43,6 +43,12 @@ internal sealed class LoggedPosition(long requestLsn, long sequence)
 
     /// <summary>LSNs of the records the request wrote while it ran, in order.</summary>
     public List<long> Aux { get; } = [];
+
+    /// <summary>Recovery: the logged request and its records, kept by the analysis scan so replay reads nothing again (null: read them).</summary>
+    public Log.Records.LoggedRequest? Request { get; set; }
+
+    /// <summary>Recovery: the records of <see cref="Aux"/>, in order, when the analysis scan kept them.</summary>
+    public List<Log.LogRecord>? AuxRecords { get; set; }
 }
 
 /// <summary>
@@ -53,15 +59,17 @@ internal sealed class LoggedPosition(long requestLsn, long sequence)
 internal sealed class Session
 {
     private readonly Lock _gate = new();
-    private readonly Dictionary<object, object?> _state = [];
+    private readonly Dictionary<string, SessionStateSlot> _state = new(StringComparer.Ordinal);
     private readonly TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private TaskCompletionSource<BufferedReply>? _executing;
 
-    public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying, int ownerVersion = SessionOwner.CurrentVersion)
+    public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying, int ownerVersion = SessionOwner.CurrentVersion, Serialization.ValueCodec? codec = null)
     {
         Id = id;
         Owner = owner;
         OwnerVersion = ownerVersion;
+        StartedAt = startedAt;
+        Codec = codec ?? Serialization.JsonValueCodec.Instance;
         LastActivity = startedAt;
         if (!replaying)
         {
@@ -111,6 +119,23 @@ internal sealed class Session
 
     public DateTimeOffset LastActivity { get; set; }
 
+    public DateTimeOffset StartedAt { get; }
+
+    /// <summary>How session state is written into checkpoints (and read back from them).</summary>
+    public Serialization.ValueCodec Codec { get; }
+
+    /// <summary>
+    /// Where this session's recovery starts: its latest checkpoint record, or its SessionStarted record before its first
+    /// checkpoint (MSP §3.4: what the service checkpoint lists).
+    /// </summary>
+    public long RecoveryLsn { get; set; }
+
+    /// <summary>Bytes this session logged since its latest checkpoint (MSP §3.2: a checkpoint is taken when they pass a threshold).</summary>
+    public long LoggedBytesSinceCheckpoint { get; set; }
+
+    /// <summary>Service checkpoints taken since this session's latest checkpoint (an idle session's is forced after a few).</summary>
+    public int ServiceCheckpointsSinceCheckpoint { get; set; }
+
     /// <summary>LSN of the session's latest log record (its state number, seed 000 §3.1).</summary>
     public long StateNumber { get; set; }
 
@@ -133,6 +158,21 @@ internal sealed class Session
     public Task Ready => _ready.Task;
 
     public bool Ended { get; private set; }
+
+    /// <summary>
+    /// True when no request of the session is admitted and unfinished: a checkpoint may be taken (with the execution
+    /// lock held, so none starts meanwhile).
+    /// </summary>
+    public bool IsBetweenRequests
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _executing is null && (LastSequence == 0 || LastReply is not null);
+            }
+        }
+    }
 
     /// <summary>True when a retry of <paramref name="sequence"/> must be compared with a hash of an older version (<see cref="RequestIdentity.HashVersion0"/>).</summary>
     public bool NeedsVersion0Hash(long sequence) => sequence == Volatile.Read(ref _lastSequence) && LastRequestHashVersion == 0;
@@ -226,12 +266,18 @@ internal sealed class Session
         StateNumber = lsn;
     }
 
-    /// <summary>Replay finished: <paramref name="lastReply"/> (the replayed reply of the last request) becomes the buffered reply.</summary>
+    /// <summary>
+    /// Replay finished: <paramref name="lastReply"/> (the replayed reply of the last request) becomes the buffered reply;
+    /// null when nothing followed the session's checkpoint, whose reply stays.
+    /// </summary>
     public void FinishReplay(BufferedReply? lastReply)
     {
-        lock (_gate)
+        if (lastReply is not null)
         {
-            LastReply = lastReply;
+            lock (_gate)
+            {
+                LastReply = lastReply;
+            }
         }
 
         _ready.TrySetResult();
@@ -239,6 +285,16 @@ internal sealed class Session
 
     /// <summary>Replay failed: requests waiting for this session fail with <paramref name="error"/>.</summary>
     public void FailReplay(Exception error) => _ready.TrySetException(error);
+
+    /// <summary>The divergence that quarantined this session (its requests get <c>session-diverged</c>); null otherwise.</summary>
+    public Recovery.ReplayDivergenceException? Diverged { get; private set; }
+
+    /// <summary>Replay diverged: the session is quarantined; the others go on.</summary>
+    public void Quarantine(Recovery.ReplayDivergenceException divergence)
+    {
+        Diverged = divergence;
+        _ready.TrySetException(divergence);
+    }
 
     /// <summary>Marks the session ended; returns false when a request is executing.</summary>
     public bool TryEnd()
@@ -255,7 +311,52 @@ internal sealed class Session
         }
     }
 
-    public T GetState<T>(SessionStateKey<T> key) => _state.TryGetValue(key, out var value) ? (T)value! : default!;
+    public T GetState<T>(SessionStateKey<T> key) => _state.TryGetValue(key.Name, out var slot) ? slot.Get<T>(key.Name, Codec) : default!;
 
-    public void SetState<T>(SessionStateKey<T> key, T value) => _state[key] = value;
+    public void SetState<T>(SessionStateKey<T> key, T value) => _state[key.Name] = SessionStateSlot.Of(value);
+
+    /// <summary>The session's state values as a checkpoint logs them. Only between requests (the caller holds the execution lock).</summary>
+    public IEnumerable<(string Name, byte[] Bytes, Log.Records.ValueFormat Format)> EncodeState()
+    {
+        foreach (var (name, slot) in _state)
+        {
+            var (bytes, format) = slot.Encode(Codec);
+            yield return (name, bytes, format);
+        }
+    }
+
+    /// <summary>
+    /// The session continues from a checkpoint (taken live, or met by the analysis scan): what came before it is no
+    /// longer needed, so its position stream and logged reply hashes start empty; with <paramref name="restore"/> the
+    /// numbers, reply and state come from the checkpoint record.
+    /// </summary>
+    public void ContinueFromCheckpoint(long lsn, Log.Records.SessionCheckpoint? restore = null)
+    {
+        RecoveryLsn = lsn;
+        StateNumber = Math.Max(StateNumber, lsn);
+        LoggedBytesSinceCheckpoint = 0;
+        ServiceCheckpointsSinceCheckpoint = 0;
+        PositionStream.Clear();
+        LoggedReplies.Clear();
+        if (restore is null)
+        {
+            return;
+        }
+
+        lock (_gate)
+        {
+            LastSequence = restore.LastSequence;
+            LastRequestHash = restore.LastRequestHash.IsEmpty ? null : restore.LastRequestHash.ToByteArray();
+            LastRequestHashVersion = (int)restore.LastRequestHashVersion;
+            LastReply = restore.LastReply is { } reply ? BufferedReply.FromLogged(reply) : null;
+        }
+
+        LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(restore.LastActivityUnixMs);
+        Dv = Domain.DependencyVector.FromRecord(restore.Dv);
+        _state.Clear();
+        foreach (var value in restore.State)
+        {
+            _state[value.Name] = SessionStateSlot.Restored(value.Value.ToByteArray(), value.ValueFormat);
+        }
+    }
 }

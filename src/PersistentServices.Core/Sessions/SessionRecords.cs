@@ -22,6 +22,7 @@ internal static class SessionRecords
             OwnerVersion = (uint)session.OwnerVersion,
         });
         session.StateNumber = lsn;
+        session.RecoveryLsn = lsn;
         return lsn;
     }
 
@@ -29,9 +30,10 @@ internal static class SessionRecords
     /// A request of <paramref name="session"/> is logged before it executes; it becomes the next entry of the session's
     /// position stream ([MSP §3.2]).
     /// </summary>
-    public static LoggedPosition AppendRequest(DurableLog log, Session session, LoggedRequest record)
+    public static LoggedPosition AppendRequest(DurableLog log, Session session, LoggedRequest record, int recordSize)
     {
         var lsn = log.Append(RecordKind.Request, record);
+        session.LoggedBytesSinceCheckpoint += recordSize;
         var position = new LoggedPosition(lsn, record.Sequence);
         session.PositionStream.Add(position);
         session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
@@ -44,14 +46,16 @@ internal static class SessionRecords
     /// </summary>
     public static long AppendReply(DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
     {
-        var lsn = log.Append(RecordKind.Reply, new ReplySent
+        var record = new ReplySent
         {
             SessionId = session.IdBytes,
             Sequence = position.Sequence,
             StatusCode = reply.StatusCode,
             ReplyHash = ByteString.CopyFrom(reply.Hash),
             RequestLsn = position.RequestLsn,
-        });
+        };
+        var lsn = log.Append(RecordKind.Reply, record);
+        session.LoggedBytesSinceCheckpoint += record.CalculateSize();
         session.StateNumber = lsn;
         return lsn;
     }

@@ -1,171 +1,14 @@
 using System.Collections.Concurrent;
-using System.Text.Json;
 using Google.Protobuf;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 using PersistentServices.Domain;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
+using PersistentServices.Serialization;
 using PersistentServices.Sessions;
 
 namespace PersistentServices.SharedState;
-
-/// <summary>
-/// One shared variable's state (seed 000 §3.3): its value, its DV, its state number (LSN of its latest write) and the
-/// head of its backward chain (latest write or checkpoint). <see cref="Gate"/> is the variable's own lock, held only
-/// for an access ("Shared Variable Locking": no lock table, no deadlocks).
-/// </summary>
-internal sealed class SharedCell(string name)
-{
-    private object? _value;
-    private Type? _valueType;
-
-    public string Name { get; } = name;
-
-    public Lock Gate { get; } = new();
-
-    /// <summary>JSON of the current value; null while the variable was never written (its value is the type's default).</summary>
-    public byte[]? Bytes { get; private set; }
-
-    public DependencyVector Dv { get; set; } = DependencyVector.Empty;
-
-    /// <summary>LSN of the latest write (or checkpoint) record: the variable's state number.</summary>
-    public long StateNumber { get; set; }
-
-    /// <summary>LSN of the latest write or checkpoint record: where the next write's backward pointer points.</summary>
-    public long ChainHead { get; set; }
-
-    public int WritesSinceCheckpoint { get; set; }
-
-    public bool CheckpointPending { get; set; }
-
-    /// <summary>
-    /// Recovery: the session that held this variable's lock when the service crashed (its update's read is logged, its
-    /// write is not). Until that session's replay writes the variable, other live accesses wait, as they would have
-    /// waited for the lock; otherwise the replayed update would overwrite what they wrote from a value they never saw.
-    /// </summary>
-    public Sessions.SessionId? ReservedFor
-    {
-        get
-        {
-            lock (_reservation)
-            {
-                return _reservedFor;
-            }
-        }
-    }
-
-    private readonly object _reservation = new();
-    private Sessions.SessionId? _reservedFor;
-    private volatile bool _reserved;
-    private bool _aborted;
-
-    /// <summary>Recovery failed: a replay waiting for this reservation stops (throws) instead of running on.</summary>
-    public void Abort()
-    {
-        lock (_reservation)
-        {
-            if (_reservedFor is null)
-            {
-                return;
-            }
-
-            _aborted = true;
-            _reservedFor = null;
-            _reserved = false;
-            Monitor.PulseAll(_reservation);
-        }
-    }
-
-    public void Reserve(Sessions.SessionId session)
-    {
-        lock (_reservation)
-        {
-            _reservedFor = session;
-            _reserved = true;
-        }
-    }
-
-    public void Release(Sessions.SessionId session)
-    {
-        if (!_reserved)
-        {
-            return;
-        }
-
-        lock (_reservation)
-        {
-            if (_reservedFor == session)
-            {
-                _reservedFor = null;
-                _reserved = false;
-                Monitor.PulseAll(_reservation);
-            }
-        }
-    }
-
-    /// <summary>Blocks while the variable is reserved for another session's replay (the lock it held at the crash).</summary>
-    public void WaitIfReservedByOther(Sessions.SessionId session)
-    {
-        if (!_reserved)
-        {
-            return;
-        }
-
-        lock (_reservation)
-        {
-            while (_reservedFor is { } owner && owner != session)
-            {
-                Monitor.Wait(_reservation);
-            }
-
-            if (_aborted)
-            {
-                throw new OperationCanceledException($"Recovery failed while this request waited for shared variable '{Name}', reserved by another session's replay.");
-            }
-        }
-    }
-
-    /// <summary>Sets the value from its JSON (recovery: roll forward or roll back).</summary>
-    public void SetBytes(byte[]? bytes)
-    {
-        Bytes = bytes;
-        _value = null;
-        _valueType = null;
-    }
-
-    /// <summary>Sets the value from a live write; <paramref name="bytes"/> is its JSON.</summary>
-    public void SetValue<T>(T value, byte[] bytes)
-    {
-        Bytes = bytes;
-        _value = value;
-        _valueType = typeof(T);
-    }
-
-    /// <summary>The value as <typeparamref name="T"/>, deserialized once from its JSON. Values are immutable, so the same object is shared.</summary>
-    public T GetValue<T>()
-    {
-        if (_valueType == typeof(T))
-        {
-            return (T)_value!;
-        }
-
-        var value = Bytes is null ? default! : SharedValueCodec.Deserialize<T>(Bytes);
-        _value = value;
-        _valueType = typeof(T);
-        return value;
-    }
-}
-
-/// <summary>Values of shared variables are logged as JSON (System.Text.Json; docs/dependencies.md).</summary>
-internal static class SharedValueCodec
-{
-    private static readonly JsonSerializerOptions Options = new(JsonSerializerDefaults.General);
-
-    public static byte[] Serialize<T>(T value) => JsonSerializer.SerializeToUtf8Bytes(value, Options);
-
-    public static T Deserialize<T>(ReadOnlySpan<byte> json) => JsonSerializer.Deserialize<T>(json, Options)!;
-}
 
 /// <summary>
 /// The service's shared variables (seed 000 §3.3) and how they are read and written:
@@ -191,12 +34,30 @@ internal sealed partial class SharedStateStore
     private readonly int _checkpointInterval;
     private readonly ILogger _logger;
 
-    public SharedStateStore(DurableLog log, string service, int checkpointInterval, ILogger? logger = null)
+    public SharedStateStore(DurableLog log, string service, int checkpointInterval, ILogger? logger = null, ValueCodec? codec = null)
     {
         Log = log;
         Service = service;
         _checkpointInterval = checkpointInterval;
         _logger = logger ?? NullLogger.Instance;
+        Codec = codec ?? JsonValueCodec.Instance;
+    }
+
+    /// <summary>How values are written to the log (and read back in the format they were written in).</summary>
+    public ValueCodec Codec { get; }
+
+    /// <summary>
+    /// The error for a logged value the running code cannot read: a divergence inside shared state, which no session
+    /// replay can repair. Recovery stops on it (fail-stop); a live request that reads the variable fails.
+    /// </summary>
+    public static ValueFormatException Unreadable(string variable, ValueFormatException error)
+    {
+        var unreadable = new ValueFormatException(
+            $"Shared variable '{variable}' holds {error.Message}. Its type changed in a way its logged values cannot follow: " +
+            "deploy the previous type again, or give the new shape a new variable name and migrate the value in a persistent request " +
+            "(docs/upgrades.md).", error);
+        PersistentScope.Current?.Execution?.Cursor?.RecordSharedFailure(unreadable);
+        return unreadable;
     }
 
     /// <summary>The store of the running service, or null before one opened its log.</summary>
@@ -248,7 +109,7 @@ internal sealed partial class SharedStateStore
                 scope.ReadOnlyDependsOn = Math.Max(scope.ReadOnlyDependsOn, cell.StateNumber);
             }
 
-            return cell.GetValue<T>();
+            return cell.GetValue<T>(Codec);
         }
     }
 
@@ -286,7 +147,7 @@ internal sealed partial class SharedStateStore
     /// variable's, is what the request sees (recovery independence, [MSP §3.3] "Value Logging"). False when the request
     /// runs live (or past its logged records).
     /// </summary>
-    private static bool TryReplayRead<T>(RequestExecution execution, string name, out T value)
+    private bool TryReplayRead<T>(RequestExecution execution, string name, out T value)
     {
         if (execution.Cursor?.Take(RecordKind.SharedRead, name) is not { } logged)
         {
@@ -297,7 +158,15 @@ internal sealed partial class SharedStateStore
         var read = logged.Parse(SharedRead.Parser);
         execution.Session.Dv = execution.Session.Dv.Merge(DependencyVector.FromRecord(read.Dv));
         execution.Advance(logged.Lsn);
-        value = SharedValueCodec.Deserialize<T>(read.Value.Span);
+        try
+        {
+            value = Codec.Deserialize<T>(read.Value.Span, read.ValueFormat);
+        }
+        catch (ValueFormatException ex)
+        {
+            throw Unreadable(name, ex);
+        }
+
         return true;
     }
 
@@ -342,19 +211,24 @@ internal sealed partial class SharedStateStore
     /// </summary>
     private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
     {
-        var bytes = SharedValueCodec.Serialize(value);
-        var lsn = execution.Log.Append(RecordKind.SharedWrite, new SharedWrite
+        var bytes = Codec.Serialize(value);
+        var writerDv = execution.Session.Dv;
+        var lsn = execution.Append(RecordKind.SharedWrite, new SharedWrite
         {
             Variable = cell.Name,
             Value = ByteString.CopyFrom(bytes),
-            Dv = execution.Session.Dv.ToRecord(),
+            ValueFormat = Codec.Format,
+            Dv = writerDv.ToRecord(),
             PreviousWriteLsn = cell.ChainHead,
             SessionId = execution.SessionId,
             Sequence = execution.Position.Sequence,
         });
-        execution.Position.Aux.Add(lsn);
-        execution.Advance(lsn);
-        cell.SetValue(value, bytes);
+        cell.SetValue(value, bytes, Codec.Format);
+        if (cell.RecoveryLsn == 0)
+        {
+            cell.RecoveryLsn = lsn; // the start of its backward chain until its first checkpoint
+        }
+
         cell.Dv = execution.Session.Dv;
         cell.StateNumber = lsn;
         cell.ChainHead = lsn;
@@ -440,16 +314,20 @@ internal sealed partial class SharedStateStore
     }
 
     /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value (seed 000 §4.3).</summary>
-    public void RollForward(string name, ByteString value, DependencyVector dv, long lsn, bool checkpoint)
+    public void RollForward(string name, ByteString value, ValueFormat format, DependencyVector dv, long lsn, bool checkpoint)
     {
         var cell = Cell(name);
         lock (cell.Gate)
         {
-            cell.SetBytes(value.ToByteArray());
+            cell.SetBytes(value.IsEmpty ? null : value.ToByteArray(), format);
             cell.Dv = dv;
             cell.StateNumber = lsn;
             cell.ChainHead = lsn;
             cell.WritesSinceCheckpoint = checkpoint ? 0 : cell.WritesSinceCheckpoint + 1;
+            if (checkpoint || cell.RecoveryLsn == 0)
+            {
+                cell.RecoveryLsn = lsn;
+            }
         }
     }
 
@@ -476,6 +354,7 @@ internal sealed partial class SharedStateStore
         // Read the chain outside the lock, then install the result if the variable did not move meanwhile.
         var lsn = head;
         byte[]? value = null;
+        var format = ValueFormat.Json;
         var dv = DependencyVector.Empty;
         long found = 0;
         while (lsn != 0)
@@ -483,7 +362,9 @@ internal sealed partial class SharedStateStore
             var record = await Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false);
             if (record.Kind == RecordKind.SharedCheckpoint)
             {
-                value = record.Parse(SharedCheckpoint.Parser).Value.ToByteArray();
+                var checkpoint = record.Parse(SharedCheckpoint.Parser);
+                value = checkpoint.Value.IsEmpty ? null : checkpoint.Value.ToByteArray();
+                format = checkpoint.ValueFormat;
                 found = lsn;
                 break;
             }
@@ -493,6 +374,7 @@ internal sealed partial class SharedStateStore
             if (!writeDv.IsOrphan(recovered))
             {
                 value = write.Value.ToByteArray();
+                format = write.ValueFormat;
                 dv = writeDv;
                 found = lsn;
                 break;
@@ -508,7 +390,7 @@ internal sealed partial class SharedStateStore
                 return false; // written again meanwhile: a write replaces an orphan value (seed 000 §3.3)
             }
 
-            cell.SetBytes(value);
+            cell.SetBytes(value, format);
             cell.Dv = dv;
             cell.StateNumber = found;
             cell.ChainHead = found;
@@ -516,6 +398,77 @@ internal sealed partial class SharedStateStore
 
         SharedStateEvents.RolledBack(_logger, name, recovered.Service, recovered.State.Epoch, recovered.State.Lsn, found);
         return true;
+    }
+
+    /// <summary>Where each written variable's recovery starts (its latest checkpoint, or its first write), for the service checkpoint.</summary>
+    public IEnumerable<(string Variable, long Lsn)> RecoveryPositions()
+    {
+        foreach (var cell in _cells.Values)
+        {
+            var lsn = cell.RecoveryLsn;
+            if (lsn > 0)
+            {
+                yield return (cell.Name, lsn);
+            }
+        }
+    }
+
+    /// <summary>A service checkpoint was taken: every variable is one older.</summary>
+    public void CountServiceCheckpoint()
+    {
+        foreach (var cell in _cells.Values)
+        {
+            lock (cell.Gate)
+            {
+                cell.ServiceCheckpointsSinceCheckpoint++;
+            }
+        }
+    }
+
+    /// <summary>Checkpoints every written variable whose latest checkpoint is <paramref name="idleAfter"/> service checkpoints old (idle ones too). Returns how many.</summary>
+    public async Task<int> CheckpointStaleAsync(int idleAfter, CancellationToken cancellationToken)
+    {
+        var forced = new List<Task>();
+        foreach (var cell in _cells.Values)
+        {
+            lock (cell.Gate)
+            {
+                if (cell.RecoveryLsn == 0 || cell.ServiceCheckpointsSinceCheckpoint < idleAfter || cell.CheckpointPending)
+                {
+                    continue;
+                }
+
+                cell.CheckpointPending = true;
+            }
+
+            forced.Add(CheckpointAsync(cell));
+        }
+
+        await Task.WhenAll(forced).WaitAsync(cancellationToken).ConfigureAwait(false);
+        return forced.Count;
+    }
+
+    /// <summary>A graceful drain: checkpoints every written variable whose latest record is not already its checkpoint, and waits for them.</summary>
+    public async Task CheckpointAllAsync(CancellationToken cancellationToken)
+    {
+        var pending = new List<Task>();
+        foreach (var cell in _cells.Values)
+        {
+            lock (cell.Gate)
+            {
+                if (cell.RecoveryLsn == 0 || (cell.RecoveryLsn == cell.ChainHead && cell.WritesSinceCheckpoint == 0 && cell.RecoveryLsn >= Log.BeginAddress))
+                {
+                    continue;
+                }
+
+                cell.CheckpointPending = true;
+            }
+
+            pending.Add(CheckpointAsync(cell));
+        }
+
+        // A checkpoint already on its way (CheckpointPending) is awaited by the writes' own commit; wait for the log too.
+        await Task.WhenAll(pending).WaitAsync(cancellationToken).ConfigureAwait(false);
     }
 
     /// <summary>
@@ -545,10 +498,13 @@ internal sealed partial class SharedStateStore
                     var lsn = Log.Append(RecordKind.SharedCheckpoint, new SharedCheckpoint
                     {
                         Variable = cell.Name,
-                        Value = ByteString.CopyFrom(cell.Bytes ?? SharedValueCodec.Serialize<object?>(null)),
+                        Value = cell.Bytes is { } bytes ? ByteString.CopyFrom(bytes) : ByteString.Empty,
+                        ValueFormat = cell.Format,
                     });
                     cell.ChainHead = lsn;
                     cell.StateNumber = lsn;
+                    cell.RecoveryLsn = lsn;
+                    cell.ServiceCheckpointsSinceCheckpoint = 0;
                     cell.Dv = DependencyVector.Empty;
                     cell.WritesSinceCheckpoint = 0;
                     cell.CheckpointPending = false;
@@ -566,27 +522,26 @@ internal sealed partial class SharedStateStore
         }
     }
 
-    private static T ReadLogged<T>(SharedCell cell, RequestExecution execution, bool forUpdate)
+    private T ReadLogged<T>(SharedCell cell, RequestExecution execution, bool forUpdate)
     {
         T value;
         DependencyVector dv;
         lock (cell.Gate)
         {
             // Logged under the variable's lock: the read's place in the log matches the value it saw.
-            var lsn = execution.Log.Append(RecordKind.SharedRead, new SharedRead
+            value = cell.GetValue<T>(Codec);
+            execution.Append(RecordKind.SharedRead, new SharedRead
             {
                 Variable = cell.Name,
-                Value = ByteString.CopyFrom(cell.Bytes ?? SharedValueCodec.Serialize(default(T))),
+                Value = ByteString.CopyFrom(cell.Bytes ?? Codec.Serialize(value)),
+                ValueFormat = cell.Bytes is null ? Codec.Format : cell.Format,
                 Dv = cell.Dv.ToRecord(),
                 SessionId = execution.SessionId,
                 Sequence = execution.Position.Sequence,
                 WriteLsn = cell.ChainHead,
                 ForUpdate = forUpdate,
             });
-            execution.Position.Aux.Add(lsn);
-            value = cell.GetValue<T>();
             dv = cell.Dv;
-            execution.Advance(lsn);
         }
 
         execution.Session.Dv = execution.Session.Dv.Merge(dv);

@@ -67,6 +67,8 @@ public sealed class TracingTests : IDisposable
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path))

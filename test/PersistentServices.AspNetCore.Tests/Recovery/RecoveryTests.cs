@@ -33,6 +33,8 @@ public sealed class RecoveryTests : IDisposable
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             lastReply = (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" })).Body.GetRawText();
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path))
@@ -64,6 +66,8 @@ public sealed class RecoveryTests : IDisposable
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a", amount = 5 });
             await server.SendAsync(HttpMethod.Post, "/counter/add", session, 2, new { opId = "b", amount = 7 });
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path))
@@ -98,6 +102,8 @@ public sealed class RecoveryTests : IDisposable
                     expected[session] = [.. items];
                 }
             }));
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path, o => o.ReplayParallelism = 4))
@@ -122,6 +128,8 @@ public sealed class RecoveryTests : IDisposable
             session = await server.StartSessionAsync();
             TestBehavior.Gate.SetResult();
             await server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
+
+            await server.CrashAsync();
         }
 
         TestBehavior.Reset(); // the replay of /cart/slow now blocks on a fresh gate
@@ -157,6 +165,8 @@ public sealed class RecoveryTests : IDisposable
             session = await server.StartSessionAsync(user: "alice");
             await server.SendAsync(HttpMethod.Post, "/cart/whoami", session, 1, user: "alice");
             await server.SendAsync(HttpMethod.Post, "/cart/whoami", session, 2, user: "alice");
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path))
@@ -173,29 +183,98 @@ public sealed class RecoveryTests : IDisposable
     }
 
     [Fact]
-    public async Task Restart_ReplayProducesAnotherReply_RecoveryStopsNamingSessionAndLsn()
+    public async Task Restart_ReplayProducesAnotherReply_OnlyThatSessionIsQuarantined_TheOthersServe()
+    {
+        string diverging;
+        string healthy;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            diverging = await server.StartSessionAsync();
+            healthy = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", diverging, 1, new { item = "a" });
+            await server.SendAsync(HttpMethod.Post, "/counter/add", healthy, 1, new { opId = "h1", amount = 5 });
+            await server.CrashAsync();
+        }
+
+        TestBehavior.Salt = "-changed"; // /cart/add now answers differently: not deterministic, or its code changed
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(1, server.Runtime.QuarantinedSessions);
+            var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", diverging, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
+            Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
+            Assert.Contains("request 1", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+
+            var (served, body) = await server.SendAsync(HttpMethod.Post, "/counter/add", healthy, 2, new { opId = "h2", amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, served.StatusCode);
+            Assert.Equal(6, body.GetProperty("total").GetInt64());
+            var (health, _) = await server.SendAsync(HttpMethod.Get, "/health/ready", null, null);
+            Assert.Equal(HttpStatusCode.OK, health.StatusCode); // degraded still serves
+            Assert.False(server.App.Services.GetRequiredService<IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested);
+        }
+    }
+
+    [Fact]
+    public async Task Restart_ReplayProducesAnotherReply_WithFailStop_RecoveryStopsNamingSessionAndLsn()
     {
         string session;
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+            await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed"; // the endpoint now answers differently: not deterministic
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        TestBehavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.OnDivergence = DivergencePolicy.FailStop))
         {
             await server.RecoveryCompletion;
 
             Assert.Equal(RecoveryStage.Failed, server.Runtime.Stage);
             var error = Assert.IsType<ReplayDivergenceException>(server.Runtime.Failure);
+
             // Named by its trace tag (a short hash): an anonymous session's id is a bearer secret and never logged.
             var tag = PersistentServices.Diagnostics.PersistentServicesTracing.SessionTag(SessionId.TryParse(session, out var id) ? id : default);
             Assert.Equal(tag, error.SessionId);
+            Assert.Equal(1, error.Sequence);
             Assert.Contains($"LSN {error.Lsn}", error.Message, StringComparison.Ordinal);
             Assert.Contains(tag, error.Message, StringComparison.Ordinal);
             Assert.DoesNotContain(session, error.Message, StringComparison.Ordinal);
             Assert.True(server.App.Services.GetRequiredService<IHostApplicationLifetime>().ApplicationStopping.IsCancellationRequested, "the service stops itself");
+        }
+    }
+
+    [Fact]
+    public async Task GracefulStop_ThenANewVersionWhoseRepliesDiffer_StartsWithEveryStateAndBufferedReplyIntact_ReplayingNothing()
+    {
+        string session;
+        string lastReply;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+            lastReply = (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" })).Body.GetRawText();
+        }
+
+        TestBehavior.Salt = "-v2"; // the new version's replies differ
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.True(server.Runtime.Analysis!.CleanShutdown);
+            Assert.Equal(0, server.Runtime.Analysis.Requests); // nothing to replay: every session was checkpointed by the drain
+            Assert.Equal(0, server.Runtime.QuarantinedSessions);
+
+            // The retry of the last request gets exactly the bytes the old version sent; the state is the old state.
+            var (retry, retryBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
+            Assert.Equal(lastReply, retryBody.GetRawText());
+            var (next, nextBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 3, new { item = "c" });
+            Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+            Assert.Equal(["a", "b", "c-v2"], Items(nextBody));
         }
     }
 

@@ -32,6 +32,8 @@ public sealed class SharedStateRecoveryTests : IDisposable
                     Assert.Equal(HttpStatusCode.OK, response.StatusCode);
                 }
             }));
+
+            await server.CrashAsync();
         }
 
         await using (var server = await TestServer.StartAsync(_dir.Path))
@@ -128,6 +130,8 @@ public sealed class SharedStateRecoveryTests : IDisposable
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/shared/stamp", session, 1);
             reply = (await server.SendAsync(HttpMethod.Post, "/shared/stamp", session, 2)).Body.GetRawText();
+
+            await server.CrashAsync();
         }
 
         await Task.Delay(50, TestContext.Current.CancellationToken);

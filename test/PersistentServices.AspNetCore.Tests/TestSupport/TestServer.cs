@@ -15,10 +15,14 @@ namespace PersistentServices.AspNetCore.Tests.TestSupport;
 /// <summary>The test app on Kestrel at 127.0.0.1 (a random port), over a given log directory.</summary>
 internal sealed class TestServer : IAsyncDisposable
 {
-    private TestServer(WebApplication app, HttpClient client)
+    private readonly string _logDirectory;
+    private string? _crashImage;
+
+    private TestServer(WebApplication app, HttpClient client, string logDirectory)
     {
         App = app;
         Client = client;
+        _logDirectory = logDirectory;
     }
 
     public WebApplication App { get; }
@@ -58,7 +62,7 @@ internal sealed class TestServer : IAsyncDisposable
         TestApp.Configure(app);
         await app.StartAsync(TestContext.Current.CancellationToken);
         var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
-        return new TestServer(app, client);
+        return new TestServer(app, client, logDirectory);
     }
 
     public async Task<string> StartSessionAsync(string? user = null)
@@ -113,10 +117,48 @@ internal sealed class TestServer : IAsyncDisposable
 
     public Session Session(string id) => Runtime.Sessions.TryGet(SessionId.TryParse(id, out var sid) ? sid : default, out var s) ? s : throw new KeyNotFoundException(id);
 
+    /// <summary>
+    /// A crash as SIGKILL leaves it: the log directory as it is now (what is durable is in its files) replaces whatever the
+    /// server writes afterwards, so its graceful stop (the drain and its checkpoints) never happened for the next start.
+    /// </summary>
+    public async Task CrashAsync()
+    {
+        var log = Runtime.Log;
+        if (log.TailAddress > log.DurableUntil)
+        {
+            await log.WaitUntilDurableAsync(log.TailAddress - 1, CancellationToken.None);
+        }
+
+        _crashImage = _logDirectory + ".crash-" + Guid.NewGuid().ToString("N")[..6];
+        Directory.CreateDirectory(_crashImage);
+        foreach (var file in Directory.GetFiles(_logDirectory))
+        {
+            if (Path.GetFileName(file) != "directory.lock")
+            {
+                File.Copy(file, Path.Combine(_crashImage, Path.GetFileName(file)));
+            }
+        }
+
+        await DisposeAsync();
+    }
+
     public async ValueTask DisposeAsync()
     {
+        if (_disposed)
+        {
+            return;
+        }
+
+        _disposed = true;
         Client.Dispose();
         await App.StopAsync(CancellationToken.None);
         await App.DisposeAsync();
+        if (_crashImage is not null)
+        {
+            Directory.Delete(_logDirectory, recursive: true);
+            Directory.Move(_crashImage, _logDirectory);
+        }
     }
+
+    private bool _disposed;
 }

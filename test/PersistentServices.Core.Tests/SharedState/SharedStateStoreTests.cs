@@ -159,7 +159,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         _log = await DurableLog.OpenAsync(LogTestOptions.Small(_dir.Path), cancellationToken: Ct);
         _store = new SharedStateStore(_log, Service, checkpointInterval: 3);
         SharedStateStore.Active = _store;
-        var result = await AnalysisScan.RunAsync(_log, new SessionTable(), _store, Ct);
+        var result = await AnalysisScan.RunAsync(_log, _dir.Path, new SessionTable(), _store, Ct);
 
         Assert.Equal(3, result.SharedVariables);
         Assert.Equal(2, Counter.Read());
@@ -330,7 +330,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
 
         await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
         var sessions = new SessionTable();
-        var result = await AnalysisScan.RunAsync(_log, sessions, _store, Ct);
+        var result = await AnalysisScan.RunAsync(_log, _dir.Path, sessions, _store, Ct);
 
         Assert.Equal(1, result.Reservations);
         Assert.Equal(a, _store.Cell("Tests.Counter").ReservedFor);

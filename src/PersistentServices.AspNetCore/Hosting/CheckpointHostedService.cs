@@ -1,0 +1,122 @@
+using System.Diagnostics;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Log;
+
+namespace PersistentServices.Hosting;
+
+/// <summary>
+/// Takes the service checkpoints (docs/checkpoints.md): one whenever <see cref="PersistentServicesOptions.ServiceCheckpointInterval"/>
+/// passed and the log grew, or the log grew <see cref="PersistentServicesOptions.ServiceCheckpointLogBytes"/>; each moves
+/// the anchor and truncates the log. And drains the service when the host stops (SIGTERM): from
+/// <see cref="IHostApplicationLifetime.ApplicationStopping"/> on, new persistent, read-only and session requests get 503
+/// with <c>Retry-After</c>; persistent requests already running finish; then every session and shared variable is
+/// checkpointed and a clean-shutdown service checkpoint is forced, so the next start, whatever its code, replays
+/// nothing. All within the host's shutdown timeout (<c>HostOptions.ShutdownTimeout</c>, 30 s by default, like
+/// Kubernetes' default grace period).
+/// </summary>
+internal sealed partial class CheckpointHostedService(PersistentRuntime runtime, IHostApplicationLifetime lifetime, ILogger<CheckpointHostedService> logger) : BackgroundService
+{
+    private static readonly TimeSpan Poll = TimeSpan.FromSeconds(1);
+
+    public override Task StartAsync(CancellationToken cancellationToken)
+    {
+        lifetime.ApplicationStopping.Register(runtime.BeginDrain);
+        return base.StartAsync(cancellationToken);
+    }
+
+    public override async Task StopAsync(CancellationToken cancellationToken)
+    {
+        runtime.BeginDrain();
+        await base.StopAsync(cancellationToken).ConfigureAwait(false);
+        await DrainAsync(cancellationToken).ConfigureAwait(false);
+    }
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        var options = runtime.Options;
+        var lastAt = runtime.Time.GetTimestamp();
+        var lastTail = -1L;
+        using var timer = new PeriodicTimer(Poll, runtime.Time);
+        try
+        {
+            while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
+            {
+                if (!runtime.IsAvailable)
+                {
+                    continue;
+                }
+
+                var log = runtime.Log;
+                if (lastTail < 0)
+                {
+                    lastTail = log.TailAddress;
+                }
+
+                var grown = log.TailAddress - lastTail;
+                if (grown >= options.ServiceCheckpointLogBytes || (grown > 0 && runtime.Time.GetElapsedTime(lastAt) >= options.ServiceCheckpointInterval))
+                {
+                    lastTail = log.TailAddress;
+                    lastAt = runtime.Time.GetTimestamp();
+                    await TakeAsync(stoppingToken).ConfigureAwait(false);
+                }
+            }
+        }
+        catch (OperationCanceledException) when (stoppingToken.IsCancellationRequested)
+        {
+        }
+    }
+
+    private async Task TakeAsync(CancellationToken cancellationToken)
+    {
+        try
+        {
+            await runtime.Checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
+        {
+            // A fault of the log is the runtime's to report (503, unhealthy); the anchor still names the previous checkpoint.
+            CheckpointFailed(logger, ex);
+        }
+    }
+
+    private async Task DrainAsync(CancellationToken cancellationToken)
+    {
+        if (runtime.Stage != RecoveryStage.Draining || runtime.LogFault is not null)
+        {
+            return;
+        }
+
+        var started = Stopwatch.GetTimestamp();
+        try
+        {
+            while (runtime.Executing > 0)
+            {
+                await Task.Delay(10, cancellationToken).ConfigureAwait(false);
+            }
+
+            var result = await runtime.Checkpointer.CheckpointEverythingAsync(cancellationToken).ConfigureAwait(false);
+            Drained(logger, result.Sessions, result.Variables, result.Lsn, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+        }
+        catch (OperationCanceledException)
+        {
+            DrainTimedOut(logger, runtime.Executing, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
+        {
+            CheckpointFailed(logger, ex);
+        }
+    }
+
+    [LoggerMessage(1360, LogLevel.Information,
+        "Drained: every request finished; {Sessions} sessions and {Variables} shared variables checkpointed; clean-shutdown checkpoint at LSN {Lsn} ({ElapsedMs} ms). The next start replays nothing.")]
+    private static partial void Drained(ILogger logger, int sessions, int variables, long lsn, long elapsedMs);
+
+    [LoggerMessage(1361, LogLevel.Warning,
+        "The host's shutdown timeout ended the drain after {ElapsedMs} ms with {Executing} persistent requests still running: nothing is lost, the next start replays what was not checkpointed")]
+    private static partial void DrainTimedOut(ILogger logger, int executing, long elapsedMs);
+
+    [LoggerMessage(1362, LogLevel.Error, "A service checkpoint failed; the anchor still names the previous one")]
+    private static partial void CheckpointFailed(ILogger logger, Exception exception);
+}

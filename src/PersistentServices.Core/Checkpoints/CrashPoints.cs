@@ -1,0 +1,34 @@
+namespace PersistentServices.Checkpoints;
+
+/// <summary>
+/// Named points where the crash tests kill the process (SIGKILL of itself, no cleanup): set the environment variable
+/// <c>PERSISTENTSERVICES_CRASH_POINT</c> to a name, and optionally <c>PERSISTENTSERVICES_CRASH_AFTER</c> to the number
+/// of hits to let pass first. For tests only; unset, a hit costs one comparison.
+/// </summary>
+internal static class CrashPoints
+{
+    public const string AfterSessionCheckpoint = "session-checkpoint.appended";
+    public const string ServiceCheckpointAppended = "service-checkpoint.appended";
+    public const string ServiceCheckpointDurable = "service-checkpoint.durable";
+    public const string AnchorWritten = "anchor.written";
+    public const string LogTruncated = "log.truncated";
+    public const string DrainCheckpointed = "drain.checkpointed";
+    public const string RecoveryScanned = "recovery.scanned";
+    public const string RecoveryReplaying = "recovery.replaying";
+
+    private static readonly string? Armed = Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT");
+    private static int _pass = int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var n) ? n : 0;
+
+    public static void Hit(string point)
+    {
+        if (Armed is null || !string.Equals(Armed, point, StringComparison.Ordinal) || Interlocked.Decrement(ref _pass) >= 0)
+        {
+            return;
+        }
+
+        Console.Error.WriteLine($"crash point {point}: SIGKILL");
+        Console.Error.Flush();
+        System.Diagnostics.Process.GetCurrentProcess().Kill();
+        Thread.Sleep(Timeout.Infinite);
+    }
+}

@@ -1,0 +1,174 @@
+using System.Diagnostics;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+using PersistentServices.SharedState;
+
+namespace PersistentServices.Checkpoints;
+
+/// <summary>What one service checkpoint did.</summary>
+internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sessions, int Variables, int ForcedSessions, int ForcedVariables, long TruncatedUntil, TimeSpan Elapsed);
+
+/// <summary>
+/// The fuzzy service checkpoint, the anchor and log truncation (MSP §3.4; Phoenix/App §4.3):
+/// <list type="number">
+/// <item>sessions and shared variables whose latest checkpoint is older than <c>idleAfter</c> service checkpoints get a
+///   new one (an idle session only when no request of it runs), so the start point keeps moving;</item>
+/// <item>a record lists where each live session's and shared variable's recovery starts (its latest checkpoint, or its
+///   start) and their minimum, the scan start; nothing is blocked while it is built;</item>
+/// <item>once the record is durable its LSN is written to the anchor; then the log is truncated below the scan start.</item>
+/// </list>
+/// A crash between any two steps is safe: until the anchor names the new checkpoint, the previous one (and the log
+/// above its scan start) is still there; truncation happens only below a durable, anchored checkpoint.
+/// </summary>
+internal sealed partial class ServiceCheckpointer(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, int idleAfter, ILogger logger) : IDisposable
+{
+    private readonly SemaphoreSlim _gate = new(1, 1);
+    private long _taken;
+
+    public void Dispose() => _gate.Dispose();
+
+    /// <summary>The service's epoch, written in each checkpoint.</summary>
+    public long Epoch { get; set; }
+
+    /// <summary>LSN of the newest anchored service checkpoint (0 before the first).</summary>
+    public long AnchoredLsn { get; private set; }
+
+    /// <summary>Service checkpoints taken since start.</summary>
+    public long Taken => Interlocked.Read(ref _taken);
+
+    /// <summary>Takes one service checkpoint; <paramref name="cleanShutdown"/> marks the one a graceful drain takes.</summary>
+    public async Task<ServiceCheckpointResult> TakeAsync(bool cleanShutdown, CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            var started = Stopwatch.GetTimestamp();
+            var (forcedSessions, forcedVariables) = await CheckpointStaleAsync(cancellationToken).ConfigureAwait(false);
+
+            var record = new ServiceCheckpoint { Epoch = Epoch, CleanShutdown = cleanShutdown };
+            var scanFrom = long.MaxValue;
+            foreach (var session in sessions.All)
+            {
+                var lsn = session.RecoveryLsn;
+                if (session.Ended || lsn == 0)
+                {
+                    continue;
+                }
+
+                record.Sessions.Add(new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn });
+                scanFrom = Math.Min(scanFrom, lsn);
+            }
+
+            foreach (var (name, lsn) in shared.RecoveryPositions())
+            {
+                record.Variables.Add(new CheckpointPosition { Variable = name, Lsn = lsn });
+                scanFrom = Math.Min(scanFrom, lsn);
+            }
+
+            // 0: nothing to recover before this record itself.
+            record.ScanFromLsn = scanFrom == long.MaxValue ? 0 : scanFrom;
+            var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
+            var truncateTo = record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn;
+            CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
+            await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
+            CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
+            AnchorFile.Write(directory, checkpointLsn);
+            AnchoredLsn = checkpointLsn;
+            CrashPoints.Hit(CrashPoints.AnchorWritten);
+
+            foreach (var session in sessions.All)
+            {
+                session.ServiceCheckpointsSinceCheckpoint++;
+            }
+
+            shared.CountServiceCheckpoint();
+            var truncated = 0L;
+            if (truncateTo > log.BeginAddress)
+            {
+                await log.TruncateUntilAsync(truncateTo, cancellationToken).ConfigureAwait(false);
+                truncated = truncateTo;
+                CrashPoints.Hit(CrashPoints.LogTruncated);
+            }
+
+            Interlocked.Increment(ref _taken);
+            PersistentServicesMetrics.ServiceCheckpoints.Add(1);
+            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, record.Sessions.Count, record.Variables.Count, forcedSessions, forcedVariables,
+                truncated, Stopwatch.GetElapsedTime(started));
+            Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
+            return result;
+        }
+        finally
+        {
+            _gate.Release();
+        }
+    }
+
+    /// <summary>
+    /// A graceful drain: every session (none is executing any more) and every shared variable is checkpointed, then one
+    /// service checkpoint marks the clean shutdown. The next start restores them all and replays nothing.
+    /// </summary>
+    public async Task<ServiceCheckpointResult> CheckpointEverythingAsync(CancellationToken cancellationToken)
+    {
+        foreach (var session in sessions.All)
+        {
+            if (!session.Ended && session.Ready.IsCompletedSuccessfully && (session.PositionStream.Count > 0 || session.RecoveryLsn < log.BeginAddress || session.LoggedBytesSinceCheckpoint > 0))
+            {
+                await CheckpointIdleSessionAsync(session, wait: true, cancellationToken).ConfigureAwait(false);
+            }
+        }
+
+        await shared.CheckpointAllAsync(cancellationToken).ConfigureAwait(false);
+        CrashPoints.Hit(CrashPoints.DrainCheckpointed);
+        return await TakeAsync(cleanShutdown: true, cancellationToken).ConfigureAwait(false);
+    }
+
+    private async Task<(int Sessions, int Variables)> CheckpointStaleAsync(CancellationToken cancellationToken)
+    {
+        var forcedSessions = 0;
+        foreach (var session in sessions.All)
+        {
+            if (session.ServiceCheckpointsSinceCheckpoint >= idleAfter && !session.Ended && session.Ready.IsCompletedSuccessfully &&
+                await CheckpointIdleSessionAsync(session, wait: false, cancellationToken).ConfigureAwait(false))
+            {
+                forcedSessions++;
+            }
+        }
+
+        var forcedVariables = await shared.CheckpointStaleAsync(idleAfter, cancellationToken).ConfigureAwait(false);
+        return (forcedSessions, forcedVariables);
+    }
+
+    /// <summary>Checkpoints a session between two of its requests: at once when none runs, else (with <paramref name="wait"/>) after it.</summary>
+    private async Task<bool> CheckpointIdleSessionAsync(Session session, bool wait, CancellationToken cancellationToken)
+    {
+        if (wait)
+        {
+            await session.ExecutionLock.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+        else if (!session.ExecutionLock.Wait(0, CancellationToken.None))
+        {
+            return false;
+        }
+
+        try
+        {
+            if (session.Ended)
+            {
+                return false;
+            }
+
+            return SessionCheckpoints.Take(log, session) != 0;
+        }
+        finally
+        {
+            session.ExecutionLock.Release();
+        }
+    }
+
+    [LoggerMessage(1350, LogLevel.Information,
+        "Service checkpoint at LSN {Lsn}: recovery starts at {ScanFrom}; {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
+    private static partial void Taken_(ILogger logger, long lsn, long scanFrom, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
+}

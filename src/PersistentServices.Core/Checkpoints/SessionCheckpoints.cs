@@ -1,0 +1,73 @@
+using Google.Protobuf;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Checkpoints;
+
+/// <summary>
+/// Session checkpoints (MSP §3.2 "Session Checkpointing"; Phoenix/App §4.2 "Saving Context States"): taken between two
+/// requests of one session, holding only that session (its execution lock), never blocking others. The record holds
+/// everything the session needs to go on without what came before: identity and owner, next expected number and the
+/// last request's identity, the whole buffered reply, session state values, DV. It is appended, not forced: until it is
+/// durable the records before it stay in the log (the log is truncated only below a durable service checkpoint that
+/// lists it), so a crash that loses it only means more replay.
+/// </summary>
+internal static class SessionCheckpoints
+{
+    /// <summary>
+    /// Appends <paramref name="session"/>'s checkpoint; from now on its recovery starts there. The caller holds the
+    /// session's execution lock. Returns the record's LSN, or 0 when the session is not between two requests (a request
+    /// was admitted and has no reply yet): then no checkpoint is taken.
+    /// </summary>
+    public static long Take(DurableLog log, Session session)
+    {
+        if (!session.IsBetweenRequests)
+        {
+            return 0;
+        }
+
+        var lsn = log.Append(RecordKind.SessionCheckpoint, Capture(session));
+        session.ContinueFromCheckpoint(lsn);
+        Diagnostics.PersistentServicesMetrics.SessionCheckpoints.Add(1);
+        CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
+        return lsn;
+    }
+
+    public static SessionCheckpoint Capture(Session session)
+    {
+        var record = new SessionCheckpoint
+        {
+            SessionId = session.IdBytes,
+            Owner = ByteString.CopyFrom(session.Owner),
+            OwnerVersion = (uint)session.OwnerVersion,
+            StartedAtUnixMs = session.StartedAt.ToUnixTimeMilliseconds(),
+            LastActivityUnixMs = session.LastActivity.ToUnixTimeMilliseconds(),
+            LastSequence = session.LastSequence,
+            LastRequestHash = session.LastRequestHash is { } hash ? ByteString.CopyFrom(hash) : ByteString.Empty,
+            LastRequestHashVersion = (uint)session.LastRequestHashVersion,
+            LastReply = session.LastReply?.ToLogged(),
+            Dv = session.Dv.ToRecord(),
+        };
+        foreach (var (name, bytes, format) in session.EncodeState())
+        {
+            record.State.Add(new SessionStateValue { Name = name, Value = ByteString.CopyFrom(bytes), ValueFormat = format });
+        }
+
+        return record;
+    }
+
+    /// <summary>Analysis scan: a session known only from its checkpoint (its start was truncated away).</summary>
+    public static Session Restore(SessionCheckpoint record, long lsn, Serialization.ValueCodec codec)
+    {
+        var session = new Session(
+            SessionId.FromBytes(record.SessionId.Span),
+            record.Owner.ToByteArray(),
+            DateTimeOffset.FromUnixTimeMilliseconds(record.StartedAtUnixMs),
+            replaying: true,
+            (int)record.OwnerVersion,
+            codec);
+        session.ContinueFromCheckpoint(lsn, record);
+        return session;
+    }
+}
