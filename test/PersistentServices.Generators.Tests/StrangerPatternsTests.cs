@@ -47,9 +47,11 @@ public sealed class StrangerPatternsTests
         app.MapPost("/pid", [Persistent] () => Environment.ProcessId);
         // 8. nondeterminism one call deep: the clock of an injected service
         app.MapPost("/now", [Persistent] (Clock clock) => clock.Now());
-        // 9. nondeterminism two calls deep: a static helper that makes an id
-        app.MapPost("/id", [Persistent] () => Ids.NewOrderId());
-        // 10.-14. the five already caught, directly in the endpoint
+        // 9. nondeterminism one call deep: a static helper that makes an id
+        app.MapPost("/id", [Persistent] () => Ids.Make());
+        // 10. nondeterminism two calls deep: an order id from that helper
+        app.MapPost("/order", [Persistent] () => Ids.NewOrderId());
+        // 11.-15. the five already caught, directly in the endpoint
         app.MapPost("/time", [Persistent] () => DateTime.Now);
         app.MapPost("/guid", [Persistent] () => Guid.NewGuid());
         app.MapPost("/random", [Persistent] () => Random.Shared.Next());
@@ -101,9 +103,9 @@ public sealed class StrangerPatternsTests
 
         public static class Ids
         {
-            public static string NewOrderId() => "order-" + Raw();
+            public static string NewOrderId() => "order-" + Make();
 
-            private static Guid Raw() => Guid.NewGuid();
+            public static Guid Make() => Guid.NewGuid();
         }
 
         public sealed partial class Visits
@@ -143,6 +145,7 @@ public sealed class StrangerPatternsTests
                 ("PS0202", "File.ReadAllText(\"greeting.txt\")"),
                 ("PS0202", "Environment.ProcessId"),
                 ("PS0201", "clock.Now()"),
+                ("PS0201", "Ids.Make()"),
                 ("PS0201", "Ids.NewOrderId()"),
                 ("PS0201", "DateTime.Now"),
                 ("PS0201", "Guid.NewGuid()"),
@@ -164,7 +167,8 @@ public sealed class StrangerPatternsTests
         Assert.Contains(messages, m => m.StartsWith("'Plain.Hits' (a static field) is passed by ref to Interlocked.Increment():", StringComparison.Ordinal));
         Assert.Contains(messages, m => m.StartsWith("'Counters._count' (a field of the singleton 'Counters') is incremented via Counters.Bump():", StringComparison.Ordinal));
         Assert.Contains(messages, m => m.StartsWith("'DateTime.UtcNow' via Clock.Now() is nondeterministic", StringComparison.Ordinal));
-        Assert.Contains(messages, m => m.StartsWith("'Guid.NewGuid()' via Ids.NewOrderId() → Ids.Raw() is nondeterministic", StringComparison.Ordinal));
+        Assert.Contains(messages, m => m.StartsWith("'Guid.NewGuid()' via Ids.Make() is nondeterministic", StringComparison.Ordinal));
+        Assert.Contains(messages, m => m.StartsWith("'Guid.NewGuid()' via Ids.NewOrderId() → Ids.Make() is nondeterministic", StringComparison.Ordinal));
         Assert.Contains(messages, m => m.StartsWith("'Environment.ProcessId' is a fact of the running process", StringComparison.Ordinal));
         Assert.All(
             diagnostics.Where(d => d.Id == "PS0102"),
