@@ -98,6 +98,39 @@ public sealed class ExternalInputTests
         Assert.StartsWith("'HttpClient.GetStringAsync()' via GitHubClient.GetUserAsync() calls another service", diagnostic.GetMessage(System.Globalization.CultureInfo.InvariantCulture), StringComparison.Ordinal);
     }
 
+    [Fact]
+    public async Task Analyze_TypedHttpClientInjectedByInterface_ReportsPS0202AtTheCall()
+    {
+        var source = Usings + """
+            using Microsoft.Extensions.DependencyInjection;
+
+            public interface IGitHubClient
+            {
+                Task<string> GetUserAsync(string name);
+            }
+
+            public sealed class GitHubClient(HttpClient http) : IGitHubClient
+            {
+                public Task<string> GetUserAsync(string name) => http.GetStringAsync("/users/" + name);
+            }
+
+            public static class Setup
+            {
+                public static void Register(IServiceCollection services) => services.AddHttpClient<IGitHubClient, GitHubClient>();
+            }
+
+            [Persistent]
+            public class Orders
+            {
+                public Task<string> M(IGitHubClient github) => github.GetUserAsync("x");
+            }
+            """;
+
+        var diagnostic = DiagnosticAssert.Single(await TestCompiler.AnalyzeValidProgramAsync(source), "PS0202", "github.GetUserAsync(\"x\")");
+
+        Assert.StartsWith("'HttpClient.GetStringAsync()' via GitHubClient.GetUserAsync() calls another service", diagnostic.GetMessage(System.Globalization.CultureInfo.InvariantCulture), StringComparison.Ordinal);
+    }
+
     public static TheoryData<string, string> NotReported => new()
     {
         {

@@ -14,7 +14,8 @@ namespace PersistentServices.Generators.Replay;
 /// a call through an injected interface is followed into its implementation). Recognized:
 /// <c>AddSingleton</c>/<c>AddScoped</c>/<c>AddTransient</c> (generic, <c>typeof</c>, instance and factory forms),
 /// their <c>TryAdd</c> and <c>Keyed</c> variants, <c>ServiceDescriptor.Singleton/Scoped/Transient</c>, and
-/// <c>AddHostedService</c>. [SharedState] classes count as singletons too.
+/// <c>AddHostedService</c>, and typed HTTP clients (<c>AddHttpClient&lt;TClient, TImplementation&gt;</c>, transient).
+/// [SharedState] classes count as singletons too.
 /// </summary>
 internal sealed class ServiceRegistry
 {
@@ -24,6 +25,7 @@ internal sealed class ServiceRegistry
         "AddScoped", "TryAddScoped", "AddKeyedScoped", "TryAddKeyedScoped",
         "AddTransient", "TryAddTransient", "AddKeyedTransient", "TryAddKeyedTransient",
         "Singleton", "Scoped", "Transient", "KeyedSingleton", "KeyedScoped", "KeyedTransient",
+        "AddHttpClient",
     };
 
     private readonly HashSet<INamedTypeSymbol> _singletons = new(SymbolEqualityComparer.Default);
