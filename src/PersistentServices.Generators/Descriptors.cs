@@ -7,7 +7,8 @@ internal static class Descriptors
 {
     public const string Category = "PersistentServices";
 
-    private const string HelpLinkBase = "https://github.com/persistentservices/persistentservices/blob/main/docs/diagnostics.md#";
+    /// <summary>Help links point into the repository's own documentation (one section per id).</summary>
+    private const string HelpLinkBase = "docs/diagnostics.md#";
 
     public static readonly DiagnosticDescriptor PropertyNotPartial = new(
         id: "PS0001",
@@ -79,13 +80,48 @@ internal static class Descriptors
         description: "Shared variables are value-logged on every read and write. Changing an object read from a [Shared] property in place bypasses the log, so recovery and other sessions would not see the change. Use immutable types (primitives, strings, enums, System.Collections.Immutable, records with get-only or init-only properties of immutable types) and write a new value to change it.",
         helpLinkUri: HelpLinkBase + "ps0101");
 
-    public static readonly DiagnosticDescriptor NondeterministicApi = new(
-        id: "PS0201",
-        title: "Nondeterministic API used in persistent code",
-        messageFormat: "'{0}' is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.",
+    public static readonly DiagnosticDescriptor UnloggedState = new(
+        id: "PS0102",
+        title: "Persistent code writes memory that outlives the request and is not logged",
+        messageFormat: "'{0}' ({1}) is {2}{3}: it outlives the request and is not logged, so recovery cannot rebuild it and a replay may compute different results. Keep per-session state in a [SessionState] property, and state shared by all sessions in a [Shared] property, a SharedVariable or a SharedMap.",
         category: Category,
         defaultSeverity: DiagnosticSeverity.Warning,
         isEnabledByDefault: true,
-        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks, random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash.",
+        description: "Recovery rebuilds memory by replaying logged requests, sessions in another interleaving than before the crash. Static fields and properties, fields of singleton services and variables captured by an endpoint outlive the request but are neither logged nor recovered: after a crash they start empty, and a replay that reads them computes other results.",
+        helpLinkUri: HelpLinkBase + "ps0102");
+
+    public static readonly DiagnosticDescriptor NondeterministicApi = new(
+        id: "PS0201",
+        title: "Nondeterministic API used in persistent code",
+        messageFormat: "'{0}'{1} is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.",
+        category: Category,
+        defaultSeverity: DiagnosticSeverity.Warning,
+        isEnabledByDefault: true,
+        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks, random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash. Uses in methods called from persistent code (in the same project) are reported at the call, with the chain of calls.",
         helpLinkUri: HelpLinkBase + "ps0201");
+
+    public static readonly DiagnosticDescriptor ExternalInput = new(
+        id: "PS0202",
+        title: "External input or process fact used in persistent code",
+        messageFormat: "'{0}'{1} {2}. Where its result cannot change the reply or the state, suppress this warning.",
+        category: Category,
+        defaultSeverity: DiagnosticSeverity.Warning,
+        isEnabledByDefault: true,
+        description: "Recovery re-executes logged requests. Calls to other services, files, databases and sockets are performed again on replay, and their answers may differ from the first time; process facts (process id, machine name, thread id) differ after a restart. The replayed request would then compute a different reply or state.",
+        helpLinkUri: HelpLinkBase + "ps0202");
+
+    /// <summary>PS0202's explanation for calls to other services over HTTP (one place, to change when the logged call API exists).</summary>
+    public const string HttpCallExplanation = "calls another service: a replayed request sends the call again, and the answer may differ (and the other service may apply it twice)";
+
+    /// <summary>PS0202's explanation for the file system.</summary>
+    public const string FileExplanation = "reads or writes the file system: a replayed request does it again, and the files may have changed since";
+
+    /// <summary>PS0202's explanation for databases.</summary>
+    public const string DatabaseExplanation = "talks to a database: a replayed request runs the command again, and the data may have changed since (or a change is applied twice)";
+
+    /// <summary>PS0202's explanation for sockets and DNS.</summary>
+    public const string NetworkExplanation = "uses the network: a replayed request sends and receives again, and the answers may differ";
+
+    /// <summary>PS0202's explanation for facts of the running process.</summary>
+    public const string ProcessFactExplanation = "is a fact of the running process: it differs after a restart, so a replayed request would see a different value";
 }

@@ -78,7 +78,7 @@ public sealed class PropertyDiagnosticTests
         Assert.Equal(
             $"[{attribute}] property 'App.CartController.Cart' must be declared 'partial' with accessors but no bodies, so that the source generator can implement it",
             diagnostic.GetMessage(System.Globalization.CultureInfo.InvariantCulture));
-        Assert.Equal("https://github.com/persistentservices/persistentservices/blob/main/docs/diagnostics.md#ps0001", diagnostic.Descriptor.HelpLinkUri);
+        Assert.Equal("docs/diagnostics.md#ps0001", diagnostic.Descriptor.HelpLinkUri);
         Assert.Equal("PersistentServices", diagnostic.Descriptor.Category);
     }
 
@@ -244,16 +244,16 @@ public sealed class PropertyDiagnosticTests
     public void SupportedDiagnostics_AllDescriptors_HaveDocumentedShape()
     {
         var descriptors = new PersistentPropertyAnalyzer().SupportedDiagnostics
-            .Concat(new NondeterminismAnalyzer().SupportedDiagnostics)
+            .Concat(new ReplaySafetyAnalyzer().SupportedDiagnostics)
             .ToList();
+        var documentation = File.ReadAllText(FindRepositoryFile("docs/diagnostics.md"));
 
-        Assert.Equal(["PS0001", "PS0002", "PS0003", "PS0004", "PS0005", "PS0006", "PS0101", "PS0201"], descriptors.Select(d => d.Id));
+        Assert.Equal(["PS0001", "PS0002", "PS0003", "PS0004", "PS0005", "PS0006", "PS0101", "PS0102", "PS0201", "PS0202"], descriptors.Select(d => d.Id));
         foreach (var descriptor in descriptors)
         {
             Assert.Equal("PersistentServices", descriptor.Category);
-            Assert.Equal(
-                "https://github.com/persistentservices/persistentservices/blob/main/docs/diagnostics.md#" + descriptor.Id.ToLowerInvariant(),
-                descriptor.HelpLinkUri);
+            Assert.Equal("docs/diagnostics.md#" + descriptor.Id.ToLowerInvariant(), descriptor.HelpLinkUri);
+            Assert.Contains("\n## " + descriptor.Id + "\n", documentation.ReplaceLineEndings("\n"), StringComparison.Ordinal);
             Assert.False(string.IsNullOrWhiteSpace(descriptor.Title.ToString(System.Globalization.CultureInfo.InvariantCulture)));
             Assert.False(string.IsNullOrWhiteSpace(descriptor.Description.ToString(System.Globalization.CultureInfo.InvariantCulture)));
             Assert.Contains("{0}", descriptor.MessageFormat.ToString(System.Globalization.CultureInfo.InvariantCulture), StringComparison.Ordinal);
@@ -262,5 +262,20 @@ public sealed class PropertyDiagnosticTests
                 descriptor.Id.StartsWith("PS00", StringComparison.Ordinal) ? DiagnosticSeverity.Error : DiagnosticSeverity.Warning,
                 descriptor.DefaultSeverity);
         }
+    }
+
+    /// <summary>A file of the repository, found by walking up from the test's output directory.</summary>
+    private static string FindRepositoryFile(string relativePath)
+    {
+        for (var directory = new DirectoryInfo(AppContext.BaseDirectory); directory is not null; directory = directory.Parent)
+        {
+            var candidate = Path.Combine(directory.FullName, relativePath);
+            if (File.Exists(candidate))
+            {
+                return candidate;
+            }
+        }
+
+        throw new FileNotFoundException("Not found above the test's output directory.", relativePath);
     }
 }

@@ -21,7 +21,9 @@ internal static class TestCompiler
         global using PersistentServices;
         """;
 
-    public static CSharpCompilation CreateCompilation(params string[] sources)
+    public static CSharpCompilation CreateCompilation(params string[] sources) => CreateCompilation(OutputKind.DynamicallyLinkedLibrary, sources);
+
+    public static CSharpCompilation CreateCompilation(OutputKind outputKind, string[] sources)
     {
         var trees = new List<SyntaxTree> { CSharpSyntaxTree.ParseText(GlobalUsings, ParseOptions, path: "GlobalUsings.cs") };
         for (var i = 0; i < sources.Length; i++)
@@ -33,7 +35,7 @@ internal static class TestCompiler
             "TestProgram",
             trees,
             References.Value,
-            new CSharpCompilationOptions(OutputKind.DynamicallyLinkedLibrary, nullableContextOptions: NullableContextOptions.Enable));
+            new CSharpCompilationOptions(outputKind, nullableContextOptions: NullableContextOptions.Enable));
     }
 
     public static GeneratorDriver CreateDriver()
@@ -44,8 +46,10 @@ internal static class TestCompiler
 
     /// <summary>Runs the generator; returns the run's result and the compilation with the generated sources added.</summary>
     public static (GeneratorDriverRunResult Result, Compilation Output) RunGenerator(params string[] sources)
+        => RunGenerator(CreateCompilation(sources));
+
+    private static (GeneratorDriverRunResult Result, Compilation Output) RunGenerator(CSharpCompilation compilation)
     {
-        var compilation = CreateCompilation(sources);
         var driver = CreateDriver().RunGeneratorsAndUpdateCompilation(compilation, out var output, out _, TestContext.Current.CancellationToken);
         return (driver.GetRunResult(), output);
     }
@@ -54,11 +58,14 @@ internal static class TestCompiler
     /// Runs the generator, then both analyzers on the result (as a build does). Returns the PS diagnostics, sorted by
     /// position, and the compiler's own errors.
     /// </summary>
-    public static async Task<(ImmutableArray<Diagnostic> Analyzer, ImmutableArray<Diagnostic> CompilerErrors)> AnalyzeAsync(params string[] sources)
+    public static Task<(ImmutableArray<Diagnostic> Analyzer, ImmutableArray<Diagnostic> CompilerErrors)> AnalyzeAsync(params string[] sources)
+        => AnalyzeAsync(CreateCompilation(sources));
+
+    private static async Task<(ImmutableArray<Diagnostic> Analyzer, ImmutableArray<Diagnostic> CompilerErrors)> AnalyzeAsync(CSharpCompilation compilation)
     {
-        var (_, output) = RunGenerator(sources);
+        var (_, output) = RunGenerator(compilation);
         var withAnalyzers = output.WithAnalyzers(
-            [new PersistentPropertyAnalyzer(), new NondeterminismAnalyzer()],
+            [new PersistentPropertyAnalyzer(), new ReplaySafetyAnalyzer()],
             new CompilationWithAnalyzersOptions(
                 new AnalyzerOptions([]),
                 onAnalyzerException: null,
@@ -76,6 +83,14 @@ internal static class TestCompiler
     public static async Task<ImmutableArray<Diagnostic>> AnalyzeValidProgramAsync(params string[] sources)
     {
         var (analyzer, errors) = await AnalyzeAsync(sources);
+        Assert.True(errors.IsEmpty, "The test program does not compile:\n" + string.Join("\n", errors));
+        return analyzer;
+    }
+
+    /// <summary>The analyzer diagnostics of an application (top-level statements allowed) that must compile without errors.</summary>
+    public static async Task<ImmutableArray<Diagnostic>> AnalyzeValidApplicationAsync(params string[] sources)
+    {
+        var (analyzer, errors) = await AnalyzeAsync(CreateCompilation(OutputKind.ConsoleApplication, sources));
         Assert.True(errors.IsEmpty, "The test program does not compile:\n" + string.Join("\n", errors));
         return analyzer;
     }
