@@ -43,11 +43,19 @@ internal static partial class DurableFile
         }
     }
 
-    /// <summary>Shortens a file and flushes the change.</summary>
-    public static void Truncate(string path, long length)
+    /// <summary>
+    /// Shortens a file to <paramref name="length"/>, then extends it with zeros to <paramref name="paddedLength"/> (when
+    /// larger), and flushes the change.
+    /// </summary>
+    public static void Truncate(string path, long length, long paddedLength)
     {
         using var stream = new FileStream(path, FileMode.Open, FileAccess.Write, FileShare.ReadWrite);
         stream.SetLength(length);
+        if (paddedLength > length)
+        {
+            stream.SetLength(paddedLength);
+        }
+
         stream.Flush(flushToDisk: true);
     }
 
