@@ -18,7 +18,7 @@ public sealed class VerifyCommandTests
         MemorySizeBits = 16,
         SegmentSizeBits = 16,
         MaxRecordBytes = 4096,
-        MetadataWriteInterval = TimeSpan.Zero,
+        MetadataFlushInterval = TimeSpan.Zero,
     };
 
     private static (int Exit, string Output) Verify(params string[] args)

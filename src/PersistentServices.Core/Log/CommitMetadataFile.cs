@@ -111,15 +111,29 @@ internal sealed class CommitMetadataFile : IDisposable
     /// <summary>Writes a new copy into the older slot and flushes it to disk. Safe to call from several threads.</summary>
     public void Write(long beginAddress, long committedUntil, long commitNum)
     {
+        WriteUnflushed(beginAddress, committedUntil, commitNum);
+        Flush();
+    }
+
+    /// <summary>
+    /// Writes a new copy into the older slot, into the operating system's cache only: every reader of the file sees it at
+    /// once, and it survives the process; it survives a power loss only after <see cref="Flush"/>. Two slots stay in one
+    /// page: after a power loss each 512-byte slot holds either its old or its new content, and the reader takes the
+    /// newest valid one.
+    /// </summary>
+    public void WriteUnflushed(long beginAddress, long committedUntil, long commitNum)
+    {
         lock (_gate)
         {
             var metadata = new CommitMetadata(++_sequence, beginAddress, committedUntil, commitNum, _pageSizeBits, _segmentSizeBits);
             Array.Clear(_buffer);
             Format(_buffer, metadata);
             RandomAccess.Write(_handle, _buffer, (metadata.Sequence % 2 == 1 ? 0 : 1) * SlotSize);
-            _stream.Flush(flushToDisk: true);
         }
     }
+
+    /// <summary>Makes every write so far durable (<c>fdatasync</c>: the slots are overwritten in place, the size never changes).</summary>
+    public void Flush() => DurableFile.FlushData(_handle);
 
     public void Dispose()
     {

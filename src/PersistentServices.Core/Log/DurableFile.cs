@@ -93,6 +93,36 @@ internal static partial class DurableFile
         }
     }
 
+    /// <summary><c>fdatasync</c> of an open file: its data (and the metadata needed to read it) reach the disk.</summary>
+    public static void FlushData(Microsoft.Win32.SafeHandles.SafeFileHandle handle)
+    {
+        if (OperatingSystem.IsWindows())
+        {
+            RandomAccess.FlushToDisk(handle);
+            return;
+        }
+
+        var added = false;
+        handle.DangerousAddRef(ref added);
+        try
+        {
+            if (Fdatasync((int)handle.DangerousGetHandle()) != 0)
+            {
+                throw new IOException($"fdatasync failed (errno {Marshal.GetLastPInvokeError()}).");
+            }
+        }
+        finally
+        {
+            if (added)
+            {
+                handle.DangerousRelease();
+            }
+        }
+    }
+
+    [LibraryImport("libc", EntryPoint = "fdatasync", SetLastError = true)]
+    private static partial int Fdatasync(int fd);
+
     [LibraryImport("libc", EntryPoint = "open", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     private static partial int Open(string path, int flags);
 

@@ -11,7 +11,7 @@ using PersistentServices.Log.Records;
 namespace PersistentServices.Log;
 
 /// <summary>
-/// The one local log of a service (seed 000 §3.2 "single physical log"; seed 001 §4.1 "log manager"): FasterLog on
+/// The one local log of a service ([MSP §3.2] "single physical log"; [Phoenix/App §4.1] "log manager"): FasterLog on
 /// local disk in fast-commit mode, records in a checksummed envelope that names its own LSN, and a group-commit loop.
 /// <list type="bullet">
 /// <item><see cref="Append(RecordKind, IMessage, RecordFlags)"/> returns the record's LSN; the record is not yet durable.</item>
@@ -20,7 +20,9 @@ namespace PersistentServices.Log;
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
 /// <item><see cref="OpenAsync"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
-///   logged, corruption inside committed data stops the open with an error naming the address.</item>
+///   logged; damage inside committed data, or files showing that committed data is missing, stop the open with an error
+///   naming the address and the file, before anything on disk changes.</item>
+/// <item>The commit metadata's floor follows the durable end on its own thread (<see cref="CommitMetadataWriter"/>).</item>
 /// </list>
 /// </summary>
 internal sealed class DurableLog : IAsyncDisposable
@@ -108,11 +110,14 @@ internal sealed class DurableLog : IAsyncDisposable
     /// <summary>Commit metadata writes since open.</summary>
     public long MetadataWrites => _metadataWriter.Writes;
 
-    /// <summary>The committed address the commit metadata holds now: the floor the next open enforces.</summary>
+    /// <summary>The committed address the commit metadata shows now: the floor the next open enforces.</summary>
     public long MetadataFloor => _metadataWriter.WrittenUntil;
 
-    /// <summary>Durable commits the commit metadata does not cover yet (the detection window, in commits).</summary>
-    public long CommitsAfterMetadataFloor => _metadataWriter.UncoveredCommits;
+    /// <summary>The committed address the commit metadata holds durably (what a power loss leaves of the floor).</summary>
+    public long MetadataFlushedFloor => _metadataWriter.FlushedUntil;
+
+    /// <summary>Durable commits the flushed commit metadata does not cover yet.</summary>
+    public long CommitsAfterFlushedFloor => _metadataWriter.UnflushedCommits;
 
     /// <summary>How closely the commit metadata has followed the durable end since open.</summary>
     public MetadataLag MetadataLag => _metadataWriter.Snapshot();
@@ -184,7 +189,7 @@ internal sealed class DurableLog : IAsyncDisposable
             metadataFile.Write(scan.BeginAddress, scan.CommittedUntil, scan.CommitNum);
 
             DurableLog? created = null;
-            metadataWriter = new CommitMetadataWriter(metadataFile, options.MetadataWriteInterval, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum,
+            metadataWriter = new CommitMetadataWriter(metadataFile, options.MetadataFlushInterval, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum,
                 ex => created?.OnFault(ex, "commit metadata write failed"));
             var manager = new ThrottledCommitManager(metadataWriter, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
@@ -478,7 +483,7 @@ internal sealed class DurableLog : IAsyncDisposable
             {
                 try
                 {
-                    _metadataWriter.WriteNow(_committedBegin, DurableUntil, LastCommitNum());
+                    _metadataWriter.WriteFinal(_committedBegin, DurableUntil, LastCommitNum());
                 }
                 catch (IOException)
                 {

@@ -24,15 +24,15 @@ public sealed class LogOptions
     public int MaxRecordBytes { get; set; } = 1 << 20;
 
     /// <summary>
-    /// Least time between two writes of the commit metadata (<c>commit.meta</c>: the begin address and a committed
-    /// address that recovery never accepts the log to fall below). Commit records in the log make every commit durable
-    /// with one write; the metadata is rewritten on its own thread after commits, off the acknowledgement path, at most
-    /// once per this interval, and at once when the begin address moves. Outside damage that removes acknowledged
-    /// commits is detected unless they all lie after the metadata's address: a shorter interval narrows that window
-    /// and costs one more small write and flush per interval under load. Default 1 ms; zero writes after every group
-    /// commit (coalescing those that finish meanwhile); at most 10 s.
+    /// Least time between two flushes of the commit metadata (<c>commit.meta</c>: the begin address and a committed
+    /// address, the floor that recovery never accepts the log to fall below). Commit records in the log make every commit
+    /// durable with one write. The floor is written into <c>commit.meta</c> right after every commit, off the
+    /// acknowledgement path and without a flush, so a restarted service or a copy sees it at once; it is flushed to disk
+    /// on the log's metadata thread at most once per this interval, and at once when the begin address moves. Only after
+    /// an operating-system crash or power loss can the floor be older than the last commits, by at most this interval.
+    /// Default 10 ms; zero flushes after every group commit (one more flush per commit under load); at most 10 s.
     /// </summary>
-    public TimeSpan MetadataWriteInterval { get; set; } = TimeSpan.FromMilliseconds(1);
+    public TimeSpan MetadataFlushInterval { get; set; } = TimeSpan.FromMilliseconds(10);
 
     /// <summary>Test hook: builds the FASTER device for a segment base path (fault injection).</summary>
     internal Func<string, LogIoThread, IDevice>? DeviceFactory { get; set; }
@@ -74,9 +74,9 @@ public sealed class LogOptions
                 nameof(MaxRecordBytes));
         }
 
-        if (MetadataWriteInterval < TimeSpan.Zero || MetadataWriteInterval > TimeSpan.FromSeconds(10))
+        if (MetadataFlushInterval < TimeSpan.Zero || MetadataFlushInterval > TimeSpan.FromSeconds(10))
         {
-            throw new ArgumentException($"LogOptions.MetadataWriteInterval must be between 0 and 10 seconds (was {MetadataWriteInterval}).", nameof(MetadataWriteInterval));
+            throw new ArgumentException($"LogOptions.MetadataFlushInterval must be between 0 and 10 seconds (was {MetadataFlushInterval}).", nameof(MetadataFlushInterval));
         }
     }
 

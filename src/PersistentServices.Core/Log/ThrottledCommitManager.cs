@@ -5,10 +5,10 @@ namespace PersistentServices.Log;
 /// <summary>
 /// FASTER's <see cref="ILogCommitManager"/> for fast-commit mode. Every commit is made durable by the commit
 /// record FASTER writes into the log (one write); FASTER calls <see cref="Commit"/> once that commit is durable, after
-/// releasing its waiters. This manager hands the commit to <see cref="CommitMetadataWriter"/>, which advances the
-/// metadata's floor on its own thread (throttled in time, never on the acknowledgement path), and writes at once, before
-/// FASTER deletes segment files, when the begin address moves; instead of FASTER's default of creating and deleting a
-/// file per commit. At open it hands FASTER the recovery point that <see cref="LogRecoveryScanner"/> verified, so
+/// releasing its waiters. This manager hands the commit to <see cref="CommitMetadataWriter"/>, which writes the new floor
+/// into the metadata file (unflushed) and flushes it on its own thread, at most once per interval; and writes and flushes
+/// at once, before FASTER deletes segment files, when the begin address moves. FASTER's default instead creates and
+/// deletes a file per commit. At open it hands FASTER the recovery point that <see cref="LogRecoveryScanner"/> verified, so
 /// FASTER's own lenient recovery never decides anything.
 /// </summary>
 internal sealed class ThrottledCommitManager : ILogCommitManager
