@@ -44,8 +44,8 @@ internal static class VerifyReport
         else
         {
             var inventory = v.Inventory;
-            output.WriteLine($"Committed: [{N(scan.BeginAddress)}, {N(scan.CommittedUntil)}), {N(scan.CommittedUntil - scan.BeginAddress)} bytes, " +
-                $"{N(inventory.Records)} records in {N(inventory.Commits)} commits" + (v.Refused ? " (counted up to the first problem)" : ""));
+            output.WriteLine((v.Refused ? "Committed and intact, up to the first problem: " : "Committed: ") +
+                $"[{N(scan.BeginAddress)}, {N(scan.CommittedUntil)}), {N(scan.CommittedUntil - scan.BeginAddress)} bytes, {N(inventory.Records)} records in {N(inventory.Commits)} commits");
             if (inventory.ByKind.Count > 0)
             {
                 output.WriteLine("Records by kind: " + string.Join(", ", inventory.ByKind.Select(k => $"{k.Key} {N(k.Value)}")));
