@@ -257,8 +257,15 @@ internal sealed class LogRecoveryScanner : IDisposable
         var dataEnd = ((long)lastDataSegment << _segmentSizeBits) + _segments[lastDataSegment];
         var reported = new HashSet<long>();
 
-        // Segment files are created in order, each before its first write: a gap was made from outside.
-        for (var segment = lowestSegment + 1; segment < highestSegment; segment++)
+        // Where the walk starts: the metadata's begin address when its segment exists; else the oldest segment, and the begin
+        // address must then be confirmed by a committed LogTruncated record.
+        var lowestStart = Math.Max(FasterEntryLayout.FirstValidAddress, (long)lowestSegment << _segmentSizeBits);
+        var start = metadata is { } meta && (meta.BeginAddress >> _segmentSizeBits) >= lowestSegment ? meta.BeginAddress : lowestStart;
+        var beginFromLog = metadata is null || start != metadata.Value.BeginAddress;
+
+        // Segment files are created in order, each before its first write, and dropped in order from the oldest: a gap at
+        // or after the begin address's segment was made from outside.
+        for (var segment = Math.Max(lowestSegment, (int)(start >> _segmentSizeBits)) + 1; segment < highestSegment; segment++)
         {
             if (!_segments.ContainsKey(segment))
             {
@@ -272,12 +279,6 @@ internal sealed class LogRecoveryScanner : IDisposable
                     0));
             }
         }
-
-        // Where the walk starts: the metadata's begin address when its segment exists; else the oldest segment, and the begin
-        // address must then be confirmed by a committed LogTruncated record.
-        var lowestStart = Math.Max(FasterEntryLayout.FirstValidAddress, (long)lowestSegment << _segmentSizeBits);
-        var start = metadata is { } meta && (meta.BeginAddress >> _segmentSizeBits) >= lowestSegment ? meta.BeginAddress : lowestStart;
-        var beginFromLog = metadata is null || start != metadata.Value.BeginAddress;
 
         var walk = new WalkResult { CommittedUntil = start };
         Walk(start, walk);
