@@ -9,9 +9,14 @@ using PersistentServices.Log.Records;
 //   1. raw append + fdatasync of 512 bytes (the floor a durable commit is compared with);
 //   2. raw 512-byte O_DIRECT|O_SYNC appends (how FASTER's Linux device writes);
 //   3. the log's durable-commit latency with one writer (append 512-byte record + wait until durable);
-//   4. durable appends/s with 1, 8 and 64 writers (each loops append + wait until durable).
-// Usage: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- [--dir DIR] [--samples N] [--seconds S] [--writers 1,8,64]
+//   4. durable appends/s with 1, 8 and 64 writers (each loops append + wait until durable);
+//   5. how far the commit metadata's floor trails the durable end (the window in which outside damage to the log's last
+//      commits goes undetected): sampled every 5 ms during the throughput runs, the bytes the written floor does not
+//      cover yet and the commits the flushed floor does not cover yet; per flush, its lag behind the first commit it
+//      makes durable in the floor.
+// Usage: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- [--dir DIR] [--samples N] [--seconds S] [--writers 1,8,64] [--metadata-interval MS]
 var options = HarnessOptions.Parse(args);
+LogRuns.MetadataInterval = options.MetadataInterval ?? LogRuns.MetadataInterval;
 Directory.CreateDirectory(options.Directory);
 var runDir = Path.Combine(options.Directory, "run-" + DateTime.UtcNow.ToString("yyyyMMdd-HHmmss", CultureInfo.InvariantCulture));
 Directory.CreateDirectory(runDir);
@@ -21,6 +26,7 @@ Console.WriteLine();
 Console.WriteLine($"- machine: {Machine.Describe()}");
 Console.WriteLine($"- directory: {runDir} ({Machine.FileSystemOf(runDir)})");
 Console.WriteLine($"- samples per latency figure: {options.Samples} (after {options.Samples / 10} warm-up); throughput: {options.Seconds} s per writer count");
+Console.WriteLine($"- LogOptions.MetadataFlushInterval: {LogRuns.MetadataInterval.TotalMilliseconds} ms");
 Console.WriteLine($"- command: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- {string.Join(' ', args)}");
 Console.WriteLine();
 
@@ -36,16 +42,18 @@ try
     Console.WriteLine(direct.Row("raw append 512 B, O_DIRECT|O_SYNC (FASTER's device)"));
     Console.WriteLine(commit.Latency.Row("log: append 512 B record + wait until durable (1 writer)"));
     Console.WriteLine();
-    Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} for {commit.Commits} commits; process CPU per durable append (1 writer): {LogRuns.LastCpuMicrosecondsPerCommit:F0} µs (raw append + fdatasync: {RawWrites.LastCpuMicrosecondsPerWrite:F0} µs)");
+    Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} ({commit.Lag.Flushes} flushed) for {commit.Commits} commits; process CPU per durable append (1 writer): {LogRuns.LastCpuMicrosecondsPerCommit:F0} µs (raw append + fdatasync: {RawWrites.LastCpuMicrosecondsPerWrite:F0} µs)");
+    Console.WriteLine(commit.Lag.Describe("latency run"));
     Console.WriteLine();
 
-    Console.WriteLine("| writers | durable appends/s | commits/s | appends per commit | mean latency (ms) |");
-    Console.WriteLine("|---:|---:|---:|---:|---:|");
+    Console.WriteLine("| writers | durable appends/s | commits/s | appends per commit | mean latency (ms) | metadata flushes/s | bytes not in the written floor p99 / max | flushed floor lag p50 / p99 / max (ms) | commits not in the flushed floor p50 / p99 / max |");
+    Console.WriteLine("|---:|---:|---:|---:|---:|---:|---|---|---|");
     foreach (var writers in options.Writers)
     {
         var result = await LogRuns.ThroughputAsync(Path.Combine(runDir, $"throughput-{writers}"), writers, TimeSpan.FromSeconds(options.Seconds));
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"| {writers} | {result.AppendsPerSecond:N0} | {result.CommitsPerSecond:N0} | {result.AppendsPerSecond / Math.Max(1, result.CommitsPerSecond):F1} | {result.MeanLatencyMs:F3} |"));
+            $"| {writers} | {result.AppendsPerSecond:N0} | {result.CommitsPerSecond:N0} | {result.AppendsPerSecond / Math.Max(1, result.CommitsPerSecond):F1} | {result.MeanLatencyMs:F3} | " +
+            $"{result.MetadataFlushesPerSecond:N0} | {result.Window.BytesP99:N0} / {result.Window.BytesMax:N0} | {result.Lag.P50Ms:F3} / {result.Lag.P99Ms:F3} / {result.Lag.MaxMs:F3} | {result.Window.CommitsP50} / {result.Window.CommitsP99} / {result.Window.CommitsMax} |"));
     }
 }
 finally
@@ -58,7 +66,7 @@ finally
 
 return 0;
 
-internal sealed record HarnessOptions(string Directory, int Samples, int Seconds, int[] Writers, bool Keep)
+internal sealed record HarnessOptions(string Directory, int Samples, int Seconds, int[] Writers, bool Keep, TimeSpan? MetadataInterval)
 {
     public static HarnessOptions Parse(string[] args)
     {
@@ -67,6 +75,7 @@ internal sealed record HarnessOptions(string Directory, int Samples, int Seconds
         var seconds = 5;
         int[] writers = [1, 8, 64];
         var keep = false;
+        TimeSpan? metadataInterval = null;
         for (var i = 0; i < args.Length; i++)
         {
             switch (args[i])
@@ -76,11 +85,12 @@ internal sealed record HarnessOptions(string Directory, int Samples, int Seconds
                 case "--seconds": seconds = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
                 case "--writers": writers = args[++i].Split(',').Select(w => int.Parse(w, CultureInfo.InvariantCulture)).ToArray(); break;
                 case "--keep": keep = true; break;
+                case "--metadata-interval": metadataInterval = TimeSpan.FromMilliseconds(double.Parse(args[++i], CultureInfo.InvariantCulture)); break;
                 default: throw new ArgumentException($"unknown argument '{args[i]}'; see the comment at the top of Program.cs");
             }
         }
 
-        return new HarnessOptions(directory, samples, seconds, writers, keep);
+        return new HarnessOptions(directory, samples, seconds, writers, keep, metadataInterval);
     }
 }
 
@@ -177,14 +187,18 @@ internal static class LogRuns
 
     public static double LastCpuMicrosecondsPerCommit { get; private set; }
 
-    public static async Task<(Latencies Latency, long Commits, long MetadataWrites)> CommitLatencyAsync(string directory, int samples)
+    public static TimeSpan MetadataInterval { get; set; } = new LogOptions().MetadataFlushInterval;
+
+    private static LogOptions Options(string directory) => new() { Directory = directory, MetadataFlushInterval = MetadataInterval };
+
+    public static async Task<(Latencies Latency, long Commits, long MetadataWrites, MetadataLag Lag)> CommitLatencyAsync(string directory, int samples)
     {
         if (Record.CalculateSize() + RecordEnvelope.HeaderSize != 512)
         {
             throw new InvalidOperationException("the harness record must be 512 bytes");
         }
 
-        await using var log = await DurableLog.OpenAsync(new LogOptions { Directory = directory });
+        await using var log = await DurableLog.OpenAsync(Options(directory));
         var result = new List<double>(samples);
         var cpuBefore = System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime;
         for (var i = 0; i < samples + samples / 10; i++)
@@ -200,19 +214,37 @@ internal static class LogRuns
         }
 
         LastCpuMicrosecondsPerCommit = (System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime - cpuBefore).TotalMicroseconds / (samples + samples / 10);
-        return (new Latencies(result), log.Commits, log.MetadataWrites);
+        return (new Latencies(result), log.Commits, log.MetadataWrites, log.MetadataLag);
     }
 
-    public static async Task<(double AppendsPerSecond, double CommitsPerSecond, double MeanLatencyMs)> ThroughputAsync(string directory, int writers, TimeSpan duration)
+    public static async Task<ThroughputResult> ThroughputAsync(string directory, int writers, TimeSpan duration)
     {
-        await using var log = await DurableLog.OpenAsync(new LogOptions { Directory = directory });
+        await using var log = await DurableLog.OpenAsync(Options(directory));
 
-        // Warm up, then measure.
+        // Warm up, then measure, sampling how much durable work the commit metadata does not cover yet.
         await RunAsync(log, writers, TimeSpan.FromSeconds(1));
         var commitsBefore = log.Commits;
+        var flushesBefore = log.MetadataLag.Flushes;
+        using var stop = new CancellationTokenSource();
+        var sampler = Task.Run(async () =>
+        {
+            var commits = new List<long>();
+            var bytes = new List<long>();
+            while (!stop.IsCancellationRequested)
+            {
+                commits.Add(log.CommitsAfterFlushedFloor);
+                bytes.Add(Math.Max(0, log.DurableUntil - log.MetadataFloor));
+                await Task.Delay(5);
+            }
+
+            return new FloorWindow(commits, bytes);
+        });
         var (appends, totalLatencyMs) = await RunAsync(log, writers, duration);
+        await stop.CancelAsync();
+        var window = await sampler;
         var commits = log.Commits - commitsBefore;
-        return (appends / duration.TotalSeconds, commits / duration.TotalSeconds, totalLatencyMs / Math.Max(1, appends));
+        return new ThroughputResult(appends / duration.TotalSeconds, commits / duration.TotalSeconds, totalLatencyMs / Math.Max(1, appends),
+            (log.MetadataLag.Flushes - flushesBefore) / duration.TotalSeconds, log.MetadataLag, window);
     }
 
     private static async Task<(long Appends, double TotalLatencyMs)> RunAsync(DurableLog log, int writers, TimeSpan duration)
@@ -236,6 +268,34 @@ internal static class LogRuns
         var results = await Task.WhenAll(tasks);
         return (results.Sum(r => r.count), results.Sum(r => r.latency));
     }
+}
+
+internal sealed record ThroughputResult(
+    double AppendsPerSecond, double CommitsPerSecond, double MeanLatencyMs, double MetadataFlushesPerSecond, MetadataLag Lag, FloorWindow Window);
+
+/// <summary>Samples: commits durable but not yet in the flushed floor; bytes durable but not yet in the written floor.</summary>
+internal sealed class FloorWindow(List<long> commits, List<long> bytes)
+{
+    private readonly long[] _commits = [.. commits.Order()];
+    private readonly long[] _bytes = [.. bytes.Order()];
+
+    public long CommitsP50 => At(_commits, 0.5);
+
+    public long CommitsP99 => At(_commits, 0.99);
+
+    public long CommitsMax => _commits.Length == 0 ? 0 : _commits[^1];
+
+    public long BytesP99 => At(_bytes, 0.99);
+
+    public long BytesMax => _bytes.Length == 0 ? 0 : _bytes[^1];
+
+    private static long At(long[] sorted, double p) => sorted.Length == 0 ? 0 : sorted[Math.Min(sorted.Length - 1, (int)(p * sorted.Length))];
+}
+
+internal static class MetadataLagText
+{
+    public static string Describe(this MetadataLag lag, string run) => string.Create(CultureInfo.InvariantCulture,
+        $"commit metadata ({run}): {lag.Writes} writes, {lag.Flushes} flushes; lag of the flushed floor behind the first commit each flush covers p50 {lag.P50Ms:F3} ms, p99 {lag.P99Ms:F3} ms, max {lag.MaxMs:F3} ms; commits per flush mean {lag.MeanCommitsPerFlush:F1}, max {lag.MaxCommitsPerFlush}");
 }
 
 internal static class Machine

@@ -22,7 +22,7 @@ internal static class FixtureLog
         MemorySizeBits = 14,
         SegmentSizeBits = 14,
         MaxRecordBytes = 1024,
-        MetadataWriteInterval = 1,
+        MetadataFlushInterval = TimeSpan.Zero,
     };
 
     /// <summary>The records the fixture holds, in order, after its truncation.</summary>

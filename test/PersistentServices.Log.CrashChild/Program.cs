@@ -26,7 +26,7 @@ var options = new LogOptions
     MemorySizeBits = int.Parse(args[2], System.Globalization.CultureInfo.InvariantCulture) + 2,
     SegmentSizeBits = int.Parse(args[3], System.Globalization.CultureInfo.InvariantCulture),
     MaxRecordBytes = 4096,
-    MetadataWriteInterval = 50,
+    MetadataFlushInterval = TimeSpan.FromMilliseconds(1),
 };
 var writers = int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture);
 var maxPayload = int.Parse(args[4], System.Globalization.CultureInfo.InvariantCulture);

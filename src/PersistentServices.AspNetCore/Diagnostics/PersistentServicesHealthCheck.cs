@@ -22,7 +22,8 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) :
         };
         var result = runtime.Stage switch
         {
-            RecoveryStage.Failed => HealthCheckResult.Unhealthy("Recovery failed; the service must restart.", runtime.Failure, data),
+            // The failure was logged once, with its details; every probe repeating its stack trace would bury that message.
+            RecoveryStage.Failed => HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {runtime.Failure?.Message}", data: data),
             _ when runtime.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
             RecoveryStage.Draining => HealthCheckResult.Unhealthy("Stopping: running requests finish, new ones get 503.", data: data),
             _ when runtime.QuarantinedSessions > 0 => HealthCheckResult.Degraded(

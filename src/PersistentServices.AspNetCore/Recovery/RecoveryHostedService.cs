@@ -34,8 +34,13 @@ internal sealed class RecoveryHostedService(
         {
             await runtime.OpenAndAnalyzeAsync(cancellationToken).ConfigureAwait(false);
         }
-        catch (Exception ex)
+        catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
         {
+            if (FailStop.StopAfterStart(runtime, lifetime, logger, ex))
+            {
+                return;
+            }
+
             AspNetCoreEvents.RecoveryFailed(logger, ex);
             throw;
         }

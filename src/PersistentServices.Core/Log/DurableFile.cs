@@ -43,11 +43,19 @@ internal static partial class DurableFile
         }
     }
 
-    /// <summary>Shortens a file and flushes the change.</summary>
-    public static void Truncate(string path, long length)
+    /// <summary>
+    /// Shortens a file to <paramref name="length"/>, then extends it with zeros to <paramref name="paddedLength"/> (when
+    /// larger), and flushes the change.
+    /// </summary>
+    public static void Truncate(string path, long length, long paddedLength)
     {
         using var stream = new FileStream(path, FileMode.Open, FileAccess.Write, FileShare.ReadWrite);
         stream.SetLength(length);
+        if (paddedLength > length)
+        {
+            stream.SetLength(paddedLength);
+        }
+
         stream.Flush(flushToDisk: true);
     }
 
@@ -84,6 +92,36 @@ internal static partial class DurableFile
             _ = Close(fd);
         }
     }
+
+    /// <summary><c>fdatasync</c> of an open file: its data (and the metadata needed to read it) reach the disk.</summary>
+    public static void FlushData(Microsoft.Win32.SafeHandles.SafeFileHandle handle)
+    {
+        if (OperatingSystem.IsWindows())
+        {
+            RandomAccess.FlushToDisk(handle);
+            return;
+        }
+
+        var added = false;
+        handle.DangerousAddRef(ref added);
+        try
+        {
+            if (Fdatasync((int)handle.DangerousGetHandle()) != 0)
+            {
+                throw new IOException($"fdatasync failed (errno {Marshal.GetLastPInvokeError()}).");
+            }
+        }
+        finally
+        {
+            if (added)
+            {
+                handle.DangerousRelease();
+            }
+        }
+    }
+
+    [LibraryImport("libc", EntryPoint = "fdatasync", SetLastError = true)]
+    private static partial int Fdatasync(int fd);
 
     [LibraryImport("libc", EntryPoint = "open", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     private static partial int Open(string path, int flags);

@@ -11,7 +11,7 @@ using PersistentServices.Log.Records;
 namespace PersistentServices.Log;
 
 /// <summary>
-/// The one local log of a service (seed 000 §3.2 "single physical log"; seed 001 §4.1 "log manager"): FasterLog on
+/// The one local log of a service ([MSP §3.2] "single physical log"; [Phoenix/App §4.1] "log manager"): FasterLog on
 /// local disk in fast-commit mode, records in a checksummed envelope that names its own LSN, and a group-commit loop.
 /// <list type="bullet">
 /// <item><see cref="Append(RecordKind, IMessage, RecordFlags)"/> returns the record's LSN; the record is not yet durable.</item>
@@ -20,17 +20,20 @@ namespace PersistentServices.Log;
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
 /// <item><see cref="OpenAsync"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
-///   logged, corruption inside committed data stops the open with an error naming the address.</item>
+///   logged; damage inside committed data, or files showing that committed data is missing, stop the open with an error
+///   naming the address and the file, before anything on disk changes.</item>
+/// <item>The commit metadata's floor follows the durable end on its own thread (<see cref="CommitMetadataWriter"/>).</item>
 /// </list>
 /// </summary>
 internal sealed class DurableLog : IAsyncDisposable
 {
-    private const string LockFileName = "directory.lock";
+    /// <summary>The lock file every open log holds (an exclusive <c>flock</c>), released when its process dies.</summary>
+    internal const string LockFileName = "directory.lock";
 
     private readonly FasterLog _log;
     private readonly IDevice _device;
     private readonly CommitMetadataFile _metadata;
-    private readonly ThrottledCommitManager _commitManager;
+    private readonly CommitMetadataWriter _metadataWriter;
     private readonly FileStream _lockFile;
     private readonly ILogger _logger;
     private readonly string _directory;
@@ -60,7 +63,7 @@ internal sealed class DurableLog : IAsyncDisposable
         FasterLog log,
         IDevice device,
         CommitMetadataFile metadata,
-        ThrottledCommitManager commitManager,
+        CommitMetadataWriter metadataWriter,
         FileStream lockFile,
         LogIoThread io,
         LogOptions options,
@@ -70,7 +73,7 @@ internal sealed class DurableLog : IAsyncDisposable
         _log = log;
         _device = device;
         _metadata = metadata;
-        _commitManager = commitManager;
+        _metadataWriter = metadataWriter;
         _lockFile = lockFile;
         _logger = logger;
         _directory = options.Directory;
@@ -105,10 +108,25 @@ internal sealed class DurableLog : IAsyncDisposable
     public long Commits => Volatile.Read(ref _commits);
 
     /// <summary>Commit metadata writes since open.</summary>
-    public long MetadataWrites => _commitManager.MetadataWrites;
+    public long MetadataWrites => _metadataWriter.Writes;
+
+    /// <summary>The committed address the commit metadata shows now: the floor the next open enforces.</summary>
+    public long MetadataFloor => _metadataWriter.WrittenUntil;
+
+    /// <summary>The committed address the commit metadata holds durably (what a power loss leaves of the floor).</summary>
+    public long MetadataFlushedFloor => _metadataWriter.FlushedUntil;
+
+    /// <summary>Durable commits the flushed commit metadata does not cover yet.</summary>
+    public long CommitsAfterFlushedFloor => _metadataWriter.UnflushedCommits;
+
+    /// <summary>How closely the commit metadata has followed the durable end since open.</summary>
+    public MetadataLag MetadataLag => _metadataWriter.Snapshot();
 
     /// <summary>Opens (recovering) or creates the log in <see cref="LogOptions.Directory"/>.</summary>
-    /// <exception cref="LogCorruptionException">Committed data is damaged; the message names the address.</exception>
+    /// <exception cref="LogCorruptionException">
+    /// Committed data is damaged or missing (or may be): the message names the address, the file and the offset, and says
+    /// what to do. Nothing was changed on disk.
+    /// </exception>
     /// <exception cref="IOException">The directory is in use by another process.</exception>
     public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
     {
@@ -122,6 +140,7 @@ internal sealed class DurableLog : IAsyncDisposable
         DurableFile.EnsureDirectory(options.Directory);
         var lockFile = AcquireDirectoryLock(options.Directory);
         CommitMetadataFile? metadataFile = null;
+        CommitMetadataWriter? metadataWriter = null;
         FaultObservingDevice? device = null;
         FasterLog? fasterLog = null;
         var io = new LogIoThread("ps-log-io");
@@ -135,11 +154,24 @@ internal sealed class DurableLog : IAsyncDisposable
             }
 
             var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata);
+            if (scan.Problems.Count > 0)
+            {
+                // Refuse before anything on disk changes: the operator can still copy and inspect exactly what was found.
+                throw scan.Problems[0].ToException(options.Directory, scan.Problems.Count - 1);
+            }
+
             if (scan.TornTail is { } torn)
             {
-                LogEvents.TornTailTruncated(logger, options.Directory, torn.From, torn.To, torn.To - torn.From, scan.UncommittedRecords,
+                LogEvents.TornTailTruncated(logger, options.Directory, torn.From, torn.To, torn.To - torn.From, scan.UncommittedRecords, scan.MetadataFloor,
                     scan.TailReason is null ? "" : $"; the walk stopped at: {scan.TailReason}");
                 LogRecoveryScanner.TruncateTail(options.Directory, options, scan.CommittedUntil);
+            }
+
+            if (scan.IsNew)
+            {
+                // The first segment file exists before the metadata does: metadata without a segment file always means
+                // lost data, never a log that had not written yet.
+                SegmentFiles.CreateDurably(options.Directory, 0);
             }
 
             LogRecoveryScanner.DeleteSegmentsBefore(options.Directory, options, scan.BeginAddress);
@@ -149,13 +181,17 @@ internal sealed class DurableLog : IAsyncDisposable
             }
 
             // Record the verified state before FASTER opens (creating the file durably when it is new or unusable).
+            var pageBits = (byte)options.PageSizeBits;
+            var segmentBits = (byte)options.SegmentSizeBits;
             metadataFile = metadata is null
-                ? CommitMetadataFile.Create(metadataPath, new CommitMetadata(0, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum))
-                : CommitMetadataFile.Open(metadataPath, metadata.Value.Sequence);
+                ? CommitMetadataFile.Create(metadataPath, new CommitMetadata(0, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum, pageBits, segmentBits))
+                : CommitMetadataFile.Open(metadataPath, metadata.Value.Sequence, pageBits, segmentBits);
             metadataFile.Write(scan.BeginAddress, scan.CommittedUntil, scan.CommitNum);
 
             DurableLog? created = null;
-            var manager = new ThrottledCommitManager(metadataFile, options.MetadataWriteInterval, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
+            metadataWriter = new CommitMetadataWriter(metadataFile, options.MetadataFlushInterval, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum,
+                ex => created?.OnFault(ex, "commit metadata write failed"));
+            var manager = new ThrottledCommitManager(metadataWriter, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
             device = new FaultObservingDevice(
                 options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io),
@@ -184,7 +220,7 @@ internal sealed class DurableLog : IAsyncDisposable
                     Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
             }
 
-            created = new DurableLog(fasterLog, device, metadataFile, manager, lockFile, io, options, scan, logger);
+            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, logger);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
                 (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
             return created;
@@ -194,6 +230,7 @@ internal sealed class DurableLog : IAsyncDisposable
             fasterLog?.Dispose();
             device?.Dispose();
             io.Dispose();
+            metadataWriter?.Dispose();
             metadataFile?.Dispose();
             await lockFile.DisposeAsync().ConfigureAwait(false);
             throw;
@@ -438,6 +475,7 @@ internal sealed class DurableLog : IAsyncDisposable
         await WaitUntilIdleAsync().ConfigureAwait(false);
         Volatile.Write(ref _disposed, 1);
         FailWaiters(new ObjectDisposedException(nameof(DurableLog), "The log was closed before the record became durable."));
+        _metadataWriter.Dispose();
 
         lock (_appendLock)
         {
@@ -445,7 +483,7 @@ internal sealed class DurableLog : IAsyncDisposable
             {
                 try
                 {
-                    _metadata.Write(_log.BeginAddress, DurableUntil, LastCommitNum());
+                    _metadataWriter.WriteFinal(_committedBegin, DurableUntil, LastCommitNum());
                 }
                 catch (IOException)
                 {

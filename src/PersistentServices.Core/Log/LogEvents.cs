@@ -10,8 +10,10 @@ internal static partial class LogEvents
     public static partial void Opened(ILogger logger, string directory, long beginAddress, long committedUntil, long records, long elapsedMs);
 
     [LoggerMessage(1001, LogLevel.Warning,
-        "Truncated the log's torn tail [{From}, {To}) in '{Directory}' ({Bytes} bytes after the last commit; {UncommittedRecords} intact records in it were never committed nor acknowledged){Reason}")]
-    public static partial void TornTailTruncated(ILogger logger, string directory, long from, long to, long bytes, int uncommittedRecords, string reason);
+        "Truncated the tail [{From}, {To}) of the log in '{Directory}': {Bytes} bytes after the last intact commit record, with {UncommittedRecords} intact records " +
+        "that no intact commit record covers. A crash that cuts a write short leaves such a tail, and then nothing in it was acknowledged; damage from outside " +
+        "confined to the log's last commits looks the same (the commit metadata confirmed commits until {MetadataFloor}; docs/log-format.md){Reason}")]
+    public static partial void TornTailTruncated(ILogger logger, string directory, long from, long to, long bytes, int uncommittedRecords, long metadataFloor, string reason);
 
     [LoggerMessage(1002, LogLevel.Warning, "Commit metadata '{File}' is damaged: {Damage}")]
     public static partial void MetadataDamaged(ILogger logger, string file, string damage);

@@ -25,7 +25,7 @@ internal sealed record LogScanResult
     /// <summary>Non-zero bytes after <see cref="CommittedUntil"/>: a torn or uncommitted tail to truncate. Null when clean.</summary>
     public (long From, long To)? TornTail { get; init; }
 
-    /// <summary>Intact records inside the torn tail (appended, never committed, never acknowledged).</summary>
+    /// <summary>Intact records inside the torn tail (no intact commit record covers them).</summary>
     public int UncommittedRecords { get; init; }
 
     /// <summary>Why the walk stopped before the end of the written bytes, when it did.</summary>
@@ -33,27 +33,74 @@ internal sealed record LogScanResult
 
     /// <summary>The commit metadata was missing or unusable: the begin and committed addresses come from the log itself.</summary>
     public bool RecoveredWithoutMetadata { get; init; }
+
+    /// <summary>The committed address the commit metadata recorded (the floor), or 0 without usable metadata.</summary>
+    public long MetadataFloor { get; init; }
+
+    /// <summary>Segment number → file length, as found.</summary>
+    public IReadOnlyDictionary<int, long> Segments { get; init; } = new Dictionary<int, long>();
+
+    /// <summary>Everything the scan refuses to open on (empty when the log may be opened). The first is the one a failed open names.</summary>
+    public IReadOnlyList<LogProblem> Problems { get; init; } = [];
+}
+
+/// <summary>One reason not to open a log: what is wrong, where (log address, segment file and offset when known).</summary>
+internal sealed record LogProblem(string Message, long Address, string? File = null, long FileOffset = -1)
+{
+    /// <summary>What an operator should do, appended to the message of a refused open.</summary>
+    public static string WhatToDo(string directory) =>
+        "The log was not opened and nothing on disk was changed. " +
+        $"Run 'psctl verify {directory}' to list every problem, then restore the log directory from a backup or replica (docs/operations.md).";
+
+    /// <summary>The exception a refused open throws for this problem (the first one found).</summary>
+    public LogCorruptionException ToException(string directory, int others)
+    {
+        var more = others switch
+        {
+            0 => "",
+            1 => " One more problem was found.",
+            _ => $" {others} more problems were found.",
+        };
+        return new LogCorruptionException($"{Message}.{more} {WhatToDo(directory)}", Address, File, FileOffset);
+    }
+}
+
+/// <summary>Receives the intact records a scan walks over (the verify command counts them); nothing is retained by the scanner.</summary>
+internal interface ILogScanVisitor
+{
+    /// <summary>An intact record (envelope verified); not yet known to be committed.</summary>
+    void Record(long lsn, RecordKind kind, ReadOnlySpan<byte> body);
+
+    /// <summary>An intact commit record: every record visited before <paramref name="until"/> is committed.</summary>
+    void Committed(long until);
 }
 
 /// <summary>
 /// Reads the segment files before FASTER opens them and decides, from what is verifiable on disk, where the
-/// committed log ends (RELIABILITY.md rows 2–5; docs/log-format.md "Recovery"):
+/// committed log ends, and whether it may be opened at all (RELIABILITY.md rows 2–5; docs/log-format.md "Recovery"):
 /// <list type="bullet">
 /// <item>walks every entry from the begin address, checking FASTER's checksum and our envelope (CRC-32C, own LSN);</item>
-/// <item>the committed end is the end of the last intact commit record; intact entries after it were never acknowledged;</item>
+/// <item>the committed end is the end of the last intact commit record;</item>
 /// <item>at the first damaged entry, or where the written data seems to end, it searches the rest of the files for an
-///   intact commit record with a higher commit number: if one exists, the damage is inside committed data and
-///   opening fails with <see cref="LogCorruptionException"/> naming the address; if none exists, the damage is a
-///   torn tail, to be truncated;</item>
-/// <item>the committed end may never fall short of what the commit metadata says was committed;</item>
-/// <item>without usable metadata the begin address comes from the newest committed <c>LogTruncated</c> record.</item>
+///   intact commit record with a higher commit number: if one exists, the damage is inside committed data (a problem:
+///   opening is refused, naming the address); if none exists, what follows the committed end is a torn tail;</item>
+/// <item>it refuses, rather than guess, whenever the files show that committed data went missing: the committed end
+///   below what the commit metadata recorded, a segment file missing (also of a young log), a segment cut to a length
+///   this log never writes (not whole sectors);</item>
+/// <item>the begin address comes from the metadata, or from the newest committed <c>LogTruncated</c> record, and its
+///   segment file must exist.</item>
 /// </list>
-/// Read-only: <see cref="TruncateTail"/> applies the decision.
+/// Read-only: <see cref="TruncateTail"/> applies the decision. Every problem found is listed in
+/// <see cref="LogScanResult.Problems"/> (the verify command prints them; opening refuses on the first).
 /// </summary>
 internal sealed class LogRecoveryScanner : IDisposable
 {
+    /// <summary>FASTER's devices write whole sectors of this size: a segment file's length is always a multiple of it.</summary>
+    public const int SectorSize = 512;
+
     private const int MinCommitPayload = 36;
     private const int MaxCommitPayload = 4096;
+    private const int MaxProblems = 64;
 
     private readonly string _directory;
     private readonly string _basePath;
@@ -64,10 +111,11 @@ internal sealed class LogRecoveryScanner : IDisposable
     private readonly SortedDictionary<int, long> _segments;
     private readonly Dictionary<int, SafeFileHandle> _handles = [];
     private readonly byte[] _page;
+    private readonly ILogScanVisitor? _visitor;
     private long _loadedPage = -1;
     private int _loadedValid;
 
-    private LogRecoveryScanner(string directory, LogOptions options)
+    private LogRecoveryScanner(string directory, LogOptions options, ILogScanVisitor? visitor)
     {
         _directory = directory;
         _basePath = SegmentFiles.BasePath(directory);
@@ -77,15 +125,31 @@ internal sealed class LogRecoveryScanner : IDisposable
         _maxEntry = options.PageSize;
         _segments = SegmentFiles.List(directory);
         _page = new byte[_pageSize];
+        _visitor = visitor;
     }
+
+    private long SegmentSize => 1L << _segmentSizeBits;
 
     private long PhysicalEnd => _segments.Count == 0 ? 0 : ((long)_segments.Keys.Max() << _segmentSizeBits) + _segments[_segments.Keys.Max()];
 
-    /// <summary>Scans the log in <paramref name="directory"/>. <paramref name="metadata"/> is the newest valid metadata slot, if any.</summary>
-    public static LogScanResult Scan(string directory, LogOptions options, CommitMetadata? metadata)
+    /// <summary>
+    /// Scans the log in <paramref name="directory"/>. <paramref name="metadata"/> is the newest valid metadata slot, if any.
+    /// Reads only; <paramref name="visitor"/> (optional) sees every intact record walked over.
+    /// </summary>
+    public static LogScanResult Scan(string directory, LogOptions options, CommitMetadata? metadata, ILogScanVisitor? visitor = null)
     {
-        using var scanner = new LogRecoveryScanner(directory, options);
+        using var scanner = new LogRecoveryScanner(directory, options, visitor);
         return scanner.Run(metadata);
+    }
+
+    /// <summary>
+    /// Walks [<paramref name="from"/>, end of data) read-only, handing every intact record and commit to
+    /// <paramref name="visitor"/>; records after the last commit it sees are not committed. Stops at the first damage.
+    /// </summary>
+    public static void Visit(string directory, LogOptions options, long from, ILogScanVisitor visitor)
+    {
+        using var scanner = new LogRecoveryScanner(directory, options, visitor);
+        scanner.Walk(from, new WalkResult { CommittedUntil = from });
     }
 
     /// <summary>Deletes segment files wholly before <paramref name="beginAddress"/> (left behind when a crash came between
@@ -109,7 +173,10 @@ internal sealed class LogRecoveryScanner : IDisposable
         return deleted;
     }
 
-    /// <summary>Cuts everything at and after <paramref name="committedUntil"/> from the segment files (and makes that durable).</summary>
+    /// <summary>
+    /// Cuts everything at and after <paramref name="committedUntil"/> from the segment files (and makes that durable). The
+    /// segment keeps a whole number of sectors, zeros after the cut, as the log's own writes leave it.
+    /// </summary>
     public static void TruncateTail(string directory, LogOptions options, long committedUntil)
     {
         var basePath = SegmentFiles.BasePath(directory);
@@ -123,7 +190,7 @@ internal sealed class LogRecoveryScanner : IDisposable
             }
             else if (id == segment && length > offset)
             {
-                DurableFile.Truncate(SegmentFiles.PathOf(basePath, id), offset);
+                DurableFile.Truncate(SegmentFiles.PathOf(basePath, id), offset, CeilSector(offset));
             }
         }
 
@@ -138,8 +205,26 @@ internal sealed class LogRecoveryScanner : IDisposable
         }
     }
 
+    /// <summary>The next sector boundary at or after <paramref name="address"/>.</summary>
+    public static long CeilSector(long address) => (address + SectorSize - 1) & ~(long)(SectorSize - 1);
+
     private LogScanResult Run(CommitMetadata? metadata)
     {
+        var problems = new List<LogProblem>();
+        var metadataPath = Path.Combine(_directory, CommitMetadataFile.FileName);
+        var floor = metadata?.CommittedUntil ?? 0;
+        if (metadata is { } recorded &&
+            ((recorded.PageSizeBits != 0 && recorded.PageSizeBits != _pageSizeBits) || (recorded.SegmentSizeBits != 0 && recorded.SegmentSizeBits != _segmentSizeBits)))
+        {
+            problems.Add(new LogProblem(
+                $"The log in '{_directory}' was written with PageSizeBits {recorded.PageSizeBits} and SegmentSizeBits {recorded.SegmentSizeBits} " +
+                $"(recorded in '{metadataPath}') but is being read with {_pageSizeBits} and {_segmentSizeBits}: every address would be misread. " +
+                "Open it with the log options it was written with",
+                recorded.BeginAddress,
+                metadataPath));
+            return new LogScanResult { MetadataFloor = floor, Segments = _segments, Problems = problems };
+        }
+
         if (_segments.Count == 0)
         {
             if (metadata is null)
@@ -147,98 +232,175 @@ internal sealed class LogRecoveryScanner : IDisposable
                 return new LogScanResult { IsNew = true };
             }
 
-            if (metadata.Value.CommittedUntil > metadata.Value.BeginAddress)
-            {
-                throw new LogCorruptionException(
-                    $"The commit metadata in '{_directory}' records committed data in [{metadata.Value.BeginAddress}, {metadata.Value.CommittedUntil}) " +
-                    "but no segment file exists. Refusing to start from an empty log.",
-                    metadata.Value.BeginAddress);
-            }
-
+            var m = metadata.Value;
+            problems.Add(new LogProblem(
+                $"The commit metadata '{metadataPath}' exists (begin {m.BeginAddress}, committed until {m.CommittedUntil}) but no segment file " +
+                $"('{SegmentFiles.PathOf(_basePath, (int)(m.BeginAddress >> _segmentSizeBits))}', ...) does: the log's data is missing, and whatever it held may have been acknowledged. " +
+                "Refusing to start from an empty log (only if this log is known never to have committed anything may commit.meta be deleted to start anew)",
+                m.BeginAddress,
+                SegmentFiles.PathOf(_basePath, (int)(m.BeginAddress >> _segmentSizeBits)),
+                m.BeginAddress & (SegmentSize - 1)));
             return new LogScanResult
             {
-                BeginAddress = metadata.Value.BeginAddress,
-                CommittedUntil = metadata.Value.BeginAddress,
-                CommitNum = metadata.Value.CommitNum,
+                BeginAddress = m.BeginAddress,
+                CommittedUntil = m.BeginAddress,
+                CommitNum = m.CommitNum,
+                MetadataFloor = floor,
+                Segments = _segments,
+                Problems = problems,
             };
         }
 
         var lowestSegment = _segments.Keys.Min();
+        var highestSegment = _segments.Keys.Max();
+        var lastDataSegment = _segments.Where(s => s.Value > 0).Select(s => s.Key).DefaultIfEmpty(lowestSegment).Max();
+        var dataEnd = ((long)lastDataSegment << _segmentSizeBits) + _segments[lastDataSegment];
+        var reported = new HashSet<long>();
+
+        // Where the walk starts: the metadata's begin address when its segment exists; else the oldest segment, and the begin
+        // address must then be confirmed by a committed LogTruncated record.
         var lowestStart = Math.Max(FasterEntryLayout.FirstValidAddress, (long)lowestSegment << _segmentSizeBits);
-        var withoutMetadata = metadata is null;
-        if (metadata is { } m && (m.BeginAddress >> _segmentSizeBits) < lowestSegment)
+        var start = metadata is { } meta && (meta.BeginAddress >> _segmentSizeBits) >= lowestSegment ? meta.BeginAddress : lowestStart;
+        var beginFromLog = metadata is null || start != metadata.Value.BeginAddress;
+
+        // Segment files are created in order, each before its first write, and dropped in order from the oldest: a gap at
+        // or after the begin address's segment was made from outside.
+        for (var segment = Math.Max(lowestSegment, (int)(start >> _segmentSizeBits)) + 1; segment < highestSegment; segment++)
         {
-            // The begin address moved but its metadata write did not land before FASTER deleted the old segments:
-            // fall back to the in-log truncation records.
-            withoutMetadata = true;
+            if (!_segments.ContainsKey(segment))
+            {
+                var at = (long)segment << _segmentSizeBits;
+                reported.Add(at);
+                problems.Add(new LogProblem(
+                    $"Segment file '{SegmentFiles.PathOf(_basePath, segment)}' is missing (log addresses [{at}, {at + SegmentSize})) while later segment files exist: " +
+                    "the records it held were written, may have been committed and acknowledged, and are gone",
+                    at,
+                    SegmentFiles.PathOf(_basePath, segment),
+                    0));
+            }
         }
 
-        var start = withoutMetadata ? lowestStart : metadata!.Value.BeginAddress;
-        var walk = Walk(start);
+        var walk = new WalkResult { CommittedUntil = start };
+        Walk(start, walk);
+        while (problems.Count < MaxProblems)
+        {
+            var searchFrom = walk.FailureAddress >= 0 ? walk.FailureAddress + 4 : walk.EndAddress;
+            if (FindCommitAfter(searchFrom, walk.CommitNum) is not { } laterCommit)
+            {
+                break;
+            }
+
+            var at = walk.FailureAddress >= 0 ? walk.FailureAddress : walk.EndAddress;
+            if (!reported.Contains(at & ~(SegmentSize - 1)) || walk.Stop != WalkStop.MissingSegment)
+            {
+                var reason = walk.FailureReason ?? "the entries stop here (zeroed or missing data)";
+                problems.Add(Corruption(at, $"{reason}, but an intact commit record at address {laterCommit} follows it, so the damaged data was committed and may have been acknowledged"));
+            }
+
+            // Resume after the damage, to report what else is wrong (opening refuses on the first problem anyway).
+            walk.Resume();
+            Walk(laterCommit, walk);
+        }
 
         var begin = start;
-        if (withoutMetadata)
+        if (walk.NewestTruncation is { } truncatedUntil && truncatedUntil > begin)
         {
-            if (walk.NewestTruncation is { } until && until > begin)
+            begin = truncatedUntil;
+        }
+
+        if (beginFromLog && lowestSegment > 0 && !(walk.NewestTruncation is { } confirmed && confirmed >= lowestStart))
+        {
+            var missing = metadata is { } stale && (stale.BeginAddress >> _segmentSizeBits) < lowestSegment
+                ? $"the commit metadata's begin address {stale.BeginAddress} lies in segment {stale.BeginAddress >> _segmentSizeBits}, which is missing"
+                : $"the commit metadata '{CommitMetadataFile.FileName}' is missing or damaged";
+            problems.Add(new LogProblem(
+                $"The log's begin address cannot be verified: {missing}, the oldest segment file is '{SegmentFiles.PathOf(_basePath, lowestSegment)}', " +
+                "and no committed LogTruncated record shows that the segments before it were dropped; they may have held acknowledged records",
+                lowestStart,
+                SegmentFiles.PathOf(_basePath, lowestSegment),
+                0));
+        }
+
+        var committed = Math.Max(walk.CommittedUntil, begin);
+        var lastFile = SegmentFiles.PathOf(_basePath, lastDataSegment);
+        var lastLength = _segments[lastDataSegment];
+        var tailReason = walk.FailureReason;
+        var floorViolated = committed < floor;
+        if (floorViolated)
+        {
+            var floorSegment = (int)((floor - 1) >> _segmentSizeBits);
+            var lost = $"committed records in [{committed}, {floor}) may have been acknowledged";
+            if (!_segments.ContainsKey(floorSegment))
             {
-                begin = until;
+                problems.Add(new LogProblem(
+                    $"Segment file '{SegmentFiles.PathOf(_basePath, floorSegment)}' is missing, but the commit metadata records the log as committed until {floor}, inside it: {lost}",
+                    committed,
+                    SegmentFiles.PathOf(_basePath, floorSegment),
+                    0));
             }
-            else if (lowestSegment > 0 && walk.NewestTruncation is null)
+            else if (walk.Stop == WalkStop.Damage)
             {
-                throw new LogCorruptionException(
-                    $"The commit metadata '{CommitMetadataFile.FileName}' in '{_directory}' is missing or damaged and the oldest segment file is " +
-                    $"'{SegmentFiles.PathOf(_basePath, lowestSegment)}' with no committed LogTruncated record: the log's begin address cannot be verified.",
-                    lowestStart);
+                problems.Add(Corruption(walk.FailureAddress,
+                    $"{walk.FailureReason}, before the address {floor} that the commit metadata records as committed; {lost}"));
+            }
+            else
+            {
+                problems.Add(new LogProblem(
+                    $"The log ends at address {Math.Min(dataEnd, walk.EndAddress)} (file '{lastFile}' is {lastLength} bytes) but the commit metadata records it as committed until {floor}: " +
+                    $"the files were cut or lost data; {lost}",
+                    committed,
+                    SegmentFiles.PathOf(_basePath, (int)(committed >> _segmentSizeBits)),
+                    committed & (SegmentSize - 1)));
             }
         }
 
-        var physicalEnd = PhysicalEnd;
-        var searchFrom = walk.FailureAddress >= 0 ? walk.FailureAddress + 4 : walk.EndAddress;
-        if (FindCommitAfter(searchFrom, walk.CommitNum) is { } laterCommit)
+        // FASTER's devices write whole sectors: a segment of any other length was cut from outside, unless it is the last
+        // and what follows the last commit is damage (bytes added after the data), which is a torn tail.
+        foreach (var (segment, length) in _segments.Where(s => s.Value % SectorSize != 0))
         {
-            var at = walk.FailureAddress >= 0 ? walk.FailureAddress : walk.EndAddress;
-            var reason = walk.FailureReason ?? "the entries stop here (zeroed or missing data)";
-            throw Corruption(at, $"{reason}, but an intact commit record at address {laterCommit} follows it, so the damaged data was committed");
+            var file = SegmentFiles.PathOf(_basePath, segment);
+            if (segment == lastDataSegment && walk.Stop == WalkStop.Damage && walk.FailureAddress >= committed)
+            {
+                tailReason = $"{walk.FailureReason}; and '{file}' is {length} bytes, not whole {SectorSize}-byte sectors: bytes were added after the log's data from outside";
+                continue;
+            }
+
+            problems.Add(new LogProblem(
+                $"Segment file '{file}' is {length} bytes, not a whole number of {SectorSize}-byte sectors, a length this log never writes: it was cut " +
+                $"(a partial copy or restore, a damaged file system). The log's last intact commit record ends at address {committed}; " +
+                "commits that were cut away may have been acknowledged",
+                ((long)segment << _segmentSizeBits) + length,
+                file,
+                length));
         }
 
-        if (metadata is { } meta && walk.CommittedUntil < meta.CommittedUntil)
-        {
-            var at = walk.FailureAddress >= 0 ? walk.FailureAddress : walk.CommittedUntil;
-            throw Corruption(at,
-                $"the commit metadata records the log as committed until {meta.CommittedUntil} but the log verifies only until {walk.CommittedUntil}" +
-                (walk.FailureReason is null ? "" : $" ({walk.FailureReason})"));
-        }
-
-        (long, long)? torn = HasNonZeroBytes(walk.CommittedUntil, physicalEnd) ? (walk.CommittedUntil, physicalEnd) : null;
+        (long, long)? torn = HasNonZeroBytes(committed, PhysicalEnd) ? (committed, PhysicalEnd) : null;
         return new LogScanResult
         {
             BeginAddress = begin,
-            CommittedUntil = Math.Max(walk.CommittedUntil, begin),
+            CommittedUntil = committed,
             CommitNum = Math.Max(walk.CommitNum, metadata?.CommitNum ?? 0),
             RecordsVerified = walk.CommittedRecords,
             TornTail = torn,
             UncommittedRecords = walk.UncommittedRecords,
-            TailReason = walk.FailureReason,
-            RecoveredWithoutMetadata = withoutMetadata,
+            TailReason = tailReason,
+            RecoveredWithoutMetadata = beginFromLog,
+            MetadataFloor = floor,
+            Segments = _segments,
+            Problems = problems,
         };
     }
 
-    private LogCorruptionException Corruption(long address, string reason)
+    private LogProblem Corruption(long address, string reason)
     {
         var segment = (int)(address >> _segmentSizeBits);
         var file = SegmentFiles.PathOf(_basePath, segment);
         var offset = address & ((1L << _segmentSizeBits) - 1);
-        return new LogCorruptionException(
-            $"Corrupt committed log entry at address {address} (file '{file}', offset {offset}): {reason}. " +
-            "Recovery stops rather than skip or drop committed records; restore the log from a replica or backup.",
-            address,
-            file,
-            offset);
+        return new LogProblem($"Corrupt committed log entry at address {address} (file '{file}', offset {offset}): {reason}", address, file, offset);
     }
 
-    private WalkResult Walk(long start)
+    private void Walk(long start, WalkResult result)
     {
-        var result = new WalkResult { CommittedUntil = start, EndAddress = start };
         var pendingRecords = 0;
         long? pendingTruncation = null;
         var address = start;
@@ -251,7 +413,7 @@ internal sealed class LogRecoveryScanner : IDisposable
             {
                 if (address < PhysicalEnd)
                 {
-                    result.Fail(address, $"segment file '{SegmentFiles.PathOf(_basePath, (int)(address >> _segmentSizeBits))}' is missing");
+                    result.Fail(WalkStop.MissingSegment, address, $"segment file '{SegmentFiles.PathOf(_basePath, (int)(address >> _segmentSizeBits))}' is missing");
                 }
 
                 break;
@@ -270,7 +432,7 @@ internal sealed class LogRecoveryScanner : IDisposable
 
             if (offset + FasterEntryLayout.HeaderSize > valid)
             {
-                result.Fail(address, "entry header cut short by the end of the written data");
+                result.Fail(WalkStop.CutShort, address, "entry header cut short by the end of the written data");
                 break;
             }
 
@@ -284,7 +446,7 @@ internal sealed class LogRecoveryScanner : IDisposable
 
                 if (_page.AsSpan(offset, valid - offset).IndexOfAnyExcept((byte)0) >= 0)
                 {
-                    result.Fail(address, "non-zero bytes where page padding was expected");
+                    result.Fail(WalkStop.Damage, address, "non-zero bytes where page padding was expected");
                     break;
                 }
 
@@ -297,26 +459,26 @@ internal sealed class LogRecoveryScanner : IDisposable
             var entrySize = payloadLength > _maxEntry ? int.MaxValue : FasterEntryLayout.EntrySize(payloadLength);
             if (payloadLength > _maxEntry || offset + entrySize > _pageSize)
             {
-                result.Fail(address, $"entry length {length} does not fit in its page");
+                result.Fail(WalkStop.Damage, address, $"entry length {length} does not fit in its page");
                 break;
             }
 
             if (offset + entrySize > valid)
             {
-                result.Fail(address, "entry cut short by the end of the written data");
+                result.Fail(WalkStop.CutShort, address, "entry cut short by the end of the written data");
                 break;
             }
 
             var entry = _page.AsSpan(offset, entrySize);
             if (!FasterEntryLayout.ChecksumMatches(entry, payloadLength))
             {
-                result.Fail(address, "FASTER entry checksum mismatch");
+                result.Fail(WalkStop.Damage, address, "FASTER entry checksum mismatch");
                 break;
             }
 
             if (entry[(FasterEntryLayout.HeaderSize + payloadLength)..].IndexOfAnyExcept((byte)0) >= 0)
             {
-                result.Fail(address, "non-zero bytes in the entry's alignment padding");
+                result.Fail(WalkStop.Damage, address, "non-zero bytes in the entry's alignment padding");
                 break;
             }
 
@@ -326,7 +488,7 @@ internal sealed class LogRecoveryScanner : IDisposable
                 var info = FasterEntryLayout.TryParseCommit(payload);
                 if (info is not { } commit || commit.UntilAddress != address + entrySize || commit.CommitNum <= result.CommitNum)
                 {
-                    result.Fail(address, "invalid commit record");
+                    result.Fail(WalkStop.Damage, address, "invalid commit record");
                     break;
                 }
 
@@ -339,13 +501,15 @@ internal sealed class LogRecoveryScanner : IDisposable
                     result.NewestTruncation = pendingTruncation;
                     pendingTruncation = null;
                 }
+
+                _visitor?.Committed(result.CommittedUntil);
             }
             else
             {
                 var damage = RecordEnvelope.Verify(payload, address, out var header);
                 if (damage is not null)
                 {
-                    result.Fail(address, damage);
+                    result.Fail(WalkStop.Damage, address, damage);
                     break;
                 }
 
@@ -354,6 +518,8 @@ internal sealed class LogRecoveryScanner : IDisposable
                 {
                     pendingTruncation = LogTruncated.Parser.ParseFrom(payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength)).UntilLsn;
                 }
+
+                _visitor?.Record(address, header.Kind, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength));
             }
 
             address += entrySize;
@@ -361,7 +527,6 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         result.EndAddress = Math.Max(address, result.CommittedUntil);
         result.UncommittedRecords = pendingRecords;
-        return result;
     }
 
     /// <summary>Searches [from, end of files) at every 4-byte boundary for an intact commit record numbered above <paramref name="afterCommitNum"/>.</summary>
@@ -473,6 +638,21 @@ internal sealed class LogRecoveryScanner : IDisposable
         return read;
     }
 
+    private enum WalkStop
+    {
+        /// <summary>The data ends: the end of the files, a page never written, or zeros to the end.</summary>
+        End,
+
+        /// <summary>An entry (or its header) runs past the end of the file.</summary>
+        CutShort,
+
+        /// <summary>An entry fails its checks.</summary>
+        Damage,
+
+        /// <summary>The segment file the walk needs next is missing.</summary>
+        MissingSegment,
+    }
+
     private sealed class WalkResult
     {
         public long CommittedUntil { get; set; }
@@ -487,14 +667,24 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         public long EndAddress { get; set; }
 
+        public WalkStop Stop { get; private set; }
+
         public long FailureAddress { get; private set; } = -1;
 
         public string? FailureReason { get; private set; }
 
-        public void Fail(long address, string reason)
+        public void Fail(WalkStop stop, long address, string reason)
         {
+            Stop = stop;
             FailureAddress = address;
             FailureReason = reason;
+        }
+
+        public void Resume()
+        {
+            Stop = WalkStop.End;
+            FailureAddress = -1;
+            FailureReason = null;
         }
     }
 }

@@ -11,6 +11,16 @@ internal static class SegmentFiles
 
     public static string PathOf(string basePath, int segment) => basePath + "." + segment.ToString(CultureInfo.InvariantCulture);
 
+    /// <summary>Creates an empty segment file and makes its directory entry durable.</summary>
+    public static void CreateDurably(string directory, int segment)
+    {
+        using (new FileStream(PathOf(BasePath(directory), segment), FileMode.CreateNew, FileAccess.Write, FileShare.ReadWrite))
+        {
+        }
+
+        DurableFile.FsyncDirectory(directory);
+    }
+
     /// <summary>Segment number → file length, for the files present in <paramref name="directory"/>.</summary>
     public static SortedDictionary<int, long> List(string directory)
     {
@@ -26,7 +36,14 @@ internal static class SegmentFiles
             if (suffix.Length > 0 && suffix.All(char.IsAsciiDigit) &&
                 int.TryParse(suffix, NumberStyles.None, CultureInfo.InvariantCulture, out var segment))
             {
-                result[segment] = file.Length;
+                try
+                {
+                    result[segment] = file.Length;
+                }
+                catch (FileNotFoundException)
+                {
+                    // Deleted while listing (the log drops segments before its begin address): no longer part of the log.
+                }
             }
         }
 

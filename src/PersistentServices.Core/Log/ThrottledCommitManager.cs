@@ -4,24 +4,23 @@ namespace PersistentServices.Log;
 
 /// <summary>
 /// FASTER's <see cref="ILogCommitManager"/> for fast-commit mode. Every commit is made durable by the commit
-/// record FASTER writes into the log (one write); this manager writes the metadata in place
-/// (<see cref="CommitMetadataFile"/>) only every Nth commit and whenever the begin address moves, instead of
-/// FASTER's default of creating and deleting a file per commit. At open it hands FASTER the recovery point that
-/// <see cref="LogRecoveryScanner"/> verified, so FASTER's own lenient recovery never decides anything.
+/// record FASTER writes into the log (one write); FASTER calls <see cref="Commit"/> once that commit is durable, after
+/// releasing its waiters. This manager hands the commit to <see cref="CommitMetadataWriter"/>, which writes the new floor
+/// into the metadata file (unflushed) and flushes it on its own thread, at most once per interval; and writes and flushes
+/// at once, before FASTER deletes segment files, when the begin address moves. FASTER's default instead creates and
+/// deletes a file per commit. At open it hands FASTER the recovery point that <see cref="LogRecoveryScanner"/> verified, so
+/// FASTER's own lenient recovery never decides anything.
 /// </summary>
 internal sealed class ThrottledCommitManager : ILogCommitManager
 {
-    private readonly CommitMetadataFile _file;
-    private readonly int _interval;
+    private readonly CommitMetadataWriter _writer;
     private readonly long _recoveryCommitNum;
     private readonly byte[]? _recoveryInfo;
     private readonly Action<Exception> _onWriteFailure;
-    private int _sinceLastWrite;
 
-    public ThrottledCommitManager(CommitMetadataFile file, int interval, LogScanResult verified, Action<Exception> onWriteFailure)
+    public ThrottledCommitManager(CommitMetadataWriter writer, LogScanResult verified, Action<Exception> onWriteFailure)
     {
-        _file = file;
-        _interval = interval;
+        _writer = writer;
         _onWriteFailure = onWriteFailure;
         _recoveryCommitNum = verified.CommitNum;
         if (!verified.IsNew)
@@ -36,21 +35,17 @@ internal sealed class ThrottledCommitManager : ILogCommitManager
         }
     }
 
-    /// <summary>Metadata writes so far (tests and the commit harness read this).</summary>
-    public long MetadataWrites { get; private set; }
-
     public void Commit(long beginAddress, long untilAddress, byte[] commitMetadata, long commitNum, bool forceWriteMetadata)
     {
-        if (!forceWriteMetadata && ++_sinceLastWrite < _interval)
+        if (!forceWriteMetadata)
         {
+            _writer.Report(beginAddress, untilAddress, commitNum);
             return;
         }
 
         try
         {
-            _file.Write(beginAddress, untilAddress, commitNum);
-            _sinceLastWrite = 0;
-            MetadataWrites++;
+            _writer.WriteNow(beginAddress, untilAddress, commitNum);
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ObjectDisposedException)
         {

@@ -43,6 +43,32 @@ public sealed class CommitMetadataFileTests
     }
 
     [Fact]
+    public void Write_RecordsTheGeometry_ReadReturnsIt()
+    {
+        using var dir = new TempDirectory();
+        var path = dir.Combine(CommitMetadataFile.FileName);
+        using (var file = CommitMetadataFile.Create(path, new CommitMetadata(0, 64, 64, 0, 22, 30)))
+        {
+            file.Write(64, 4096, 3);
+        }
+
+        var (newest, _) = CommitMetadataFile.Read(path);
+
+        Assert.Equal(new CommitMetadata(2, 64, 4096, 3, 22, 30), newest);
+    }
+
+    [Fact]
+    public void Read_SlotOfTheFirstBuild_GeometryUnknown()
+    {
+        // The checked-in log's metadata was written before bytes 6-7 held the geometry (they were reserved, zero).
+        var (newest, damage) = CommitMetadataFile.Read(Path.Combine(AppContext.BaseDirectory, "Fixtures", "log-v1", CommitMetadataFile.FileName));
+
+        Assert.Empty(damage);
+        Assert.Equal(0, newest!.Value.PageSizeBits);
+        Assert.Equal(0, newest.Value.SegmentSizeBits);
+    }
+
+    [Fact]
     public void Read_MissingFile_ReturnsNothing()
     {
         using var dir = new TempDirectory();

@@ -123,36 +123,47 @@ public sealed class LogFaultTests
         }
     }
 
-    [Fact]
-    public async Task TornTail_LastCommitCutMidRecord_RecoversToThePreviousCommit()
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task TornTail_LastCommitWriteLost_RecoversToThePreviousCommit(bool sizeKept)
     {
         using var dir = new TempDirectory();
         var written = await WriteCommittedAsync(dir.Path, commits: 6, perCommit: 3);
         var lastBatch = written[^3..];
 
-        // Cut inside the first record of the last commit: that commit's write was torn (never acknowledged), so the
-        // commit metadata, written only after a commit is durable, knew at most the previous commit.
-        var cut = lastBatch[0].Lsn + 40;
+        // The last commit's write was lost in a power cut (never acknowledged; the commit metadata, written only after a
+        // commit is durable, knew at most the previous commit). The file keeps whole sectors: either its old length (the
+        // sector holding the previous commit's end) or its new length with the sectors that never reached the disk zeroed.
+        var previousEnd = lastBatch[0].Lsn;
         File.Delete(dir.Combine(CommitMetadataFile.FileName));
-        CommitMetadataFile.Create(dir.Combine(CommitMetadataFile.FileName), new CommitMetadata(0, FasterEntryLayout.FirstValidAddress, lastBatch[0].Lsn, 1)).Dispose();
-        using (var stream = new FileStream(SegmentPath(dir.Path, cut), FileMode.Open, FileAccess.Write))
+        CommitMetadataFile.Create(dir.Combine(CommitMetadataFile.FileName), new CommitMetadata(0, FasterEntryLayout.FirstValidAddress, previousEnd, 1)).Dispose();
+        var keepUntil = LogRecoveryScanner.CeilSector(previousEnd + 1);
+        var segment = SegmentPath(dir.Path, previousEnd);
+        using (var stream = new FileStream(segment, FileMode.Open, FileAccess.Write))
         {
-            stream.SetLength(FileOffset(cut));
+            var length = stream.Length;
+            stream.SetLength(FileOffset(keepUntil));
+            if (sizeKept)
+            {
+                stream.SetLength(length);
+            }
         }
 
-        foreach (var (segment, _) in SegmentFiles.List(dir.Path).Where(s => s.Key > (int)(cut >> 16)))
+        foreach (var (later, _) in SegmentFiles.List(dir.Path).Where(s => s.Key > (int)(previousEnd >> 16)))
         {
-            File.Delete(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), segment));
+            File.Delete(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), later));
         }
 
         var logger = new CapturingLogger();
         await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger, Ct);
 
         // The previous commit record ends exactly where the torn batch's first record began.
-        Assert.Equal(lastBatch[0].Lsn, log.DurableUntil);
-        Assert.Contains(logger.At(LogLevel.Warning), e => e.Id.Id == 1001);
+        Assert.Equal(previousEnd, log.DurableUntil);
+        var warning = Assert.Single(logger.At(LogLevel.Warning), e => e.Id.Id == 1001);
+        Assert.DoesNotContain("never", warning.Message, StringComparison.Ordinal);
         await AssertHoldsAsync(log, written[..^3]);
-        Assert.DoesNotContain(await ReadAllAsync(log), r => r.Lsn >= lastBatch[0].Lsn);
+        Assert.DoesNotContain(await ReadAllAsync(log), r => r.Lsn >= previousEnd);
     }
 
     [Fact]

@@ -13,7 +13,7 @@ internal static class LogTestOptions
         MemorySizeBits = 16,
         SegmentSizeBits = 16,
         MaxRecordBytes = 4096,
-        MetadataWriteInterval = 10,
+        MetadataFlushInterval = TimeSpan.Zero,
         DeviceFactory = device,
     };
 

@@ -1,0 +1,95 @@
+using System.Globalization;
+using PersistentServices.Tool;
+
+// psctl: the operator's tool for a PersistentServices log directory (docs/operations.md).
+//   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
+// Exit status: 0 the service would open the log; 1 it would refuse (every problem is listed); 2 the log could not be
+// checked (usage, missing directory, unreadable files).
+return Cli.Run(args, Console.Out, Console.Error);
+
+namespace PersistentServices.Tool
+{
+    /// <summary>The command line: parses the arguments, runs a command, returns the exit status.</summary>
+    internal static class Cli
+    {
+        public const int Clean = 0;
+        public const int Refused = 1;
+        public const int CannotCheck = 2;
+
+        private const string Usage = """
+            psctl: the operator's tool for a PersistentServices log directory.
+
+            Usage:
+              psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
+
+            verify runs the checks the service runs before it opens its log, without starting a service and without
+            writing anything (no lock taken, no file created, no torn tail truncated), and reports the committed range,
+            the number of records, sessions and shared values, and every problem the service would refuse to start on.
+            The page and segment sizes are read from the commit metadata; give them only for a log written by a build
+            that did not record them, if the service changed PersistentServicesOptions.Log.
+
+            Exit status: 0 the service would open this log; 1 it would refuse to (every problem is listed);
+                         2 the log could not be checked.
+            Taking a consistent copy of a running service's log, restoring it: docs/operations.md.
+            """;
+
+        public static int Run(string[] args, TextWriter output, TextWriter error)
+        {
+            if (args is [] or ["-h" or "--help" or "help", ..])
+            {
+                output.WriteLine(Usage);
+                return args.Length == 0 ? CannotCheck : Clean;
+            }
+
+            if (args[0] != "verify")
+            {
+                error.WriteLine($"psctl: unknown command '{args[0]}'.");
+                error.WriteLine(Usage);
+                return CannotCheck;
+            }
+
+            string? directory = null;
+            int? pageSizeBits = null;
+            int? segmentSizeBits = null;
+            for (var i = 1; i < args.Length; i++)
+            {
+                switch (args[i])
+                {
+                    case "--page-size-bits" when i + 1 < args.Length && int.TryParse(args[i + 1], NumberStyles.None, CultureInfo.InvariantCulture, out var page):
+                        pageSizeBits = page;
+                        i++;
+                        break;
+                    case "--segment-size-bits" when i + 1 < args.Length && int.TryParse(args[i + 1], NumberStyles.None, CultureInfo.InvariantCulture, out var segment):
+                        segmentSizeBits = segment;
+                        i++;
+                        break;
+                    case var other when !other.StartsWith('-') && directory is null:
+                        directory = other;
+                        break;
+                    default:
+                        error.WriteLine($"psctl verify: unexpected argument '{args[i]}'.");
+                        error.WriteLine(Usage);
+                        return CannotCheck;
+                }
+            }
+
+            if (directory is null)
+            {
+                error.WriteLine("psctl verify: give the log directory (PersistentServicesOptions.LogDirectory of the service).");
+                return CannotCheck;
+            }
+
+            try
+            {
+                var verification = Log.LogVerifier.Verify(directory, pageSizeBits, segmentSizeBits);
+                VerifyReport.Write(verification, output);
+                return verification.Refused ? Refused : Clean;
+            }
+            catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
+            {
+                error.WriteLine($"psctl verify: the log could not be checked: {ex.Message}");
+                return CannotCheck;
+            }
+        }
+    }
+}
