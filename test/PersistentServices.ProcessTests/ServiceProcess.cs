@@ -138,6 +138,36 @@ internal sealed class ServiceProcess : IAsyncDisposable
         return (response.StatusCode, body, response);
     }
 
+    /// <summary>SIGTERM, as Kubernetes stops a pod: the host shuts down gracefully. Returns once the process exited.</summary>
+    public async Task<int> TerminateAsync(TimeSpan timeout)
+    {
+        using (var kill = Process.Start("kill", ["-TERM", _process.Id.ToString(System.Globalization.CultureInfo.InvariantCulture)]))
+        {
+            await kill.WaitForExitAsync(TestContext.Current.CancellationToken);
+        }
+
+        using var cts = CancellationTokenSource.CreateLinkedTokenSource(TestContext.Current.CancellationToken);
+        cts.CancelAfter(timeout);
+        await _process.WaitForExitAsync(cts.Token);
+        return _process.ExitCode;
+    }
+
+    /// <summary>Waits until the process exits by itself (a crash point killed it); false after <paramref name="timeout"/>.</summary>
+    public async Task<bool> WaitForExitAsync(TimeSpan timeout)
+    {
+        using var cts = CancellationTokenSource.CreateLinkedTokenSource(TestContext.Current.CancellationToken);
+        cts.CancelAfter(timeout);
+        try
+        {
+            await _process.WaitForExitAsync(cts.Token);
+            return true;
+        }
+        catch (OperationCanceledException) when (!TestContext.Current.CancellationToken.IsCancellationRequested)
+        {
+            return false;
+        }
+    }
+
     /// <summary>SIGKILL: no shutdown code runs.</summary>
     public async Task KillAsync()
     {

@@ -10,6 +10,8 @@ using PersistentServices.SharedState;
 //   PS_FAULT_FILE            while this file exists, every log write fails as on a full disk (ENOSPC)
 //   PS_NOTIFY_FILE           /notify appends a line here from its Response.OnCompleted callback
 //   PS_BLOCK_CHAIN           "1": /chain blocks inside its first update (a crash point for the tests)
+//   PS_VERSION               the service's version: "2" adds a field to /deposit's reply (an upgrade whose replies differ)
+//   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
@@ -21,23 +23,68 @@ builder.Services.AddPersistentServices(options =>
         options.ReplayParallelism = int.Parse(parallelism, System.Globalization.CultureInfo.InvariantCulture);
     }
 
+    if (Environment.GetEnvironmentVariable("PS_SESSION_CHECKPOINT_BYTES") is { Length: > 0 } sessionBytes)
+    {
+        options.SessionCheckpointBytes = int.Parse(sessionBytes, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_SERVICE_CHECKPOINT_SECONDS") is { Length: > 0 } seconds)
+    {
+        options.ServiceCheckpointInterval = TimeSpan.FromSeconds(double.Parse(seconds, System.Globalization.CultureInfo.InvariantCulture));
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_IDLE_CHECKPOINT_AFTER") is { Length: > 0 } idle)
+    {
+        options.IdleCheckpointAfter = int.Parse(idle, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_DIVERGENCE") is { Length: > 0 } divergence)
+    {
+        options.OnDivergence = Enum.Parse<DivergencePolicy>(divergence);
+    }
+
     if (faultFile is { Length: > 0 })
     {
         options.Log.DeviceFactory = (basePath, io) => new FullDiskDevice(DurableLog.CreateDefaultDevice(basePath, io), faultFile);
     }
 });
 
+builder.Services.AddSingleton<Tally>();
 var app = builder.Build();
 app.UsePersistentServices();
 
 var balances = new SharedMap<string, long>("Test.Balances");
 var accounts = new SharedVariable<string[]>("Test.Accounts");
 
-// Deposits into shared balances; the read-only twin shows them.
+// Deposits into shared balances; the read-only twin shows them. Version 2 answers with one more field.
+var version = Environment.GetEnvironmentVariable("PS_VERSION") ?? "1";
 app.MapPost("/deposit", [Persistent] (Deposit body) =>
 {
     accounts.Update(known => known is null ? [body.Account] : known.Contains(body.Account) ? known : [.. known, body.Account]);
-    return Results.Ok(new { account = body.Account, balance = balances.Update(body.Account, b => b + body.Amount) });
+    var balance = balances.Update(body.Account, b => b + body.Amount);
+    return version == "2"
+        ? Results.Ok(new { account = body.Account, balance, version = 2 })
+        : Results.Ok(new { account = body.Account, balance });
+});
+
+// Session state: a per-session tally (recovered by replay or from a checkpoint).
+app.MapPost("/tally", [Persistent] (Deposit body, Tally tally) =>
+{
+    tally.Count += body.Amount;
+    tally.Ops = (tally.Ops ?? []).Add(body.Account);
+    return Results.Ok(new { count = tally.Count, ops = tally.Ops.Count });
+});
+app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.Count, ops = tally.Ops?.Count ?? 0 }));
+
+#pragma warning disable PS0201 // deliberately nondeterministic: the divergence tests need an endpoint whose replay differs
+app.MapPost("/now", [Persistent] () => Results.Ok(new { now = DateTime.UtcNow.Ticks }));
+#pragma warning restore PS0201
+
+// A request that takes a while (a graceful drain waits for it).
+app.MapPost("/slow", [Persistent] async (Deposit body) =>
+{
+    await Task.Delay(TimeSpan.FromMilliseconds(body.Amount));
+    return Results.Ok(new { slept = body.Amount });
 });
 app.MapGet("/balances", [ReadOnly] () => Results.Ok((accounts.Read() ?? []).ToDictionary(a => a, balances.Get)));
 
@@ -56,7 +103,9 @@ app.MapPost("/notify", [Persistent] (HttpContext context, Note body) =>
     {
         if (notifyFile is { Length: > 0 })
         {
+#pragma warning disable PS0202 // OnCompleted callbacks never run in replay (docs/protocol.md, "Response callbacks")
             File.AppendAllText(notifyFile, body.Text + "\n");
+#pragma warning restore PS0202
         }
 
         return Task.CompletedTask;
@@ -83,7 +132,9 @@ app.MapPost("/chain", [Persistent] (Chain body) =>
     {
         if (blockChain)
         {
+#pragma warning disable PS0102 // test instrumentation: which requests reached their crash point
             blocked[body.From] = true;
+#pragma warning restore PS0102
             Thread.Sleep(Timeout.Infinite);
         }
 
@@ -99,6 +150,16 @@ app.MapHealthChecks("/health/ready");
 app.Run();
 
 internal sealed record Deposit(string Account, long Amount);
+
+/// <summary>Per-session state (a singleton service: each session sees its own values).</summary>
+internal sealed partial class Tally
+{
+    [SessionState]
+    public partial long Count { get; set; }
+
+    [SessionState]
+    public partial System.Collections.Immutable.ImmutableList<string>? Ops { get; set; }
+}
 
 internal sealed record Note(string Text);
 

@@ -1,0 +1,331 @@
+using System.Net;
+using System.Text.Json;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>
+/// Checkpoints, graceful drain and upgrades against a real service process: SIGTERM drains, a new version whose replies
+/// differ starts on the drained log, a session whose replay diverges is quarantined, and a crash at each named point of
+/// checkpointing, truncation, drain and recovery leaves a state that a second recovery reproduces.
+/// </summary>
+[Trait("Category", "Process")]
+public sealed class CheckpointTests : IDisposable
+{
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    [Fact]
+    public async Task Sigterm_RunningRequestsFinish_NewOnesGet503_AndANewVersionWithOtherRepliesReplaysNothing()
+    {
+        var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") };
+        var sessions = new string[3];
+        var lastReplies = new string[3];
+        string tallySession;
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            for (var s = 0; s < sessions.Length; s++)
+            {
+                sessions[s] = await service.StartSessionAsync();
+                for (var i = 1; i <= 5; i++)
+                {
+                    var (status, body, _) = await service.SendAsync(HttpMethod.Post, "/deposit", sessions[s], i, new { account = $"a{s}", amount = 1 });
+                    Assert.Equal(HttpStatusCode.OK, status);
+                    lastReplies[s] = body.GetRawText();
+                }
+            }
+
+            tallySession = await service.StartSessionAsync();
+            Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/tally", tallySession, 1, new { account = "t", amount = 7 })).Status);
+            var slowSession = await service.StartSessionAsync();
+            var slow = service.SendAsync(HttpMethod.Post, "/slow", slowSession, 1, new { account = "s", amount = 1500 });
+            await Task.Delay(300, TestContext.Current.CancellationToken);
+
+            var exit = service.TerminateAsync(TimeSpan.FromSeconds(30));
+            await Task.Delay(200, TestContext.Current.CancellationToken);
+            // A request that still reaches the stopping service gets 503 + Retry-After; a new connection is refused.
+            try
+            {
+                var refused = await service.SendAsync(HttpMethod.Post, "/deposit", sessions[0], 6, new { account = "a0", amount = 1 });
+                Assert.Equal(HttpStatusCode.ServiceUnavailable, refused.Status);
+                Assert.NotNull(refused.Response.Headers.RetryAfter);
+            }
+            catch (HttpRequestException)
+            {
+            }
+
+            var (slowStatus, _, _) = await slow; // the running request finished, its reply went out
+            Assert.Equal(HttpStatusCode.OK, slowStatus);
+            Assert.Equal(0, await exit);
+            Assert.Contains("Drained", service.Output, StringComparison.Ordinal);
+        }
+
+        environment["PS_VERSION"] = "2";
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            Assert.Matches("Analysis scan: \\d+ live sessions, 0 logged requests", service.Output);
+            for (var s = 0; s < sessions.Length; s++)
+            {
+                // The retry of each session's last request gets the bytes the old version sent.
+                var (status, body, _) = await service.SendAsync(HttpMethod.Post, "/deposit", sessions[s], 5, new { account = $"a{s}", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, status);
+                Assert.Equal(lastReplies[s], body.GetRawText());
+                var (next, nextBody, _) = await service.SendAsync(HttpMethod.Post, "/deposit", sessions[s], 6, new { account = $"a{s}", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, next);
+                Assert.Equal(6, nextBody.GetProperty("balance").GetInt64());
+                Assert.Equal(2, nextBody.GetProperty("version").GetInt32());
+            }
+
+            var (tallyStatus, tally, _) = await service.SendAsync(HttpMethod.Get, "/tally", tallySession, null);
+            Assert.Equal(HttpStatusCode.OK, tallyStatus);
+            Assert.Equal(7, tally.GetProperty("count").GetInt64()); // session state came back from the drain's checkpoint
+            Assert.False(service.HasExited);
+        }
+    }
+
+    [Fact]
+    public async Task Crash_ASessionWhoseReplayDiverges_IsQuarantined_EveryOtherSessionAndTheSharedStateServe()
+    {
+        var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") };
+        string clock;
+        string depositor;
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            clock = await service.StartSessionAsync();
+            depositor = await service.StartSessionAsync();
+            Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/now", clock, 1)).Status);
+            for (var i = 1; i <= 3; i++)
+            {
+                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", depositor, i, new { account = "d", amount = 10 })).Status);
+            }
+
+            await service.KillAsync();
+        }
+
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            var (diverged, problem, _) = await service.SendAsync(HttpMethod.Post, "/now", clock, 2);
+            Assert.Equal(HttpStatusCode.InternalServerError, diverged);
+            Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
+            var (served, body, _) = await service.SendAsync(HttpMethod.Post, "/deposit", depositor, 4, new { account = "d", amount = 10 });
+            Assert.Equal(HttpStatusCode.OK, served);
+            Assert.Equal(40, body.GetProperty("balance").GetInt64());
+            using var health = await service.Client.GetAsync("/health/ready", TestContext.Current.CancellationToken);
+            Assert.Equal("Degraded", await health.Content.ReadAsStringAsync(TestContext.Current.CancellationToken));
+            Assert.Contains("quarantined", service.Output, StringComparison.Ordinal);
+        }
+    }
+
+    public static TheoryData<string> RunningCrashPoints =>
+    [
+        "session-checkpoint.appended",
+        "service-checkpoint.appended",
+        "service-checkpoint.durable",
+        "anchor.written",
+        "log.truncated",
+    ];
+
+    [Theory]
+    [MemberData(nameof(RunningCrashPoints))]
+    public async Task CrashPoint_WhileServing_RecoveryServesExactlyTheAcknowledgedState_AndASecondRecoveryTheSame(string point)
+    {
+        var environment = SmallCheckpoints();
+        environment["PERSISTENTSERVICES_CRASH_POINT"] = point;
+        environment["PERSISTENTSERVICES_CRASH_AFTER"] = "1"; // not the checkpoint recovery takes at start: one taken while serving
+        var clients = new Clients(4);
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.StartAsync(service);
+            var deadline = DateTime.UtcNow.AddSeconds(20);
+            while (!service.HasExited && DateTime.UtcNow < deadline)
+            {
+                await clients.DepositOnceEachAsync(service);
+            }
+
+            Assert.True(await service.WaitForExitAsync(TimeSpan.FromSeconds(10)), $"crash point {point} was never reached:\n{service.Output}");
+            Assert.Contains($"crash point {point}", service.Output, StringComparison.Ordinal);
+        }
+
+        environment.Remove("PERSISTENTSERVICES_CRASH_POINT");
+        await RecoverTwiceAsync(environment, clients);
+    }
+
+    public static TheoryData<string> RecoveryCrashPoints => ["recovery.scanned", "recovery.replaying"];
+
+    [Theory]
+    [MemberData(nameof(RecoveryCrashPoints))]
+    public async Task CrashPoint_DuringRecovery_ASecondRecoveryServesExactlyTheAcknowledgedState(string point)
+    {
+        var environment = SmallCheckpoints();
+        environment["PS_SESSION_CHECKPOINT_BYTES"] = "1048576"; // keep requests to replay
+        var clients = new Clients(3);
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.StartAsync(service);
+            for (var i = 0; i < 10; i++)
+            {
+                await clients.DepositOnceEachAsync(service);
+            }
+
+            await service.KillAsync();
+        }
+
+        environment["PERSISTENTSERVICES_CRASH_POINT"] = point;
+        await using (var service = await ServiceProcess.StartAsync(environment, waitUntilReady: false))
+        {
+            if (point == "recovery.replaying")
+            {
+                await service.WaitUntilReadyAsync().ContinueWith(_ => { }, TaskScheduler.Default); // replay starts once the app started
+            }
+
+            Assert.True(await service.WaitForExitAsync(TimeSpan.FromSeconds(30)), $"crash point {point} was never reached:\n{service.Output}");
+            Assert.Contains($"crash point {point}", service.Output, StringComparison.Ordinal);
+        }
+
+        environment.Remove("PERSISTENTSERVICES_CRASH_POINT");
+        await RecoverTwiceAsync(environment, clients);
+    }
+
+    [Fact]
+    public async Task CrashPoint_DuringTheDrain_RecoveryServesExactlyTheAcknowledgedState()
+    {
+        var environment = SmallCheckpoints();
+        var clients = new Clients(3);
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.StartAsync(service);
+            for (var i = 0; i < 10; i++)
+            {
+                await clients.DepositOnceEachAsync(service);
+            }
+
+            await service.KillAsync();
+        }
+
+        environment["PERSISTENTSERVICES_CRASH_POINT"] = "drain.checkpointed";
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.ResolveAsync(service);
+            var exit = await service.TerminateAsync(TimeSpan.FromSeconds(30));
+            Assert.NotEqual(0, exit);
+            Assert.Contains("crash point drain.checkpointed", service.Output, StringComparison.Ordinal);
+        }
+
+        environment.Remove("PERSISTENTSERVICES_CRASH_POINT");
+        await RecoverTwiceAsync(environment, clients);
+    }
+
+    private Dictionary<string, string> SmallCheckpoints() => new()
+    {
+        ["PS_LOG_DIR"] = _dir.File("log"),
+        ["PS_SESSION_CHECKPOINT_BYTES"] = "2048",
+        ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1",
+        ["PS_IDLE_CHECKPOINT_AFTER"] = "1",
+    };
+
+    /// <summary>Two restarts (the second after a SIGKILL): each serves exactly what the clients were told.</summary>
+    private static async Task RecoverTwiceAsync(Dictionary<string, string> environment, Clients clients)
+    {
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.ResolveAsync(service);
+            await clients.AssertStateAsync(service);
+            await clients.DepositOnceEachAsync(service);
+            await service.KillAsync();
+        }
+
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            await clients.ResolveAsync(service);
+            await clients.AssertStateAsync(service);
+        }
+    }
+
+    /// <summary>
+    /// Sessions that each deposit 1 into their own account and add to their own tally, one numbered request at a time,
+    /// remembering what they were told; a request without a reply is resent with its number after a restart.
+    /// </summary>
+    private sealed class Clients(int count)
+    {
+        private readonly string[] _sessions = new string[count];
+        private readonly long[] _deposits = new long[count];
+        private readonly long[] _tallies = new long[count];
+        private readonly long[] _next = new long[count];
+        private readonly bool[] _inDoubt = new bool[count];
+
+        public async Task StartAsync(ServiceProcess service)
+        {
+            for (var i = 0; i < count; i++)
+            {
+                _sessions[i] = await service.StartSessionAsync();
+                _next[i] = 1;
+            }
+        }
+
+        public async Task DepositOnceEachAsync(ServiceProcess service)
+        {
+            for (var i = 0; i < count && !service.HasExited; i++)
+            {
+                await SendAsync(service, i);
+            }
+        }
+
+        /// <summary>Resends every request that got no reply, until it gets one.</summary>
+        public async Task ResolveAsync(ServiceProcess service)
+        {
+            for (var i = 0; i < count; i++)
+            {
+                for (var attempt = 0; _inDoubt[i]; attempt++)
+                {
+                    Assert.True(attempt < 100, $"request {_next[i]} of client {i} never got a reply:\n{service.Output}");
+                    await SendAsync(service, i);
+                }
+            }
+        }
+
+        public async Task AssertStateAsync(ServiceProcess service)
+        {
+            var (status, balances, _) = await service.SendAsync(HttpMethod.Get, "/balances", null, null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            for (var i = 0; i < count; i++)
+            {
+                var balance = balances.TryGetProperty($"c{i}", out var b) ? b.GetInt64() : 0;
+                Assert.Equal(_deposits[i], balance);
+                var (_, tally, _) = await service.SendAsync(HttpMethod.Get, "/tally", _sessions[i], null);
+                Assert.Equal(_tallies[i], tally.GetProperty("count").GetInt64());
+            }
+        }
+
+        /// <summary>Odd numbers deposit 1 into the client's own shared account, even numbers add 1 to its session tally.</summary>
+        private async Task SendAsync(ServiceProcess service, int i)
+        {
+            var seq = _next[i];
+            var deposit = seq % 2 == 1;
+            _inDoubt[i] = true;
+            try
+            {
+                var (status, body, _) = await service.SendAsync(HttpMethod.Post, deposit ? "/deposit" : "/tally", _sessions[i], seq, new { account = $"c{i}", amount = 1 });
+                if (status != HttpStatusCode.OK)
+                {
+                    await Task.Delay(50, TestContext.Current.CancellationToken);
+                    return;
+                }
+
+                _inDoubt[i] = false;
+                _next[i]++;
+                if (deposit)
+                {
+                    Assert.Equal(++_deposits[i], body.GetProperty("balance").GetInt64());
+                }
+                else
+                {
+                    Assert.Equal(++_tallies[i], body.GetProperty("count").GetInt64());
+                }
+            }
+            catch (HttpRequestException)
+            {
+                await Task.Delay(50, TestContext.Current.CancellationToken);
+            }
+        }
+    }
+}
