@@ -11,7 +11,7 @@ namespace PersistentServices.ProcessTests;
 /// <summary>The test service as a child process on 127.0.0.1: started, SIGKILLed, restarted on the same log directory.</summary>
 internal sealed class ServiceProcess : IAsyncDisposable
 {
-    private static readonly string ServicePath = typeof(ServiceProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
+    public static readonly string ServicePath = typeof(ServiceProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
         .Single(a => a.Key == "TestServicePath").Value!;
 
     private readonly Process _process;

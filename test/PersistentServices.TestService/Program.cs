@@ -11,6 +11,7 @@ using PersistentServices.SharedState;
 //   PS_NOTIFY_FILE           /notify appends a line here from its Response.OnCompleted callback
 //   PS_BLOCK_CHAIN           "1": /chain blocks inside its first update (a crash point for the tests)
 //   PS_VERSION               the service's version: "2" adds a field to /deposit's reply (an upgrade whose replies differ)
+//   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
@@ -79,6 +80,19 @@ app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.
 #pragma warning disable PS0201 // deliberately nondeterministic: the divergence tests need an endpoint whose replay differs
 app.MapPost("/now", [Persistent] () => Results.Ok(new { now = DateTime.UtcNow.Ticks }));
 #pragma warning restore PS0201
+
+// The beginner's mistake of issue 14: a plain static counter in persistent code. Live it counts across sessions; after
+// kill -9 the sessions replay in another interleaving, get other numbers, and diverge. The replay check must find it.
+// /k-shared: the same counter written to a shared variable, with a constant reply (a difference in state, not in the reply).
+var lastK = new SharedVariable<long>("Test.LastK");
+#pragma warning disable PS0102 // deliberately unlogged state: the replay check tests need endpoints whose replay diverges
+app.MapPost("/k", [Persistent] () => new { n = ++Plain.Counter });
+app.MapPost("/k-shared", [Persistent] () =>
+{
+    lastK.Write(++Plain.Counter);
+    return Results.Ok(new { written = true });
+});
+#pragma warning restore PS0102
 
 // A request that takes a while (a graceful drain waits for it).
 app.MapPost("/slow", [Persistent] async (Deposit body) =>
@@ -162,6 +176,12 @@ internal sealed partial class Tally
 }
 
 internal sealed record Note(string Text);
+
+/// <summary>Plain static state, never logged (see /k).</summary>
+internal static class Plain
+{
+    public static long Counter;
+}
 
 internal sealed record Chain(string From, string To);
 

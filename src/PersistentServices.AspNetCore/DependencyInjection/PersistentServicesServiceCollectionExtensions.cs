@@ -41,6 +41,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();
         services.TryAddSingleton<CheckpointHostedService>();
+        PersistentServices.Testing.ReplayCheckMode.AddIfRequested(services); // only for psctl replay-check / ReplayCheck.RunAsync (before recovery)
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());

@@ -34,9 +34,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private volatile RecoveryStage _stage;
     private Exception? _failure;
 
-    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null)
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null,
+        Testing.ReplayCheckRun? replayCheck = null)
     {
         Options = options.Value;
+        replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
         _logger = logger;
         Codec = codec ?? new Serialization.OrleansValueCodec();

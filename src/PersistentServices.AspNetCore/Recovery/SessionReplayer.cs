@@ -22,7 +22,8 @@ internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Reco
 /// run (their reply already went, or may have gone, to a client); those of a request the crash cut short, which replay
 /// finishes, run once with the first retry that receives its reply.
 /// </summary>
-internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger)
+/// <remarks>In the replay check (<c>check</c> given), replayed shared writes are compared with the logged values too.</remarks>
+internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger, Testing.ReplayCheckRun? check = null)
 {
     /// <summary>Reads every logged request of <paramref name="session"/> with its records (replay then needs no log I/O).</summary>
     public async Task<IReadOnlyList<LoadedRequest>> LoadAllAsync(Session session, CancellationToken cancellationToken)
@@ -62,7 +63,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 await runtime.Shared.WhenUnreservedAsync().WaitAsync(cancellationToken).ConfigureAwait(false);
             }
 
-            var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn);
+            var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn) { CompareWrites = check is not null };
             var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, request.Position, cursor);
             execution.Advance(request.Position.RequestLsn);
             var (reply, onCompleted) = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
@@ -138,7 +139,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             cursor.EnsureConsumed();
             if (cursor.Divergence is { } divergence)
             {
-                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence);
+                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence) { ReplayedReply = captured.Reply };
             }
 
             var reply = captured.Reply;
@@ -148,7 +149,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                     $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
                     $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
                     "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
-                    session.TraceTag, lsn, record.Sequence);
+                    session.TraceTag, lsn, record.Sequence) { ReplayedReply = reply };
             }
 
             return captured;

@@ -30,6 +30,44 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
     public void RecordSharedFailure(Serialization.ValueFormatException error) => SharedFailure ??= error;
 
     /// <summary>
+    /// The replay check (docs/operations.md): a replayed shared write must write the value that was logged. Recovery
+    /// itself skips replayed writes (the variable is rolled forward from the log), so only the check compares them.
+    /// </summary>
+    public bool CompareWrites { get; init; }
+
+    /// <summary>
+    /// With <see cref="CompareWrites"/>: records a divergence when <paramref name="value"/>, written by the replay to
+    /// <paramref name="variable"/>, differs from the value in <paramref name="logged"/>. Both are compared as the running
+    /// code's type, written as JSON; a value that cannot be read or written so is not compared (never a false alarm).
+    /// </summary>
+    public void CompareWrite<T>(LogRecord logged, string variable, T value, Serialization.ValueCodec codec)
+    {
+        if (!CompareWrites || Divergence is not null)
+        {
+            return;
+        }
+
+        string loggedJson;
+        string replayedJson;
+        try
+        {
+            var write = logged.Parse(SharedWrite.Parser);
+            loggedJson = write.Value.IsEmpty ? "null" : System.Text.Json.JsonSerializer.Serialize(codec.Deserialize<T>(write.Value.Span, write.ValueFormat));
+            replayedJson = System.Text.Json.JsonSerializer.Serialize(value);
+        }
+        catch (Exception ex) when (ex is Serialization.ValueFormatException or NotSupportedException or System.Text.Json.JsonException or InvalidOperationException)
+        {
+            return;
+        }
+
+        if (!string.Equals(loggedJson, replayedJson, StringComparison.Ordinal))
+        {
+            Divergence = $"Replay of request {sequence} of session {session} (LSN {requestLsn}) wrote {Clip(replayedJson)} to shared variable '{variable}' " +
+                         $"where the log holds {Clip(loggedJson)} (LSN {logged.Lsn}): the endpoint computes other state than it logged (it is not deterministic or its code changed).";
+        }
+    }
+
+    /// <summary>
     /// The next logged record, which must be of <paramref name="kind"/> (and, when given, for <paramref name="variable"/>).
     /// Null when the records are used up and the request may continue live.
     /// </summary>
@@ -73,6 +111,8 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
                        "The endpoint is not deterministic or its code changed.";
         return new ReplayDivergenceException(Divergence, session, requestLsn, sequence);
     }
+
+    private static string Clip(string json) => json.Length <= 200 ? json : json[..200] + "…";
 
     private static string Describe(RecordKind kind, string? variable) => kind switch
     {

@@ -119,6 +119,7 @@ internal sealed partial class SharedStateStore
         if (execution.Cursor?.Take(RecordKind.SharedWrite, name) is { } logged)
         {
             // Replay: the write is skipped; the variable recovers on its own (roll forward), seed 000 §4.1.
+            execution.Cursor.CompareWrite(logged, name, value, Codec);
             execution.Advance(logged.Lsn);
             return;
         }
