@@ -105,10 +105,36 @@ public sealed class ReplayCheckTests : IDisposable
         var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--", "dotnet", ServiceProcess.ServicePath);
 
         Assert.True(exit == 0, output);
-        Assert.Contains("Replayed 3 sessions one at a time, in log order: 3 replayed fine, 0 diverged; 7 requests compared.", output, StringComparison.Ordinal);
+        Assert.Contains("Replayed 2 sessions one at a time, in log order: 2 replayed fine, 0 diverged; 7 requests compared.", output, StringComparison.Ordinal);
+        Assert.Contains("1 more live session had nothing to replay", output, StringComparison.Ordinal); // its one request was cut short
         Assert.Contains("Not checked: 1 last request that a crash cut short", output, StringComparison.Ordinal);
-        Assert.Contains("Result: passed: all 3 sessions replayed fine.", output, StringComparison.Ordinal);
+        Assert.Contains("Result: passed: all 2 sessions replayed fine.", output, StringComparison.Ordinal);
         Assert.DoesNotContain("diverged at", output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task PsctlReplayCheck_ALogAfterAGracefulStop_HasNothingToReplay_EvenWithTheStaticCounter_Passes()
+    {
+        var log = _dir.File("log");
+        await using (var service = await ServiceProcess.StartAsync(new Dictionary<string, string> { ["PS_LOG_DIR"] = log }))
+        {
+            var a = await service.StartSessionAsync();
+            var b = await service.StartSessionAsync();
+            for (var i = 1; i <= 2; i++)
+            {
+                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/k", a, i)).Status);
+                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/k", b, i)).Status);
+            }
+
+            Assert.Equal(0, await service.TerminateAsync(TimeSpan.FromSeconds(30))); // SIGTERM: drained, everything checkpointed
+        }
+
+        var copy = CopyLog(log, _dir.File("copy"));
+        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--", "dotnet", ServiceProcess.ServicePath);
+
+        Assert.True(exit == 0, output);
+        Assert.Contains("Nothing to replay: 2 live sessions, none with a logged request after its latest checkpoint", output, StringComparison.Ordinal);
+        Assert.Contains("Result: passed (nothing to replay).", output, StringComparison.Ordinal);
     }
 
     [Fact]
@@ -216,6 +242,22 @@ public sealed class ReplayCheckTests : IDisposable
         var error = await Assert.ThrowsAsync<InvalidOperationException>(() => ReplayCheck.RunAsync(copy, () => BuildApp(configured), TestContext.Current.CancellationToken));
         Assert.Contains("could not recover the copy", error.Message, StringComparison.Ordinal);
         Assert.False(Directory.Exists(configured));
+    }
+
+    [Fact]
+    public async Task CheckModeVariable_NamingARealLogDirectory_TheServiceRefusesToStart_AndTheLogIsUnchanged()
+    {
+        var log = _dir.File("log");
+        await WriteLogAsync(log, tally: false);
+        var before = Fingerprint(log);
+
+        await using var service = await ServiceProcess.StartAsync(
+            new Dictionary<string, string> { ["PS_LOG_DIR"] = log, ["PERSISTENTSERVICES_REPLAY_CHECK"] = log }, waitUntilReady: false);
+
+        Assert.True(await service.WaitForExitAsync(TimeSpan.FromSeconds(60)), service.Output);
+        Assert.NotEqual(0, service.ExitCode);
+        Assert.Contains("which is not a replay check sandbox", service.Output, StringComparison.Ordinal);
+        Assert.Equal(before, Fingerprint(log));
     }
 
     /// <summary>

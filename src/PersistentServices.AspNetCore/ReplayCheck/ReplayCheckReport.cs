@@ -52,8 +52,14 @@ public sealed class ReplayCheckReport
     /// <summary>The log directory that was copied and checked (it was never written).</summary>
     public string LogDirectory { get; }
 
-    /// <summary>Sessions that recovery from this log replays (live sessions with logged requests after their latest checkpoint, or none).</summary>
+    /// <summary>Sessions that recovery from this log replays: live sessions with logged requests after their latest checkpoint (or their start).</summary>
     public int Sessions { get; }
+
+    /// <summary>
+    /// Live sessions with no logged request after their latest checkpoint (all of them after a graceful stop): recovery
+    /// restores them and replays nothing, so nothing of them can diverge. Not counted in <see cref="Sessions"/>.
+    /// </summary>
+    public int SessionsWithNothingToReplay { get; internal init; }
 
     /// <summary>Of <see cref="Sessions"/>, those that replayed to the end with every reply and logged value reproduced.</summary>
     public int SessionsReplayedFine { get; }

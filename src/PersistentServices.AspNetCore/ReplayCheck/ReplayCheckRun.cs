@@ -89,6 +89,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
         var divergences = new List<ReplayCheckDivergence>();
         long requests = 0;
         var fine = 0;
+        var idle = 0;
         var unfinished = 0;
         foreach (var session in _sessions)
         {
@@ -96,6 +97,10 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
             {
                 requests += session.PositionStream.TakeWhile(p => p.Sequence < divergence.Sequence).Count() + 1; // with the one that differs
                 divergences.Add(await DescribeAsync(runtime, session, divergence).ConfigureAwait(false));
+            }
+            else if (session.Ready.IsCompletedSuccessfully && _requests[session] == 0)
+            {
+                idle++;
             }
             else if (session.Ready.IsCompletedSuccessfully)
             {
@@ -110,7 +115,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
 
         var failure = runtime.Failure?.Message ?? (unfinished > 0 ? $"the service stopped before {unfinished} session(s) finished their replay" : null);
         var result = failure is not null ? ReplayCheckResult.Failed : divergences.Count > 0 ? ReplayCheckResult.Diverged : ReplayCheckResult.Passed;
-        Finish(new ReplayCheckReport(result, sandbox.Source, _sessions.Count, fine, requests, divergences, _notChecked, failure));
+        Finish(new ReplayCheckReport(result, sandbox.Source, _sessions.Count - idle, fine, requests, divergences, _notChecked, failure) { SessionsWithNothingToReplay = idle });
     }
 
     /// <summary>The host stops and the check did not report: the log could not be opened, or replay never started.</summary>

@@ -24,13 +24,18 @@ internal static class ReplayCheckText
 
         if (report.Sessions == 0)
         {
-            text.AppendLine("Nothing to replay: no live session has logged requests after its latest checkpoint (after a graceful stop, recovery replays nothing).");
+            text.AppendLine(CultureInfo.InvariantCulture,
+                $"Nothing to replay: {report.SessionsWithNothingToReplay} live session{Plural(report.SessionsWithNothingToReplay)}, none with a logged request after its latest checkpoint (after a graceful stop, recovery replays nothing).");
         }
         else
         {
             text.AppendLine(CultureInfo.InvariantCulture,
-                $"Replayed {report.Sessions} session{Plural(report.Sessions)} one at a time, in log order: {report.SessionsReplayedFine} replayed fine, " +
-                $"{report.Divergences.Count} diverged; {report.RequestsReplayed} request{Plural(report.RequestsReplayed)} compared.");
+                $"Replayed {report.Sessions} session{Plural(report.Sessions)} one at a time, in log order: {report.SessionsReplayedFine} replayed fine, {report.Divergences.Count} diverged; {report.RequestsReplayed} request{Plural(report.RequestsReplayed)} compared.");
+            if (report.SessionsWithNothingToReplay > 0)
+            {
+                text.AppendLine(CultureInfo.InvariantCulture,
+                    $"{report.SessionsWithNothingToReplay} more live session{Plural(report.SessionsWithNothingToReplay)} had nothing to replay (no logged request after its latest checkpoint).");
+            }
         }
 
         if (report.RequestsNotChecked > 0)
@@ -55,7 +60,7 @@ internal static class ReplayCheckText
                 text.AppendLine(CultureInfo.InvariantCulture,
                     $"  replayed reply: {replayed}{(string.IsNullOrEmpty(d.ReplayedContentType) ? "" : " " + d.ReplayedContentType)}, SHA-256 {Short(d.ReplayedReplyHash)}");
                 text.AppendLine(Indent + (string.IsNullOrEmpty(d.ReplayedBody)
-                    ? replayed == 500 ? "(empty: the endpoint threw; the service's log has the exception, event 1204)" : "(empty body)"
+                    ? replayed == 500 ? "(empty 500: an exception ended the request, the divergence above or the endpoint's own; the service's output has it, event 1204)" : "(empty body)"
                     : IndentLines(d.ReplayedBody)));
             }
             else
@@ -91,6 +96,7 @@ internal static class ReplayCheckText
             json.WriteString("logDirectory", report.LogDirectory);
             json.WriteNumber("sessions", report.Sessions);
             json.WriteNumber("sessionsReplayedFine", report.SessionsReplayedFine);
+            json.WriteNumber("sessionsWithNothingToReplay", report.SessionsWithNothingToReplay);
             json.WriteNumber("requestsReplayed", report.RequestsReplayed);
             json.WriteNumber("requestsNotChecked", report.RequestsNotChecked);
             if (report.Failure is { } failure)
