@@ -63,7 +63,8 @@ if (mode == "recovery")
 {
     await RecoveryRun.RunAsync(
         requests: int.Parse(Option("--requests") ?? "100000", CultureInfo.InvariantCulture),
-        sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture));
+        sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture),
+        checkpointBytes: Option("--checkpoint-bytes") is { } bytes ? int.Parse(bytes, CultureInfo.InvariantCulture) : null);
     return 0;
 }
 
@@ -224,16 +225,18 @@ namespace PersistentServices.EndToEnd
     /// <summary>Recovery time of the sample (a real process) after SIGKILL with many logged requests.</summary>
     internal static class RecoveryRun
     {
-        public static async Task RunAsync(int requests, int sessions)
+        public static async Task RunAsync(int requests, int sessions, int? checkpointBytes)
         {
+            var settings = checkpointBytes is { } b ? new[] { $"--PersistentServices:SessionCheckpointBytes={b}" } : [];
             var sample = typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
             var logDir = Path.Combine(Path.GetTempPath(), "ps-recovery-" + Guid.NewGuid().ToString("N")[..8]);
             const string url = "http://127.0.0.1:5099";
             using var client = new HttpClient { BaseAddress = new Uri(url), Timeout = TimeSpan.FromSeconds(30) };
-            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients");
+            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients; " +
+                              $"session checkpoints {(checkpointBytes is { } cb ? (cb == int.MaxValue ? "off" : $"every {cb:N0} bytes") : "at the default threshold")}");
             Console.WriteLine();
 
-            var service = Start(sample, url, logDir, out var output);
+            var service = Start(sample, url, logDir, settings, out var output);
             await WaitReadyAsync(client, requireReplayed: true);
             var ids = new string[sessions];
             for (var i = 0; i < sessions; i++)
@@ -271,9 +274,21 @@ namespace PersistentServices.EndToEnd
             service.Dispose();
 
             var restart = Stopwatch.StartNew();
-            service = Start(sample, url, logDir, out output);
+            service = Start(sample, url, logDir, settings, out output);
             await WaitReadyAsync(client, requireReplayed: false);
             var ready = restart.Elapsed;
+
+            // A new client: a session started and one persistent request served, while the old sessions replay.
+            using (var start = await client.PostAsync("/ps/sessions", null))
+            {
+                using var first = new HttpRequestMessage(HttpMethod.Post, "/counter/add") { Content = JsonContent.Create(new { opId = "new", amount = 1 }) };
+                first.Headers.TryAddWithoutValidation("PS-Session", start.Headers.GetValues("PS-Session").Single());
+                first.Headers.TryAddWithoutValidation("PS-Seq", "1");
+                using var served = await client.SendAsync(first);
+                served.EnsureSuccessStatusCode();
+            }
+
+            var newServed = restart.Elapsed;
             await WaitReadyAsync(client, requireReplayed: true);
             var replayed = restart.Elapsed;
 
@@ -289,10 +304,11 @@ namespace PersistentServices.EndToEnd
             Console.WriteLine("| measurement | time |");
             Console.WriteLine("|---|---:|");
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart (process start) -> ready (log verified, analysis scan done, accepting requests) | {ready.TotalSeconds:F2} s |"));
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> all {sessions:N0} sessions replayed ({perSession * sessions:N0} requests) | {replayed.TotalSeconds:F2} s |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> a new session served (session started + one persistent request) | {newServed.TotalSeconds:F2} s |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> all {sessions:N0} sessions recovered ({perSession * sessions:N0} requests logged) | {replayed.TotalSeconds:F2} s |"));
             Console.WriteLine();
             Console.WriteLine("service log:");
-            foreach (var line in output.Where(l => l.Contains("Opened log", StringComparison.Ordinal) || l.Contains("Analysis scan", StringComparison.Ordinal) || l.Contains("Replayed", StringComparison.Ordinal)))
+            foreach (var line in output.Where(l => l.Contains("Opened log", StringComparison.Ordinal) || l.Contains("Analysis scan", StringComparison.Ordinal) || l.Contains("Replayed", StringComparison.Ordinal) || l.Contains("Service checkpoint", StringComparison.Ordinal)))
             {
                 Console.WriteLine("    " + line.Trim());
             }
@@ -303,7 +319,7 @@ namespace PersistentServices.EndToEnd
             Directory.Delete(logDir, recursive: true);
         }
 
-        private static Process Start(string sample, string url, string logDir, out List<string> output)
+        private static Process Start(string sample, string url, string logDir, string[] settings, out List<string> output)
         {
             var lines = new List<string>();
             output = lines;
@@ -328,6 +344,11 @@ namespace PersistentServices.EndToEnd
                 }
             };
             process.ErrorDataReceived += (_, _) => { };
+            foreach (var setting in settings)
+            {
+                process.StartInfo.ArgumentList.Add(setting);
+            }
+
             process.Start();
             process.BeginOutputReadLine();
             process.BeginErrorReadLine();

@@ -8,8 +8,15 @@ builder.Services.AddControllers();
 builder.Services.AddSingleton<CounterSession>();
 
 // The one thing a service adds: its log directory (keep it on a persistent volume).
+// Every option can also come from configuration (appsettings.json, PersistentServices__SessionCheckpointBytes=..., --PersistentServices:...).
 builder.Services.AddPersistentServices(options =>
-    options.LogDirectory = builder.Configuration["PersistentServices:LogDirectory"] ?? Path.Combine(builder.Environment.ContentRootPath, "data", "log"));
+{
+    builder.Configuration.GetSection("PersistentServices").Bind(options);
+    if (string.IsNullOrEmpty(options.LogDirectory))
+    {
+        options.LogDirectory = Path.Combine(builder.Environment.ContentRootPath, "data", "log");
+    }
+});
 
 var app = builder.Build();
 app.UsePersistentServices();

@@ -34,9 +34,9 @@ public sealed class PersistentServicesOptions
 
     /// <summary>
     /// A session is checkpointed (its state values and buffered reply logged, so recovery starts there) once it logged this
-    /// many bytes since its last checkpoint, between two of its requests ([MSP §3.2]). Default 256 KiB.
+    /// many bytes since its last checkpoint, between two of its requests ([MSP §3.2]). Default 64 KiB.
     /// </summary>
-    public int SessionCheckpointBytes { get; set; } = 256 << 10;
+    public int SessionCheckpointBytes { get; set; } = 64 << 10;
 
     /// <summary>
     /// A service checkpoint (which moves the log anchor and truncates the log, [MSP §3.4]) is taken when this much time

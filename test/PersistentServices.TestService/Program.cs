@@ -117,9 +117,8 @@ app.MapPost("/notify", [Persistent] (HttpContext context, Note body) =>
     {
         if (notifyFile is { Length: > 0 })
         {
-#pragma warning disable PS0202 // OnCompleted callbacks never run in replay (docs/protocol.md, "Response callbacks")
-            File.AppendAllText(notifyFile, body.Text + "\n");
-#pragma warning restore PS0202
+            File.AppendAllText(notifyFile, body.Text + "\n"); // OnCompleted callbacks never run in replay: no PS0202
+
         }
 
         return Task.CompletedTask;

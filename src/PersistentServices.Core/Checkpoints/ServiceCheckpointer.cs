@@ -25,6 +25,12 @@ internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sess
 /// </summary>
 internal sealed partial class ServiceCheckpointer(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, int idleAfter, ILogger logger) : IDisposable
 {
+    /// <summary>
+    /// Positions listed in the record, each kind (the record must fit in a page whatever the number of sessions; recovery
+    /// needs only the scan start).
+    /// </summary>
+    private const int ListedPositions = 4096;
+
     private readonly SemaphoreSlim _gate = new(1, 1);
     private long _taken;
 
@@ -58,13 +64,21 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                     continue;
                 }
 
-                record.Sessions.Add(new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn });
+                if (record.SessionCount++ < ListedPositions)
+                {
+                    record.Sessions.Add(new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn });
+                }
+
                 scanFrom = Math.Min(scanFrom, lsn);
             }
 
             foreach (var (name, lsn) in shared.RecoveryPositions())
             {
-                record.Variables.Add(new CheckpointPosition { Variable = name, Lsn = lsn });
+                if (record.VariableCount++ < ListedPositions)
+                {
+                    record.Variables.Add(new CheckpointPosition { Variable = name, Lsn = lsn });
+                }
+
                 scanFrom = Math.Min(scanFrom, lsn);
             }
 
@@ -95,7 +109,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
-            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, record.Sessions.Count, record.Variables.Count, forcedSessions, forcedVariables,
+            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started));
             Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;

@@ -86,6 +86,13 @@ internal static class LogVerifier
             LogRecoveryScanner.Visit(directory, options, scan.BeginAddress, inventory);
         }
 
+        // The anchor (docs/checkpoints.md) must name a committed service checkpoint whose scan start is still in the log:
+        // recovery refuses otherwise.
+        if (AnchorProblem(directory, scan, inventory) is { } anchorProblem)
+        {
+            scan = scan with { Problems = [.. scan.Problems, anchorProblem] };
+        }
+
         return new LogVerification
         {
             Directory = directory,
@@ -99,6 +106,40 @@ internal static class LogVerifier
             Inventory = inventory,
             InUse = IsLocked(directory),
         };
+    }
+
+    private static LogProblem? AnchorProblem(string directory, LogScanResult scan, LogInventory inventory)
+    {
+        long? anchor;
+        try
+        {
+            anchor = Checkpoints.AnchorFile.Read(directory);
+        }
+        catch (LogCorruptionException ex)
+        {
+            return new LogProblem(ex.Message, 0, Checkpoints.AnchorFile.PathIn(directory));
+        }
+
+        if (anchor is not { } lsn || scan.Problems.Count > 0)
+        {
+            return null;
+        }
+
+        if (!inventory.ServiceCheckpoints.TryGetValue(lsn, out var scanFrom))
+        {
+            return new LogProblem(
+                $"The log anchor names a service checkpoint at LSN {lsn}, but the committed log [{scan.BeginAddress}, {scan.CommittedUntil}) holds none there: " +
+                "the anchor and the log do not belong together (a partial restore?).", lsn, Checkpoints.AnchorFile.PathIn(directory));
+        }
+
+        if ((scanFrom == 0 ? lsn : scanFrom) < scan.BeginAddress)
+        {
+            return new LogProblem(
+                $"The anchored service checkpoint at LSN {lsn} starts recovery at {scanFrom}, below the log's begin {scan.BeginAddress}: records recovery needs are gone.",
+                scanFrom);
+        }
+
+        return null;
     }
 
     /// <summary>True when another process holds the directory lock. Never creates the lock file.</summary>
@@ -157,6 +198,12 @@ internal sealed class LogInventory : ILogScanVisitor
 
     public long LastEpoch { get; private set; }
 
+    /// <summary>Committed service checkpoints: LSN → the scan start they name (0: the checkpoint itself).</summary>
+    public Dictionary<long, long> ServiceCheckpoints { get; } = [];
+
+    /// <summary>Session checkpoints counted.</summary>
+    public long SessionCheckpoints { get; private set; }
+
     public void Record(long lsn, RecordKind kind, ReadOnlySpan<byte> body)
     {
         string? key;
@@ -166,6 +213,8 @@ internal sealed class LogInventory : ILogScanVisitor
             {
                 RecordKind.SessionStarted => Convert.ToHexString(SessionStarted.Parser.ParseFrom(body).SessionId.Span),
                 RecordKind.SessionEnded => Convert.ToHexString(SessionEnded.Parser.ParseFrom(body).SessionId.Span),
+                RecordKind.SessionCheckpoint => Convert.ToHexString(SessionCheckpoint.Parser.ParseFrom(body).SessionId.Span),
+                RecordKind.ServiceCheckpoint => ServiceCheckpoint.Parser.ParseFrom(body).ScanFromLsn.ToString(System.Globalization.CultureInfo.InvariantCulture),
                 RecordKind.SharedWrite => SharedWrite.Parser.ParseFrom(body).Variable,
                 RecordKind.SharedCheckpoint => SharedCheckpoint.Parser.ParseFrom(body).Variable,
                 RecordKind.EpochStarted => EpochStarted.Parser.ParseFrom(body).Epoch.ToString(System.Globalization.CultureInfo.InvariantCulture),
@@ -197,6 +246,13 @@ internal sealed class LogInventory : ILogScanVisitor
                 case RecordKind.SessionStarted when key is not null:
                     SessionsStarted++;
                     _liveSessions.Add(key);
+                    break;
+                case RecordKind.SessionCheckpoint when key is not null:
+                    SessionCheckpoints++;
+                    _liveSessions.Add(key); // its start may have been truncated away
+                    break;
+                case RecordKind.ServiceCheckpoint when key is not null:
+                    ServiceCheckpoints[lsn] = long.Parse(key, System.Globalization.CultureInfo.InvariantCulture);
                     break;
                 case RecordKind.SessionEnded when key is not null:
                     SessionsEnded++;

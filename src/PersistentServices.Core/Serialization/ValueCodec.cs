@@ -12,10 +12,11 @@ internal abstract class ValueCodec
 {
     private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.General);
 
-    /// <summary>The format this codec writes.</summary>
+    /// <summary>The format this codec writes where it can (some types it may write as JSON: <see cref="Encode{T}"/> says).</summary>
     public abstract ValueFormat Format { get; }
 
-    public abstract byte[] Serialize<T>(T value);
+    /// <summary>Encodes <paramref name="value"/>; returns the bytes and the format they are in.</summary>
+    public abstract (byte[] Bytes, ValueFormat Format) Encode<T>(T value);
 
     /// <summary>Reads a value written in <paramref name="format"/>.</summary>
     /// <exception cref="ValueFormatException">The bytes cannot be read as <typeparamref name="T"/>.</exception>
@@ -49,7 +50,7 @@ internal sealed class JsonValueCodec : ValueCodec
 
     public override ValueFormat Format => ValueFormat.Json;
 
-    public override byte[] Serialize<T>(T value) => SerializeJson(value);
+    public override (byte[] Bytes, ValueFormat Format) Encode<T>(T value) => (SerializeJson(value), ValueFormat.Json);
 
     protected override T DeserializeOwn<T>(ReadOnlySpan<byte> bytes) => throw new InvalidOperationException("JSON is read by the base class.");
 }

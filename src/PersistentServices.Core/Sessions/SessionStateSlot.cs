@@ -24,7 +24,7 @@ internal abstract class SessionStateSlot
     {
         public override T Get<T>(string name, ValueCodec codec) => value is T typed ? typed : value is null ? default! : throw TypeChanged<T>(name, typeof(TValue));
 
-        public override (byte[] Bytes, ValueFormat Format) Encode(ValueCodec codec) => (codec.Serialize(value), codec.Format);
+        public override (byte[] Bytes, ValueFormat Format) Encode(ValueCodec codec) => codec.Encode(value);
     }
 
     private sealed class Encoded(byte[] bytes, ValueFormat format) : SessionStateSlot

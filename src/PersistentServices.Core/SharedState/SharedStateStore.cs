@@ -212,19 +212,19 @@ internal sealed partial class SharedStateStore
     /// </summary>
     private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
     {
-        var bytes = Codec.Serialize(value);
+        var (bytes, format) = Codec.Encode(value);
         var writerDv = execution.Session.Dv;
         var lsn = execution.Append(RecordKind.SharedWrite, new SharedWrite
         {
             Variable = cell.Name,
             Value = ByteString.CopyFrom(bytes),
-            ValueFormat = Codec.Format,
+            ValueFormat = format,
             Dv = writerDv.ToRecord(),
             PreviousWriteLsn = cell.ChainHead,
             SessionId = execution.SessionId,
             Sequence = execution.Position.Sequence,
         });
-        cell.SetValue(value, bytes, Codec.Format);
+        cell.SetValue(value, bytes, format);
         if (cell.RecoveryLsn == 0)
         {
             cell.RecoveryLsn = lsn; // the start of its backward chain until its first checkpoint
@@ -531,11 +531,12 @@ internal sealed partial class SharedStateStore
         {
             // Logged under the variable's lock: the read's place in the log matches the value it saw.
             value = cell.GetValue<T>(Codec);
+            var (bytes, format) = cell.Bytes is { } logged ? (logged, cell.Format) : Codec.Encode(value);
             execution.Append(RecordKind.SharedRead, new SharedRead
             {
                 Variable = cell.Name,
-                Value = ByteString.CopyFrom(cell.Bytes ?? Codec.Serialize(value)),
-                ValueFormat = cell.Bytes is null ? Codec.Format : cell.Format,
+                Value = ByteString.CopyFrom(bytes),
+                ValueFormat = format,
                 Dv = cell.Dv.ToRecord(),
                 SessionId = execution.SessionId,
                 Sequence = execution.Position.Sequence,

@@ -1,0 +1,103 @@
+using System.Net;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+
+namespace PersistentServices.AspNetCore.Tests.Recovery;
+
+/// <summary>Session and service checkpoints in process: recovery starts from them, the log is truncated below them.</summary>
+public sealed class CheckpointRecoveryTests : IDisposable
+{
+    private readonly TempDirectory _dir = new();
+
+    public CheckpointRecoveryTests() => TestBehavior.Reset();
+
+    public void Dispose() => _dir.Dispose();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    [Fact]
+    public async Task Crash_AfterCheckpoints_RecoveryReplaysOnlyWhatFollowedThem_AndTheLogWasTruncated()
+    {
+        var sessions = new string[4];
+        long beginBefore;
+        long beginAfter;
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionCheckpointBytes = 2048))
+        {
+            beginBefore = server.Runtime.Log.BeginAddress;
+            for (var s = 0; s < sessions.Length; s++)
+            {
+                sessions[s] = await server.StartSessionAsync();
+            }
+
+            for (var i = 1; i <= 40; i++)
+            {
+                foreach (var session in sessions)
+                {
+                    var (response, _) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, i, new { opId = $"{session}-{i}", amount = 1 });
+                    Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                }
+            }
+
+            var checkpoint = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            beginAfter = server.Runtime.Log.BeginAddress;
+            Assert.True(checkpoint.ScanFrom > beginBefore);
+            Assert.Equal(checkpoint.ScanFrom, beginAfter);
+
+            // Two more requests each, after the checkpoint: the ones recovery replays.
+            for (var i = 41; i <= 42; i++)
+            {
+                foreach (var session in sessions)
+                {
+                    await server.SendAsync(HttpMethod.Post, "/counter/add", session, i, new { opId = $"{session}-{i}", amount = 1 });
+                }
+            }
+
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionCheckpointBytes = 2048))
+        {
+            await server.RecoveryCompletion;
+            var analysis = server.Runtime.Analysis!;
+            Assert.True(analysis.AnchorLsn > 0);
+            Assert.True(analysis.ScannedFrom >= beginAfter);
+            Assert.True(analysis.SessionsFromCheckpoints >= sessions.Length);
+            Assert.True(analysis.Requests < 40 * sessions.Length / 2, $"replayed {analysis.Requests} requests: the checkpoints were not used");
+            foreach (var session in sessions)
+            {
+                var (_, state) = await server.SendAsync(HttpMethod.Get, "/counter", session, null);
+                Assert.Equal(42, state.GetProperty("total").GetInt64());
+
+                // A retry of the last request still gets its reply, and the next request continues the count.
+                var (retry, retryBody) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, 42, new { opId = $"{session}-42", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
+                Assert.Equal(42, retryBody.GetProperty("total").GetInt64());
+                var (next, nextBody) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, 43, new { opId = $"{session}-43", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+                Assert.Equal(43, nextBody.GetProperty("total").GetInt64());
+            }
+
+        }
+    }
+
+    [Fact]
+    public async Task IdleSession_IsCheckpointedAfterAFewServiceCheckpoints_SoTheLogStartMovesPastIt()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 2);
+        var idle = await server.StartSessionAsync();
+        await server.SendAsync(HttpMethod.Post, "/counter/add", idle, 1, new { opId = "idle-1", amount = 5 });
+        var busy = await server.StartSessionAsync();
+        var recoveryLsn = server.Session(idle).RecoveryLsn;
+
+        for (var round = 0; round < 3; round++)
+        {
+            await server.SendAsync(HttpMethod.Post, "/counter/add", busy, round + 1, new { opId = $"busy-{round}", amount = 1 });
+            await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+        }
+
+        Assert.True(server.Session(idle).RecoveryLsn > recoveryLsn, "the idle session was never checkpointed again");
+        Assert.True(server.Runtime.Log.BeginAddress > recoveryLsn, "the log's start did not move past the idle session's old position");
+        var (_, state) = await server.SendAsync(HttpMethod.Get, "/counter", idle, null);
+        Assert.Equal(5, state.GetProperty("total").GetInt64());
+    }
+}
