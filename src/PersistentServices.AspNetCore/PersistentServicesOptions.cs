@@ -68,6 +68,9 @@ public sealed class PersistentServicesOptions
     /// <summary>Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are always excluded.</summary>
     public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
+    /// <summary>Calls between the deployment's persistent services: peer key, retries, forcing (docs/calls.md).</summary>
+    public PersistentCallOptions Calls { get; } = new();
+
     /// <summary>Advanced settings of the log (page and segment sizes, metadata interval). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();
 

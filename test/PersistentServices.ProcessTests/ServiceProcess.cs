@@ -44,9 +44,12 @@ internal sealed class ServiceProcess : IAsyncDisposable
 
     public int ExitCode => _process.ExitCode;
 
-    public static async Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
+    public static Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
+        => StartAsync(environment, FreePort(), waitUntilReady);
+
+    /// <summary>Starts on a given port (a restarted service keeps its address, as callers know it).</summary>
+    public static async Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, int port, bool waitUntilReady = true)
     {
-        var port = FreePort();
         var start = new ProcessStartInfo("dotnet", [ServicePath, "--urls", $"http://127.0.0.1:{port}"])
         {
             RedirectStandardOutput = true,
@@ -204,7 +207,7 @@ internal sealed class ServiceProcess : IAsyncDisposable
         }
     }
 
-    private static int FreePort()
+    public static int FreePort()
     {
         using var listener = new TcpListener(IPAddress.Loopback, 0);
         listener.Start();

@@ -11,8 +11,11 @@ using PersistentServices.SharedState;
 //   PS_NOTIFY_FILE           /notify appends a line here from its Response.OnCompleted callback
 //   PS_BLOCK_CHAIN           "1": /chain blocks inside its first update (a crash point for the tests)
 //   PS_VERSION               the service's version: "2" adds a field to /deposit's reply (an upgrade whose replies differ)
-//   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
+//   PS_SERVICE_NAME, PS_PEER_KEY, PS_CALLEE_URL  calls between services: this service's name, the deployment's peer key,
+//                            and the base address of the service /pay calls (named HttpClient "bank")
+//   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
+//   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
@@ -44,6 +47,19 @@ builder.Services.AddPersistentServices(options =>
         options.OnDivergence = Enum.Parse<DivergencePolicy>(divergence);
     }
 
+    if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
+    {
+        options.ServiceName = name;
+    }
+
+    options.Calls.PeerKey = Environment.GetEnvironmentVariable("PS_PEER_KEY");
+    options.Calls.RetryDelay = TimeSpan.FromMilliseconds(50);
+    options.Calls.MaxRetryDelay = TimeSpan.FromMilliseconds(500);
+    if (Environment.GetEnvironmentVariable("PS_CALL_LOGGING") is { Length: > 0 } callLogging)
+    {
+        options.Calls.Logging = Enum.Parse<CallLogging>(callLogging);
+    }
+
     if (faultFile is { Length: > 0 })
     {
         options.Log.DeviceFactory = (basePath, io) => new FullDiskDevice(DurableLog.CreateDefaultDevice(basePath, io), faultFile);
@@ -51,6 +67,8 @@ builder.Services.AddPersistentServices(options =>
 });
 
 builder.Services.AddSingleton<Tally>();
+builder.Services.AddHttpClient("bank", client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
+    .AddPersistentCalls();
 var app = builder.Build();
 app.UsePersistentServices();
 
@@ -158,6 +176,35 @@ app.MapPost("/chain", [Persistent] (Chain body) =>
 });
 app.MapGet("/chain/blocked", () => Results.Ok(blocked.Count));
 app.MapGet("/chain/values", [ReadOnly] () => Results.Ok(new[] { "x", "y", "z", "w" }.ToDictionary(n => n, n => new SharedVariable<long>("Test.Chain." + n).Read())));
+
+// Calls between services. The callee side: a credit applied once per call, counted per operation id (a duplicate
+// execution would count 2), a read-only balance and a functional fee.
+var credits = new SharedMap<string, int>("Test.Bank.Credits");
+var bankBalance = new SharedVariable<long>("Test.Bank.Balance");
+app.MapPost("/bank/credit", [Persistent] (Deposit body) =>
+{
+    credits.Update(body.Account, n => n + 1);
+    return Results.Ok(new { balance = bankBalance.Update(b => b + body.Amount) });
+});
+app.MapGet("/bank/balance", [ReadOnly] () => Results.Ok(new { balance = bankBalance.Read() }));
+app.MapGet("/bank/credits/{op}", [ReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
+app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = body.Amount / 10 }));
+
+// The caller side: a payment asks the bank for a fee (functional), credits it (persistent), reads the balance
+// (read-only), and keeps a tally in its session state.
+#pragma warning disable PS0202 // the "bank" client has AddPersistentCalls(): logged, deduplicated calls
+app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFactory clients) =>
+{
+    var bank = clients.CreateClient("bank");
+    var fee = (await (await bank.PostAsJsonAsync("/bank/fee", body)).Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("fee").GetInt64();
+    var credit = await bank.PostAsJsonAsync("/bank/credit", body with { Amount = body.Amount - fee });
+    credit.EnsureSuccessStatusCode();
+    var balance = (await credit.Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("balance").GetInt64();
+    var seen = (await bank.GetFromJsonAsync<System.Text.Json.JsonElement>("/bank/balance")).GetProperty("balance").GetInt64();
+    tally.Count += 1;
+    return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
+});
+#pragma warning restore PS0202
 
 app.MapHealthChecks("/health/ready");
 app.Run();

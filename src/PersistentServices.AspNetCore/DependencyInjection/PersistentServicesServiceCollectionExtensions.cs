@@ -37,6 +37,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<IPersistentRandom, PersistentRandom>();
         services.TryAddSingleton<IPersistentIdGenerator, PersistentIdGenerator>();
         services.TryAddSingleton<ReplayPipeline>();
+        services.TryAddSingleton<PersistentServices.Calls.CallRoles>();
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();

@@ -29,6 +29,9 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1107, LogLevel.Warning, "The service cannot make session starts or ends durable (recovering, stopping, or its log failed); the session request gets 503")]
     public static partial void SessionResourceUnavailable(ILogger logger, Exception? exception);
 
+    [LoggerMessage(1108, LogLevel.Warning, "Refused a call claiming to come from service '{Caller}': it had {Reason}")]
+    public static partial void PeerCallRefused(ILogger logger, string caller, string reason);
+
     [LoggerMessage(1200, LogLevel.Information,
         "Analysis scan: {Sessions} live sessions, {Requests} logged requests, {Records} records in {ElapsedMs} ms; accepting new sessions")]
     public static partial void AnalysisDone(ILogger logger, int sessions, long requests, long records, long elapsedMs);

@@ -73,6 +73,17 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.OnDivergence must be QuarantineSession or FailStop (was {options.OnDivergence}).");
         }
 
+        if (options.Calls.PeerKey is { } key && key.Length < 32)
+        {
+            failures.Add($"PersistentServicesOptions.Calls.PeerKey must have at least 32 characters (had {key.Length}); it signs calls between the deployment's services.");
+        }
+
+        if (options.Calls.SignatureWindow < TimeSpan.FromSeconds(1) || options.Calls.AttemptTimeout < TimeSpan.FromMilliseconds(10) ||
+            options.Calls.RetryDelay < TimeSpan.Zero || options.Calls.MaxRetryDelay < options.Calls.RetryDelay)
+        {
+            failures.Add("PersistentServicesOptions.Calls: SignatureWindow must be at least 1 s, AttemptTimeout at least 10 ms, RetryDelay not negative and at most MaxRetryDelay.");
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");

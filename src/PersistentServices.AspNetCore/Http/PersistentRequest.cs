@@ -28,6 +28,9 @@ internal sealed class PersistentRequest(HttpContext httpContext)
     /// <summary>The request's log record (built before admission so its size is checked before anything is logged).</summary>
     public LoggedRequest Record { get; set; } = null!;
 
+    /// <summary>Force the request record when it is logged (<see cref="CallLogging.ForceEveryMessage"/>).</summary>
+    public bool ForceRequestRecord { get; set; }
+
     /// <summary>The record's serialized size.</summary>
     public int RecordSize { get; set; }
 

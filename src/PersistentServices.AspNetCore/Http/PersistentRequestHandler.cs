@@ -31,10 +31,16 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     private static readonly KeyValuePair<string, object?> DuplicateInFlight = new("outcome", "duplicate_in_flight");
     private static readonly KeyValuePair<string, object?> Refused = new("outcome", "refused");
     private static readonly KeyValuePair<string, object?> Abandoned = new("outcome", "abandoned");
+    private static readonly KeyValuePair<string, object?> ReplyForce = new("reason", "reply");
 
     public async Task InvokeAsync(HttpContext context)
     {
         var request = new PersistentRequest(context);
+        if (runtime.Options.Calls.UseRoles)
+        {
+            context.Response.Headers[ProtocolHeaders.Role] = Calls.CallRoles.Persistent;
+        }
+
         using var activity = request.Activity = PersistentServicesTracing.Source.StartActivity("persistentservices.request");
 
         // Counted from here on, so a graceful drain waits for this request (and refuses requests that come later).
@@ -130,10 +136,36 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         }
 
         request.Body = body;
+
+        // A call from another of the deployment's services: signed, and the calling service becomes the principal.
+        var caller = Calls.PeerCalls.Verify(runtime, context, body, out var peerError);
+        if (peerError is not null)
+        {
+            AspNetCoreEvents.PeerCallRefused(logger, http.Headers[ProtocolHeaders.Caller].ToString(), peerError);
+            await ProtocolProblems.WriteAsync(context, 401, "peer-signature", "Call not signed by a service of this deployment",
+                $"A request with {ProtocolHeaders.Caller} must carry a valid {ProtocolHeaders.Signature}: it had {peerError}.").ConfigureAwait(false);
+            return false;
+        }
+
+        if (caller is not null)
+        {
+            context.User = Calls.PeerCalls.Principal(caller);
+        }
+
         if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
         {
-            await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
-            return false;
+            // A service's first call on behalf of one of its sessions opens the session it calls on (its last-call table entry).
+            if (caller is null || await SessionStart.StartForCallerAsync(runtime, context, sessionId, sequence, logger).ConfigureAwait(false) is not { } started)
+            {
+                if (!context.Response.HasStarted)
+                {
+                    await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
+                }
+
+                return false;
+            }
+
+            session = started;
         }
 
         request.Session = session;
@@ -177,6 +209,13 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             }
 
             LogRequest(request);
+            if (request.ForceRequestRecord)
+            {
+                // Phoenix/App Algorithm 1 (the baseline the benchmark compares with): the incoming request is forced too.
+                PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "every-message"));
+                await runtime.Log.WaitUntilDurableAsync(request.Execution!.Position.RequestLsn, CancellationToken.None).ConfigureAwait(false);
+            }
+
             request.Reply = await RunAsync(request).ConfigureAwait(false);
             var replyLsn = LogReply(request);
             await ForceAsync(request, replyLsn).ConfigureAwait(false);
@@ -185,9 +224,9 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             CheckpointIfDue(session);
             return true;
         }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or Calls.CallAbandonedException)
         {
-            // The log faulted (or closed) before the reply was durable: nothing is acknowledged, duplicates waiting for
+            // The log faulted (or closed), or the host stopped while a call waited, before the reply was durable: nothing is acknowledged, duplicates waiting for
             // this execution fail too, and the service answers 503 until it restarts and recovers from the log.
             session.Abandon(ex);
             PersistentServicesMetrics.Requests.Add(1, Abandoned);
@@ -225,6 +264,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     {
         var log = runtime.Log;
         var position = SessionRecords.AppendRequest(log, request.Session, request.Record, request.RecordSize);
+        request.ForceRequestRecord = runtime.Options.Calls.Logging == CallLogging.ForceEveryMessage;
         var execution = new RequestExecution(log, runtime.Options.ServiceName, runtime.Epoch, request.Session, position, cursor: null);
         execution.Advance(position.RequestLsn);
         request.Execution = execution;
@@ -246,6 +286,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     /// <summary>Step 4b: wait until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
     private static async ValueTask ForceAsync(PersistentRequest request, long replyLsn)
     {
+        PersistentServicesMetrics.Forces.Add(1, ReplyForce);
         using var force = request.Activity is null ? null : PersistentServicesTracing.Source.StartActivity("persistentservices.log.force");
         await request.Execution!.Log.WaitUntilDurableAsync(replyLsn, CancellationToken.None).ConfigureAwait(false);
     }

@@ -20,7 +20,26 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
 {
     public async Task InvokeAsync(HttpContext context)
     {
+        if (runtime.Options.Calls.UseRoles)
+        {
+            context.Response.Headers[ProtocolHeaders.Role] = Calls.CallRoles.ReadOnly;
+        }
+
+        // A call from another service reads no session of its own here (it sends its session only while it does not yet
+        // know this endpoint is read-only): it runs without one.
         var present = false;
+        if (context.Request.Headers.ContainsKey(ProtocolHeaders.Caller))
+        {
+            if (!runtime.IsAvailable)
+            {
+                await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+                return;
+            }
+
+            await RunAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly)).ConfigureAwait(false);
+            return;
+        }
+
         if (!ProtocolHeaders.TryGetSession(context.Request, out var sessionId, out present, out var error) && present)
         {
             await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header malformed", error!).ConfigureAwait(false);

@@ -50,22 +50,13 @@ internal static class SessionEndpoints
             return;
         }
 
-        var now = runtime.Time.GetUtcNow();
-        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), now, replaying: false, codec: runtime.Codec);
-        try
+        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        if (!await SessionStart.StartAsync(runtime, session, logger).ConfigureAwait(false))
         {
-            var lsn = SessionRecords.AppendStarted(runtime.Log, session, now);
-            await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
-        }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
-        {
-            AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
         }
 
-        runtime.Sessions.TryAdd(session);
-        AspNetCoreEvents.SessionStarted(logger, session.TraceTag);
         var id = session.IdText;
         var response = context.Response;
         response.StatusCode = StatusCodes.Status201Created;

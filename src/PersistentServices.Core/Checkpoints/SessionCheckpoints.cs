@@ -49,6 +49,7 @@ internal static class SessionCheckpoints
             LastReply = session.LastReply?.ToLogged(),
             Dv = session.Dv.ToRecord(),
         };
+        record.CallCounters.Add(session.CallCounters);
         foreach (var (name, bytes, format) in session.EncodeState())
         {
             record.State.Add(new SessionStateValue { Name = name, Value = ByteString.CopyFrom(bytes), ValueFormat = format });

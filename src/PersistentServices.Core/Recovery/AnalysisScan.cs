@@ -77,6 +77,7 @@ internal static class AnalysisScan
                         StateNumber = record.Lsn,
                         RecoveryLsn = record.Lsn,
                     };
+                    session.StartNumberingAt(startedRecord.FirstSequence);
                     sessions.TryAdd(session);
                     break;
 
@@ -169,6 +170,11 @@ internal static class AnalysisScan
                 case RecordKind.NondeterministicValue:
                     var value = record.Parse(NondeterministicValue.Parser);
                     kept += AddToRequest(sessions, value.SessionId, value.Sequence, record, keep);
+                    break;
+
+                case RecordKind.CallReply:
+                    var call = record.Parse(CallReply.Parser);
+                    kept += AddToRequest(sessions, call.SessionId, call.Sequence, record, keep);
                     break;
 
                 case RecordKind.EpochStarted:

@@ -94,6 +94,23 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
         return record;
     }
 
+    /// <summary>
+    /// The next logged record when it is of <paramref name="kind"/> (consumed); null otherwise (nothing consumed): for
+    /// records logged only sometimes (a call's reply is not logged when the callee is functional).
+    /// </summary>
+    public LogRecord? TakeIf(RecordKind kind, Func<LogRecord, bool>? matches = null)
+    {
+        if (_next < records.Count && records[_next].Kind == kind && (matches is null || matches(records[_next])))
+        {
+            return records[_next++];
+        }
+
+        return null;
+    }
+
+    /// <summary>True once every logged record was used (the request now runs live, when that is allowed).</summary>
+    public bool IsExhausted => _next == records.Count;
+
     /// <summary>After the replay: every logged record must have been used.</summary>
     public void EnsureConsumed()
     {
@@ -119,6 +136,7 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
         RecordKind.SharedRead => $"a read of shared variable '{variable}'",
         RecordKind.SharedWrite => $"a write of shared variable '{variable}'",
         RecordKind.NondeterministicValue => "a nondeterministic value (time, random, id)",
+        RecordKind.CallReply => "a call to another service",
         _ => kind.ToString(),
     };
 }

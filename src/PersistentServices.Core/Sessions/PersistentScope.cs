@@ -76,6 +76,12 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
 
     public ByteString SessionId => Session.IdBytes;
 
+    /// <summary>Calls: the callees this request called (the multi-call optimization forces again before a second call to one).</summary>
+    public HashSet<string> CalledInThisRequest { get; } = new(StringComparer.Ordinal);
+
+    /// <summary>Calls: whether this request already forced the log before a call.</summary>
+    public bool ForcedBeforeCall { get; set; }
+
     /// <summary>Replay only: the request's logged records still to be consumed.</summary>
     public ReplayCursor? Cursor { get; } = cursor;
 

@@ -130,6 +130,13 @@ internal sealed class Session
     /// </summary>
     public long RecoveryLsn { get; set; }
 
+    /// <summary>
+    /// Per callee (the caller's name for it): the number of this session's last persistent call to it. A call's id is
+    /// (this service, this session, callee, number): deterministic, so replay and retries send the same id ([Phoenix/App
+    /// §2.2] condition 2). Rebuilt by replay; saved in checkpoints.
+    /// </summary>
+    public Dictionary<string, long> CallCounters { get; } = new(StringComparer.Ordinal);
+
     /// <summary>Bytes this session logged since its latest checkpoint (MSP §3.2: a checkpoint is taken when they pass a threshold).</summary>
     public long LoggedBytesSinceCheckpoint { get; set; }
 
@@ -170,6 +177,21 @@ internal sealed class Session
             lock (_gate)
             {
                 return _executing is null && (LastSequence == 0 || LastReply is not null);
+            }
+        }
+    }
+
+    /// <summary>
+    /// A session created by another service's call: its numbering starts at <paramref name="firstSequence"/> (the
+    /// caller's per-callee call number), so the previous number counts as answered. Before any request.
+    /// </summary>
+    public void StartNumberingAt(long firstSequence)
+    {
+        lock (_gate)
+        {
+            if (LastSequence == 0 && firstSequence > 1)
+            {
+                LastSequence = firstSequence - 1;
             }
         }
     }
@@ -353,6 +375,12 @@ internal sealed class Session
 
         LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(restore.LastActivityUnixMs);
         Dv = Domain.DependencyVector.FromRecord(restore.Dv);
+        CallCounters.Clear();
+        foreach (var (callee, number) in restore.CallCounters)
+        {
+            CallCounters[callee] = number;
+        }
+
         _state.Clear();
         foreach (var value in restore.State)
         {

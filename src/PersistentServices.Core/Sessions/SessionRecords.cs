@@ -20,6 +20,7 @@ internal static class SessionRecords
             Owner = ByteString.CopyFrom(session.Owner),
             StartedAtUnixMs = startedAt.ToUnixTimeMilliseconds(),
             OwnerVersion = (uint)session.OwnerVersion,
+            FirstSequence = session.LastSequence > 0 ? session.LastSequence + 1 : 0,
         });
         session.StateNumber = lsn;
         session.RecoveryLsn = lsn;

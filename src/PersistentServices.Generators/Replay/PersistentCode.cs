@@ -74,7 +74,9 @@ internal sealed class PersistentCode
 
     private static bool ComputeIsPersistentType(INamedTypeSymbol type)
     {
-        if (KnownSymbols.HasPersistentAttribute(type) || KnownSymbols.HasAttribute(type, KnownSymbols.SharedStateAttribute))
+        // [Subordinate] (Phoenix/App §3.2.1): an in-process component whose methods run inside its parent's persistent requests.
+        if (KnownSymbols.HasPersistentAttribute(type) || KnownSymbols.HasAttribute(type, KnownSymbols.SharedStateAttribute) ||
+            KnownSymbols.HasAttribute(type, KnownSymbols.SubordinateAttribute))
         {
             return true;
         }
