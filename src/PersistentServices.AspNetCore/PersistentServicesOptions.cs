@@ -68,6 +68,9 @@ public sealed class PersistentServicesOptions
     /// <summary>Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are always excluded.</summary>
     public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
+    /// <summary>The service domain this service belongs to (docs/domains.md); empty: none.</summary>
+    public DomainOptions Domain { get; } = new();
+
     /// <summary>Calls between the deployment's persistent services: peer key, retries, forcing (docs/calls.md).</summary>
     public PersistentCallOptions Calls { get; } = new();
 

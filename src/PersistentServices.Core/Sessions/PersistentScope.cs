@@ -44,6 +44,9 @@ internal sealed class PersistentScope
     /// <summary>Read-only requests: the highest LSN of shared state the reply shows; the reply waits until it is durable.</summary>
     public long ReadOnlyDependsOn { get; set; }
 
+    /// <summary>Read-only requests in a domain: the DVs of the shared values the reply shows (flushed before it leaves).</summary>
+    public Domain.DependencyVector ReadOnlyDv { get; set; } = Domain.DependencyVector.Empty;
+
     /// <summary>Makes <paramref name="scope"/> current until the returned value is disposed.</summary>
     public static Restore Enter(PersistentScope scope)
     {

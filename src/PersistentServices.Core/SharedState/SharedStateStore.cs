@@ -43,6 +43,12 @@ internal sealed partial class SharedStateStore
         Codec = codec ?? JsonValueCodec.Instance;
     }
 
+    /// <summary>
+    /// In a service domain: makes everything a DV depends on durable at every member (the distributed flush); a
+    /// variable's checkpoint waits for it (MSP §3.3). Null outside a domain: the local log is enough.
+    /// </summary>
+    public Func<DependencyVector, CancellationToken, Task>? DistributedFlush { get; set; }
+
     /// <summary>How values are written to the log (and read back in the format they were written in).</summary>
     public ValueCodec Codec { get; }
 
@@ -87,6 +93,9 @@ internal sealed partial class SharedStateStore
 
     public bool TryGetCell(string name, out SharedCell cell) => _cells.TryGetValue(name, out cell!);
 
+    /// <summary>The names of every variable this store holds.</summary>
+    public IEnumerable<string> VariableNames() => _cells.Keys;
+
     public T Read<T>(string name)
     {
         var cell = Cell(name);
@@ -107,6 +116,7 @@ internal sealed partial class SharedStateStore
             if (scope?.Mode == ExecutionMode.ReadOnly)
             {
                 scope.ReadOnlyDependsOn = Math.Max(scope.ReadOnlyDependsOn, cell.StateNumber);
+                scope.ReadOnlyDv = scope.ReadOnlyDv.Merge(cell.Dv);
             }
 
             return cell.GetValue<T>(Codec);
@@ -483,12 +493,18 @@ internal sealed partial class SharedStateStore
             while (true)
             {
                 long stateNumber;
+                DependencyVector dv;
                 lock (cell.Gate)
                 {
                     stateNumber = cell.StateNumber;
+                    dv = cell.Dv;
                 }
 
                 await Log.WaitUntilDurableAsync(stateNumber).ConfigureAwait(false);
+                if (DistributedFlush is { } flush)
+                {
+                    await flush(dv, CancellationToken.None).ConfigureAwait(false);
+                }
                 lock (cell.Gate)
                 {
                     if (cell.StateNumber != stateNumber)
@@ -514,8 +530,10 @@ internal sealed partial class SharedStateStore
                 }
             }
         }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        catch (Exception ex) when (ex is not OutOfMemoryException)
         {
+            // The log faulted, or (in a domain) the distributed flush could not be done: the checkpoint is retried with
+            // the variable's next writes or the next service checkpoint. The variable's chain still reaches its last one.
             lock (cell.Gate)
             {
                 cell.CheckpointPending = false;
