@@ -17,6 +17,7 @@ using PersistentServices.SharedState;
 //   PS_DOMAIN                the service domain: "A=http://127.0.0.1:5001,B=http://127.0.0.1:5002" (this service included)
 //   PS_DIE_AFTER_CREDIT      "1": SIGKILL itself right after the reply to its first /bank/credit went out (a member that
 //                            crashes before anything forced what it just told the caller)
+//   PS_RELAY                 "1": /bank/credit also credits its own callee (a chain A -> B -> C)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
@@ -198,9 +199,18 @@ app.MapGet("/chain/values", [ReadOnly] () => Results.Ok(new[] { "x", "y", "z", "
 var credits = new SharedMap<string, int>("Test.Bank.Credits");
 var bankBalance = new SharedVariable<long>("Test.Bank.Balance");
 var dieAfterCredit = Environment.GetEnvironmentVariable("PS_DIE_AFTER_CREDIT") == "1";
-app.MapPost("/bank/credit", [Persistent] (Deposit body, HttpContext context) =>
+var relay = Environment.GetEnvironmentVariable("PS_RELAY") == "1";
+#pragma warning disable PS0202 // the relay's client has AddPersistentCalls(): logged, deduplicated calls
+app.MapPost("/bank/credit", [Persistent] async (Deposit body, HttpContext context, IHttpClientFactory clients) =>
 {
     credits.Update(body.Account, n => n + 1);
+    if (relay)
+    {
+        // PS_RELAY=1: this bank passes every credit on to its own callee (a chain of three services).
+        var onward = await clients.CreateClient(bankClient).PostAsJsonAsync("/bank/credit", body);
+        onward.EnsureSuccessStatusCode();
+    }
+
     if (dieAfterCredit)
     {
         context.Response.OnCompleted(() =>
@@ -213,6 +223,7 @@ app.MapPost("/bank/credit", [Persistent] (Deposit body, HttpContext context) =>
 
     return Results.Ok(new { balance = bankBalance.Update(b => b + body.Amount) });
 });
+#pragma warning restore PS0202
 app.MapGet("/bank/balance", [ReadOnly] () => Results.Ok(new { balance = bankBalance.Read() }));
 app.MapGet("/bank/credits/{op}", [ReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
 app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = body.Amount / 10 }));
