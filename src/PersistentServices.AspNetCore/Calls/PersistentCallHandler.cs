@@ -111,7 +111,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         if (runtime.Domain.IsMember(callee) && runtime.Domain.IsMember(runtime.Options.ServiceName))
         {
             // Inside the domain: the session's DV travels with the call ([MSP Fig. 7]), nothing is forced.
-            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv));
+            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered)));
         }
         if (number > 0)
         {
@@ -147,7 +147,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             return Domain.DependencyVector.Empty;
         }
 
-        var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count, domain.IsMember, out var error)
+        var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out var error)
                  ?? throw new HttpRequestException($"'{callee}' answered with an unusable DV: {error}.");
         if (domain.Recovered.FindOrphan(dv) is { } lost)
         {
@@ -155,7 +155,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             throw new Domain.OrphanException(lost);
         }
 
-        execution.Session.Dv = execution.Session.Dv.Merge(dv);
+        execution.Session.Dv = execution.Session.Dv.Merge(dv).Prune(domain.Recovered);
         return dv;
     }
 

@@ -227,7 +227,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         var domain = runtime.Domain;
         string? error = null;
         var dv = caller is not null && domain.IsMember(caller) && domain.IsMember(runtime.Options.ServiceName)
-            ? Domain.DvHeader.Parse(dvText, domain.Members.Count, domain.IsMember, out error)
+            ? Domain.DvHeader.Parse(dvText, domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out error)
             : null;
         if (dv is null)
         {
@@ -339,7 +339,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
         var log = runtime.Log;
         if (request.IncomingDv is { } incoming)
         {
-            request.Session.Dv = request.Session.Dv.Merge(incoming);
+            request.Session.Dv = request.Session.Dv.Merge(incoming).Prune(runtime.Domain.Recovered);
         }
 
         var position = SessionRecords.AppendRequest(log, request.Session, request.Record, request.RecordSize);
@@ -393,12 +393,12 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     }
 
     /// <summary>Step 5: the reply goes to the client, its OnCompleted callbacks with it.</summary>
-    private static Task SendAsync(PersistentRequest request)
+    private Task SendAsync(PersistentRequest request)
     {
         request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.sent"));
         if (request.IncomingDv is not null)
         {
-            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv);
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
         }
 
         return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.Session, request.Sequence);
@@ -418,7 +418,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
 
         if (request.IncomingDv is not null)
         {
-            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv);
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
             return true;
         }
 

@@ -5,12 +5,16 @@ namespace PersistentServices.Domain;
 
 /// <summary>
 /// A DV on the wire (the <c>PS-DV</c> header): <c>service=epoch.lsn</c> entries joined by commas, e.g.
-/// <c>Seller=3.4096,Store1=1.128</c>. One entry per service of the domain at most, so it stays small; parsing is bounded
-/// and refuses anything else.
+/// <c>Seller=3.4096,Store1=1.128</c>. About one entry per service of the domain (a service may appear with two epochs
+/// around its recovery), so it stays small; parsing is bounded (<see cref="MaxEntriesPerMember"/> per member) and refuses
+/// anything else.
 /// </summary>
 internal static class DvHeader
 {
     public const int MaxServiceNameLength = 64;
+
+    /// <summary>Entries a DV may hold per member of the domain (one per epoch not yet known to be durable).</summary>
+    public const int MaxEntriesPerMember = 4;
 
     public static string Format(DependencyVector dv)
     {
