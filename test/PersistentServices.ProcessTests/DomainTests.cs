@@ -23,7 +23,8 @@ public sealed class DomainTests : IDisposable
         var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
         var bEnv = new Dictionary<string, string>
         {
-            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain, ["PS_DIE_AFTER_CREDIT"] = "1",
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PERSISTENTSERVICES_CRASH_POINT"] = "domain.flush.received",
         };
         var aEnv = new Dictionary<string, string>
         {
@@ -36,12 +37,13 @@ public sealed class DomainTests : IDisposable
         {
             var session = await a.StartSessionAsync();
 
-            // B credits, answers A without forcing (inside the domain), and dies before anything made the credit durable.
+            // B credits and answers A without forcing (inside the domain); A's reply needs B's part flushed, and B dies the
+            // moment the flush request arrives, before flushing (?light=true: A calls B nothing more that could force it).
             // A's reply needs B's part flushed: B is gone, so the client gets 503, never a reply a crash took back.
-            var pay = a.SendAsync(HttpMethod.Post, "/pay", session, 1, new { account = "op-1", amount = 100 });
-            Assert.True(await b.WaitForExitAsync(TimeSpan.FromSeconds(30)), "B did not die after its credit:\n" + b.Output);
+            var pay = a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            Assert.True(await b.WaitForExitAsync(TimeSpan.FromSeconds(30)), "B did not die at the flush:\n" + b.Output);
             await b.DisposeAsync();
-            bEnv.Remove("PS_DIE_AFTER_CREDIT");
+            bEnv.Remove("PERSISTENTSERVICES_CRASH_POINT");
             b = await ServiceProcess.StartAsync(bEnv, bPort);
 
             var (first, _, _) = await pay;
@@ -51,7 +53,7 @@ public sealed class DomainTests : IDisposable
             (HttpStatusCode Status, System.Text.Json.JsonElement Body, HttpResponseMessage Response) retry = default;
             for (var attempt = 0; attempt < 100; attempt++)
             {
-                retry = await a.SendAsync(HttpMethod.Post, "/pay", session, 1, new { account = "op-1", amount = 100 });
+                retry = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
                 if (retry.Status == HttpStatusCode.OK)
                 {
                     break;

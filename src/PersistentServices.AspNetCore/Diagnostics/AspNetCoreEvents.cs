@@ -17,7 +17,7 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1103, LogLevel.Error, "Persistent endpoint '{Endpoint}' threw while executing request {Sequence} of session {SessionTag}; the reply is 500")]
     public static partial void EndpointThrew(ILogger logger, string endpoint, long sequence, string sessionTag, Exception exception);
 
-    [LoggerMessage(1104, LogLevel.Error, "The log is unavailable; persistent request {Sequence} of session {SessionTag} gets 503")]
+    [LoggerMessage(1104, LogLevel.Error, "Persistent request {Sequence} of session {SessionTag} gets 503: nothing was acknowledged, its client retries")]
     public static partial void LogUnavailable(ILogger logger, long sequence, string sessionTag, Exception? exception);
 
     [LoggerMessage(1105, LogLevel.Warning, "The service cannot make requests durable (recovering, stopping, or its log failed); persistent request {Sequence} gets 503")]

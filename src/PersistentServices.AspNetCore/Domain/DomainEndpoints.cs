@@ -51,6 +51,7 @@ internal static class DomainEndpoints
             return;
         }
 
+        Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.DomainFlushReceived);
         var lost = await runtime.Domain.FlushLocalAsync(epoch, lsn, context.RequestAborted).ConfigureAwait(false);
         if (lost is { } recovered)
         {

@@ -74,6 +74,12 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         await session.ExecutionLock.WaitAsync().ConfigureAwait(false);
         try
         {
+            // What the session logged last (an abandoned request) must be readable: replay reads it from the log.
+            if (runtime.Log.TailAddress > runtime.Log.DurableUntil)
+            {
+                await runtime.Log.WaitUntilDurableAsync(runtime.Log.TailAddress - 1).ConfigureAwait(false);
+            }
+
             // Back to where the session's recovery starts, then replay: the replay stops at the first orphan record.
             var start = await runtime.Log.ReadAsync(session.RecoveryLsn).ConfigureAwait(false);
             if (start.Kind == RecordKind.SessionCheckpoint)
