@@ -18,19 +18,29 @@ using PersistentServices.Hosting;
 //   throughput (default): plain vs [Persistent] vs [ReadOnly] endpoints of one in-process Kestrel server, with 1 and
 //       64 concurrent client sessions (closed loop): requests/s, p50/p99 latency, log forces per request.
 //   state: an endpoint doing 0, 1, 4 read+write of state per request, the state in shared variables vs a durable SQLite
-//       row vs Redis (seed 000 §5: Psession and StateServer), with 1 and 64 sessions.
+//       row vs Redis ([MSP §5]: Psession and StateServer), with 1 and 64 sessions.
+//   domain: two services as child processes, an end request to A making 1..4 calls to B: NoLog, pessimistic,
+//       locally optimistic (one domain), Psession (SQLite), StateServer (Redis) ([MSP §5] Fig. 13-14); then throughput
+//       against the rate at which B is SIGKILLed (Fig. 15b).
 //   recovery: drives N logged requests into the sample service (a child process), SIGKILLs it, restarts it and
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
+//        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
+//            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
-if (mode is not ("throughput" or "state" or "recovery" or "serve"))
+if (mode is not ("throughput" or "state" or "recovery" or "domain" or "serve" or "member"))
 {
-    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery or serve");
+    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery, domain or serve");
     return 2;
 }
 
 string? Option(string name) => args.SkipWhile(a => a != name).Skip(1).FirstOrDefault();
+
+if (mode == "member")
+{
+    return await DomainComparison.ServeMemberAsync(Option);
+}
 
 if (mode == "serve")
 {
@@ -56,6 +66,19 @@ if (mode == "state")
     await StateComparison.RunAsync(
         int.Parse(Option("--seconds") ?? "5", CultureInfo.InvariantCulture),
         (Option("--sessions") ?? "1,64").Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray());
+    return 0;
+}
+
+if (mode == "domain")
+{
+    static int[] Ints(string text) => [.. text.Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture))];
+    await DomainComparison.RunAsync(
+        seconds: int.Parse(Option("--seconds") ?? "5", CultureInfo.InvariantCulture),
+        sessionCounts: Ints(Option("--sessions") ?? "1,16"),
+        callCounts: Ints(Option("--calls") ?? "1,2,3,4"),
+        configs: (Option("--configs") ?? "nolog,pessimistic,optimistic,psession,stateserver").Split(','),
+        crashPeriods: [.. (Option("--crash-every") ?? "0,10,5,2.5").Split(',', StringSplitOptions.RemoveEmptyEntries).Select(s => double.Parse(s, CultureInfo.InvariantCulture))],
+        crashSeconds: int.Parse(Option("--crash-seconds") ?? "20", CultureInfo.InvariantCulture));
     return 0;
 }
 
