@@ -98,8 +98,8 @@ var logDir = Path.Combine(Path.GetTempPath(), "ps-e2e-" + Guid.NewGuid().ToStrin
 await using var server = await BenchServer.StartAsync(logDir);
 Console.WriteLine($"- server: in-process Kestrel on {server.BaseAddress} (HTTP/1.1), log in {logDir}; clients in the same process; every kind warmed, then {seconds} s per cell after 2 s warm-up");
 Console.WriteLine();
-Console.WriteLine("| endpoint | sessions | requests/s | p50 (ms) | p99 (ms) | log forces per request | CPU per request (µs, client + server) | vs plain (req/s) |");
-Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|---:|");
+Console.WriteLine("| endpoint | sessions | requests/s | p50 (ms) | p99 (ms) | log forces per request | CPU per request (µs, client + server) | allocated per request (bytes, client + server) | vs plain (req/s) |");
+Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
 foreach (var sessions in sessionCounts)
 {
     // Warm every kind first (JIT tiers, connections, thread pool), so the order of the measured cells does not favour any.
@@ -118,7 +118,7 @@ foreach (var sessions in sessionCounts)
         }
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"| {kind} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {result.ForcesPerRequest:F3} | {result.CpuMicrosecondsPerRequest:F1} | {result.RequestsPerSecond / plainRate:F2} |"));
+            $"| {kind} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {result.ForcesPerRequest:F3} | {result.CpuMicrosecondsPerRequest:F1} | {result.AllocatedBytesPerRequest:N0} | {result.RequestsPerSecond / plainRate:F2} |"));
     }
 }
 
@@ -169,7 +169,7 @@ namespace PersistentServices.EndToEnd
 
     public sealed record Item(long N);
 
-    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests, double LogBytesPerRequest, double CpuMicrosecondsPerRequest);
+    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests, double LogBytesPerRequest, double CpuMicrosecondsPerRequest, double AllocatedBytesPerRequest = 0);
 
     internal static class LoadRun
     {
@@ -199,6 +199,7 @@ namespace PersistentServices.EndToEnd
             var commitsBefore = runtime.Log.Commits;
             var tailBefore = runtime.Log.TailAddress;
             var cpuBefore = Process.GetCurrentProcess().TotalProcessorTime;
+            var allocatedBefore = GC.GetTotalAllocatedBytes(precise: true);
             var latencies = new List<double>[sessions];
             var started = Stopwatch.GetTimestamp();
             var count = await DriveAsync(client, path, persistent, ids, sequences, duration, latencies);
@@ -206,8 +207,10 @@ namespace PersistentServices.EndToEnd
             var commits = runtime.Log.Commits - commitsBefore;
             var logBytes = runtime.Log.TailAddress - tailBefore;
             var cpu = (Process.GetCurrentProcess().TotalProcessorTime - cpuBefore).TotalMicroseconds;
+            var allocated = GC.GetTotalAllocatedBytes(precise: true) - allocatedBefore;
             var all = latencies.SelectMany(l => l).Order().ToArray();
-            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count, (double)logBytes / count, cpu / count);
+            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count, (double)logBytes / count, cpu / count,
+                (double)allocated / count);
         }
 
         private static async Task<long> DriveAsync(HttpClient client, string path, bool persistent, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)

@@ -24,7 +24,7 @@ public sealed class PersistentServicesOptions
     public string SessionsPath { get; set; } = "/ps/sessions";
 
     /// <summary>
-    /// This service's name in dependency vectors (seed 000 §3.1). Default: the application name. Must be unique within a
+    /// This service's name in dependency vectors ([MSP §3.1]). Default: the application name. Must be unique within a
     /// service domain and stable across restarts.
     /// </summary>
     public string ServiceName { get; set; } = "";

@@ -10,7 +10,7 @@ using PersistentServices.SharedState;
 
 namespace PersistentServices.Hosting;
 
-/// <summary>Where recovery is (seed 000 Fig. 12).</summary>
+/// <summary>Where recovery is ([MSP Fig. 12]).</summary>
 internal enum RecoveryStage
 {
     NotStarted,
@@ -141,7 +141,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     /// <summary>The service's shared variables (valid once the log is open).</summary>
     public SharedStateStore Shared => _shared ?? throw new InvalidOperationException("The persistent log is not open yet.");
 
-    /// <summary>The failure-free period the service is in (seed 000 §3.1).</summary>
+    /// <summary>The failure-free period the service is in ([MSP §3.1]).</summary>
     public long Epoch { get; private set; }
 
     private SharedStateStore? _shared;

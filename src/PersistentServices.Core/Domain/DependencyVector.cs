@@ -9,7 +9,7 @@ internal readonly record struct StateId(long Epoch, long Lsn) : IComparable<Stat
 }
 
 /// <summary>
-/// A service's recovered state number (seed 000 §3.1, §4): after a crash it could recover up to <see cref="State"/> in
+/// A service's recovered state number ([MSP §3.1, §4]): after a crash it could recover up to <see cref="State"/> in
 /// that epoch; everything after it in that epoch is lost, and whatever depends on it is an orphan.
 /// </summary>
 internal readonly record struct RecoveredStateNumber(string Service, StateId State);
