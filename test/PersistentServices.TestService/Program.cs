@@ -192,7 +192,6 @@ app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = b
 
 // The caller side: a payment asks the bank for a fee (functional), credits it (persistent), reads the balance
 // (read-only), and keeps a tally in its session state.
-#pragma warning disable PS0202 // the "bank" client has AddPersistentCalls(): logged, deduplicated calls
 app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFactory clients) =>
 {
     var bank = clients.CreateClient("bank");
@@ -204,7 +203,6 @@ app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFa
     tally.Count += 1;
     return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
 });
-#pragma warning restore PS0202
 
 app.MapHealthChecks("/health/ready");
 app.Run();
