@@ -38,6 +38,9 @@ internal sealed class Deployment : IAsyncDisposable
 
     public ComponentProcess Seller => Services.Single(s => s.Component == "seller");
 
+    /// <summary>Restart a service that died with its log deleted (a lost disk: only to show that the reconciliation notices).</summary>
+    public bool WipeOnRestart { get; set; }
+
     /// <summary>Crashes and restarts the supervisor saw (a kill included).</summary>
     public int Crashes { get; private set; }
 
@@ -157,9 +160,15 @@ internal sealed class Deployment : IAsyncDisposable
             {
                 try
                 {
+                    if (WipeOnRestart && System.IO.Directory.Exists(Path.Combine(service.Directory, "log")))
+                    {
+                        System.IO.Directory.Delete(Path.Combine(service.Directory, "log"), recursive: true);
+                        _events($"{service.Name}: log deleted (--wipe-on-restart)");
+                    }
+
                     await service.StartAsync(_stopping.Token);
                     failures = 0;
-                    _events($"{service.Name} is back after {service.LastStart.TotalSeconds:0.0} s (log recovered)");
+                    _events($"{service.Name} is back after {service.LastStart.TotalSeconds:0.0} s (log recovered), pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
                     break;
                 }
                 catch (OperationCanceledException)

@@ -25,6 +25,9 @@ internal sealed class LauncherOptions
 
     public string? DataDirectory { get; private set; }
 
+    /// <summary>For testing the reconciliation itself: a service that died restarts with its log deleted (it forgets); chaos then kills only stores.</summary>
+    public bool WipeOnRestart { get; private set; }
+
     // table8
     public int Warmup { get; private set; } = 5;
 
@@ -77,6 +80,9 @@ internal sealed class LauncherOptions
                 case "--data":
                     options.DataDirectory = Path.GetFullPath(Value());
                     options.Keep = true;
+                    break;
+                case "--wipe-on-restart":
+                    options.WipeOnRestart = true;
                     break;
                 case "--warmup":
                     options.Warmup = Int();

@@ -82,7 +82,13 @@ internal static class RunCommand
     {
         status.Event($"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each its own process …");
         var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort);
+        deployment.WipeOnRestart = options.WipeOnRestart;
         started(deployment);
+        foreach (var service in deployment.Services)
+        {
+            status.Event($"{service.Name} ({service.Kind}) on {service.Url.Authority}, pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+        }
+
         status.Event($"all {deployment.Services.Count} services ready in {status.Clock.Elapsed.TotalSeconds:0.0} s");
 
         using var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url);
@@ -176,7 +182,9 @@ internal static class RunCommand
                     await Task.Delay(50, cancellationToken);
                 }
 
-                var victim = deployment.Services[random.Next(deployment.Services.Count)];
+                // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
+                var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
+                var victim = candidates[random.Next(candidates.Count)];
                 status.Killed();
                 status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
                 await victim.KillAsync();
