@@ -7,10 +7,13 @@ namespace PersistentServices.Bookstore.Tests;
 /// <summary>
 /// The bookstore sample's one command end to end (six service processes on loopback, the buyer's loops, the
 /// reconciliation with what the buyer was told). The crash test SIGKILLs one service at a time, at random, for
-/// <c>BOOKSTORE_CRASH_SECONDS</c> (default 45) of buyer loops.
+/// <c>BOOKSTORE_CRASH_SECONDS</c> (default 45) of buyer loops, in logging configuration <c>BOOKSTORE_CRASH_CONFIG</c>
+/// (default d; a, b, c as in the sample's README).
 /// </summary>
 public sealed class BookstoreTests
 {
+    private static string CrashConfig => Environment.GetEnvironmentVariable("BOOKSTORE_CRASH_CONFIG") is { Length: 1 } c ? c : "d";
+
     private static int CrashSeconds => int.TryParse(Environment.GetEnvironmentVariable("BOOKSTORE_CRASH_SECONDS"), NumberStyles.None, CultureInfo.InvariantCulture, out var s) && s > 0 ? s : 45;
 
     [Fact]
@@ -36,7 +39,7 @@ public sealed class BookstoreTests
     {
         var seed = Environment.TickCount & 0xFFFF;
         var run = await BookstoreRun.RunAsync(
-            ["--chaos", "--chaos-interval", "0.3-2.5", "--seconds", CrashSeconds.ToString(CultureInfo.InvariantCulture), "--seed", seed.ToString(CultureInfo.InvariantCulture)],
+            ["--chaos", "--chaos-interval", "0.3-2.5", "--seconds", CrashSeconds.ToString(CultureInfo.InvariantCulture), "--seed", seed.ToString(CultureInfo.InvariantCulture), "--config", CrashConfig],
             TimeSpan.FromSeconds(CrashSeconds + 150));
 
         Assert.True(run.Result.Count > 0, "no RESULT line");

@@ -49,6 +49,22 @@ internal sealed class ComponentProcess(string name, string component, string kin
     /// <summary>How long its last start took until ready (log opened and scanned).</summary>
     public TimeSpan LastStart { get; private set; }
 
+    /// <summary>CPU time the current process has used (user and system).</summary>
+    public TimeSpan ProcessorTime
+    {
+        get
+        {
+            var process = _process;
+            if (process is null)
+            {
+                return TimeSpan.Zero;
+            }
+
+            process.Refresh();
+            return process.TotalProcessorTime;
+        }
+    }
+
     /// <summary>Starts the process; returns once it is ready, or throws when it exits or is not ready within a minute.</summary>
     public async Task StartAsync(CancellationToken cancellationToken)
     {

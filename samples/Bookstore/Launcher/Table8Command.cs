@@ -26,21 +26,22 @@ internal static class Table8Command
                 var sample = await MeasureAsync(configuration, options);
                 samples[configuration.Key].Add(sample);
                 Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"round {round} {configuration.Key}: {sample.MillisecondsPerLoop:0.0} ms/loop, {sample.Forces.Values.Sum() / (double)options.Loops:0.00} forces/loop, {sample.Commits / (double)options.Loops:0.00} commits/loop"));
+                    $"round {round} {configuration.Key}: {sample.MillisecondsPerLoop:0.0} ms/loop ({sample.CpuMillisecondsPerLoop:0.0} ms CPU), {sample.Forces.Values.Sum() / (double)options.Loops:0.00} forces/loop, {sample.Commits / (double)options.Loops:0.00} commits/loop"));
             }
         }
 
         Console.WriteLine();
-        Console.WriteLine("| configuration | paper: elapsed | paper: forces | ours: elapsed per loop, median (min–max) | ours: log forces per loop | ours: physical commits per loop |");
-        Console.WriteLine("|---|---:|---:|---:|---:|---:|");
+        Console.WriteLine("| configuration | paper: elapsed | paper: forces | ours: elapsed per loop, median (min–max) | ours: CPU per loop, all processes, median | ours: log forces per loop | ours: physical commits per loop |");
+        Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|");
         foreach (var configuration in LoggingConfiguration.All)
         {
             var list = samples[configuration.Key];
             var times = list.Select(s => s.MillisecondsPerLoop).Order().ToList();
             var forces = list.Select(s => s.Forces.Values.Sum() / (double)options.Loops).Distinct().ToList();
             var commits = list.Select(s => s.Commits / (double)options.Loops).ToList();
+            var cpu = list.Select(s => s.CpuMillisecondsPerLoop).Order().ToList();
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"| ({configuration.Key}) {configuration.Title} | {(configuration.PaperMilliseconds is { } ms ? ms + " ms" : "—")} | {(configuration.PaperForces is { } f ? f.ToString(CultureInfo.InvariantCulture) : "—")} | {times[times.Count / 2]:0.0} ms ({times[0]:0.0}–{times[^1]:0.0}) | {string.Join(" / ", forces.Select(f => f.ToString("0.##", CultureInfo.InvariantCulture)))} | {commits.Average():0.0} |"));
+                $"| ({configuration.Key}) {configuration.Title} | {(configuration.PaperMilliseconds is { } ms ? ms + " ms" : "—")} | {(configuration.PaperForces is { } f ? f.ToString(CultureInfo.InvariantCulture) : "—")} | {times[times.Count / 2]:0.0} ms ({times[0]:0.0}–{times[^1]:0.0}) | {cpu[cpu.Count / 2]:0.0} ms | {string.Join(" / ", forces.Select(f => f.ToString("0.##", CultureInfo.InvariantCulture)))} | {commits.Average():0.0} |"));
         }
 
         Console.WriteLine();
@@ -77,6 +78,7 @@ internal static class Table8Command
             }
 
             var before = await deployment.ReadForcesAsync(CancellationToken.None);
+            var cpuBefore = Cpu(deployment);
             var clock = Stopwatch.StartNew();
             for (var i = 0; i < options.Loops; i++)
             {
@@ -84,6 +86,7 @@ internal static class Table8Command
             }
 
             var elapsed = clock.Elapsed;
+            var cpu = Cpu(deployment) - cpuBefore;
             var after = await deployment.ReadForcesAsync(CancellationToken.None);
             if (buyer.Surprises > 0 || buyer.Retries > 0)
             {
@@ -92,6 +95,7 @@ internal static class Table8Command
 
             return new Sample(
                 elapsed.TotalMilliseconds / options.Loops,
+                cpu.TotalMilliseconds / options.Loops,
                 after.Zip(before, (a, b) => (a.Service, Forces: a.TotalForces - b.TotalForces)).ToDictionary(x => x.Service, x => x.Forces),
                 after.Sum(a => a.Commits) - before.Sum(b => b.Commits));
         }
@@ -102,5 +106,12 @@ internal static class Table8Command
         }
     }
 
-    private sealed record Sample(double MillisecondsPerLoop, Dictionary<string, long> Forces, long Commits);
+    /// <summary>CPU time of every service process and of this one (the buyer): the cost of a loop, whatever else loads the machine.</summary>
+    private static TimeSpan Cpu(Deployment deployment)
+    {
+        using var self = Process.GetCurrentProcess();
+        return deployment.Services.Aggregate(self.TotalProcessorTime, (sum, s) => sum + s.ProcessorTime);
+    }
+
+    private sealed record Sample(double MillisecondsPerLoop, double CpuMillisecondsPerLoop, Dictionary<string, long> Forces, long Commits);
 }
