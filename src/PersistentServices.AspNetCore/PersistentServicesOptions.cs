@@ -24,7 +24,7 @@ public sealed class PersistentServicesOptions
     public string SessionsPath { get; set; } = "/ps/sessions";
 
     /// <summary>
-    /// This service's name in dependency vectors (seed 000 §3.1). Default: the application name. Must be unique within a
+    /// This service's name in dependency vectors ([MSP §3.1]). Default: the application name. Must be unique within a
     /// service domain and stable across restarts.
     /// </summary>
     public string ServiceName { get; set; } = "";
@@ -67,6 +67,9 @@ public sealed class PersistentServicesOptions
 
     /// <summary>Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are always excluded.</summary>
     public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+
+    /// <summary>The service domain this service belongs to (docs/domains.md); empty: none.</summary>
+    public DomainOptions Domain { get; } = new();
 
     /// <summary>Calls between the deployment's persistent services: peer key, retries, forcing (docs/calls.md).</summary>
     public PersistentCallOptions Calls { get; } = new();

@@ -182,8 +182,16 @@ internal sealed class ServiceProcess : IAsyncDisposable
         await _process.WaitForExitAsync(TestContext.Current.CancellationToken);
     }
 
+    private bool _disposed;
+
     public async ValueTask DisposeAsync()
     {
+        if (_disposed)
+        {
+            return;
+        }
+
+        _disposed = true;
         Client.Dispose();
         if (!_process.HasExited)
         {

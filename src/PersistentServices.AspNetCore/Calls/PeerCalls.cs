@@ -50,6 +50,7 @@ internal static class PeerCalls
             request.Headers[ProtocolHeaders.Session].ToString(),
             request.Headers[ProtocolHeaders.Sequence].ToString(),
             request.Headers[ProtocolHeaders.Role].ToString(),
+            request.Headers[ProtocolHeaders.Dv].ToString(),
             body);
         return error is null ? caller : null;
     }

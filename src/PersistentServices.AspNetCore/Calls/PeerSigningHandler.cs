@@ -24,6 +24,7 @@ internal sealed class PeerSigningHandler(PersistentRuntime runtime) : Delegating
                 Header(request, ProtocolHeaders.Session),
                 Header(request, ProtocolHeaders.Sequence),
                 Header(request, ProtocolHeaders.Role),
+                Header(request, ProtocolHeaders.Dv),
                 body));
         }
 

@@ -83,7 +83,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         }
 
         var next = execution.Session.CallCounters.GetValueOrDefault(callee) + 1;
-        await ForceBeforeCallAsync(execution).ConfigureAwait(false);
+        await ForceBeforeCallAsync(execution, cancellationToken).ConfigureAwait(false);
         var (reply, replyRole) = await SendAsync(request, execution, next, cancellationToken).ConfigureAwait(false);
         return await CompleteAsync(execution, request, reply, replyRole, next, method, path).ConfigureAwait(false);
     }
@@ -107,6 +107,12 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         headers.TryAddWithoutValidation(ProtocolHeaders.Caller, runtime.Options.ServiceName);
         headers.Remove(ProtocolHeaders.Role);
         headers.TryAddWithoutValidation(ProtocolHeaders.Role, CallRoles.Persistent);
+        headers.Remove(ProtocolHeaders.Dv);
+        if (runtime.Domain.IsMember(callee) && runtime.Domain.IsMember(runtime.Options.ServiceName))
+        {
+            // Inside the domain: the session's DV travels with the call ([MSP Fig. 7]), nothing is forced.
+            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered)));
+        }
         if (number > 0)
         {
             headers.TryAddWithoutValidation(ProtocolHeaders.Session, DeriveSession(runtime.Options.ServiceName, execution.Session.Id, callee).ToString());
@@ -127,6 +133,30 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
 
         var role = CallRoles.Parse(response.Headers.TryGetValues(ProtocolHeaders.Role, out var values) ? values.FirstOrDefault() : null);
         return (response, role);
+    }
+
+    /// <summary>
+    /// A member's reply carries its session's DV: a reply that depends on state a crash took back is discarded (the
+    /// calling request is abandoned, [MSP Fig. 7]); otherwise it is merged into the calling session's DV.
+    /// </summary>
+    private Domain.DependencyVector ReplyDv(RequestExecution execution, HttpResponseMessage response)
+    {
+        var domain = runtime.Domain;
+        if (!domain.IsMember(callee) || !response.Headers.TryGetValues(ProtocolHeaders.Dv, out var values))
+        {
+            return Domain.DependencyVector.Empty;
+        }
+
+        var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out var error)
+                 ?? throw new HttpRequestException($"'{callee}' answered with an unusable DV: {error}.");
+        if (domain.Recovered.FindOrphan(dv) is { } lost)
+        {
+            response.Dispose();
+            throw new Domain.OrphanException(lost);
+        }
+
+        execution.Session.Dv = execution.Session.Dv.Merge(dv).Prune(domain.Recovered);
+        return dv;
     }
 
     /// <summary>What the reply's role asks for: the number consumed and the reply logged (persistent), logged (read-only), or neither (functional).</summary>
@@ -160,8 +190,10 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             logged.Headers.Add(header);
         }
 
+        var replyDv = ReplyDv(execution, response);
         var lsn = execution.Append(RecordKind.CallReply, new CallReply
         {
+            Dv = replyDv.Entries.Count > 0 ? replyDv.ToRecord() : null,
             SessionId = execution.SessionId,
             Sequence = execution.Position.Sequence,
             Callee = callee,
@@ -195,6 +227,11 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             execution.CalledInThisRequest.Add(callee);
         }
 
+        if (logged.Dv is { } dv)
+        {
+            execution.Session.Dv = execution.Session.Dv.Merge(Domain.DependencyVector.FromRecord(dv));
+        }
+
         Count(logged.Role, "from-log");
         return ToResponse(logged.Reply, request);
     }
@@ -203,8 +240,21 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
     /// Condition 1: the caller's state as of the send is durable before a persistent callee acts on the call. With the
     /// multi-call optimization only before the request's first such call and before calling a callee again.
     /// </summary>
-    private async Task ForceBeforeCallAsync(RequestExecution execution)
+    private async Task ForceBeforeCallAsync(RequestExecution execution, CancellationToken cancellationToken)
     {
+        var domain = runtime.Domain;
+        if (domain.IsMember(runtime.Options.ServiceName))
+        {
+            // In a domain: a call to a member forces nothing (its DV travels with it); a call that leaves the domain needs a
+            // distributed flush of the session's DV first ([MSP §3.1]).
+            if (!domain.IsMember(callee))
+            {
+                await domain.FlushAsync(execution.Session.Dv, cancellationToken).ConfigureAwait(false);
+            }
+
+            return;
+        }
+
         var logging = runtime.Options.Calls.Logging;
         if (logging == CallLogging.MultiCall && execution.ForcedBeforeCall && !execution.CalledInThisRequest.Contains(callee))
         {

@@ -38,6 +38,8 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<IPersistentIdGenerator, PersistentIdGenerator>();
         services.TryAddSingleton<ReplayPipeline>();
         services.TryAddSingleton<PersistentServices.Calls.CallRoles>();
+        services.TryAddSingleton<PersistentServices.Domain.OrphanRecovery>();
+        services.TryAddSingleton<PersistentServices.Domain.DomainHostedService>();
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();
@@ -46,6 +48,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
+        services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Domain.DomainHostedService>());
         services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);
         return services;
     }

@@ -84,6 +84,29 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add("PersistentServicesOptions.Calls: SignatureWindow must be at least 1 s, AttemptTimeout at least 10 ms, RetryDelay not negative and at most MaxRetryDelay.");
         }
 
+        if (options.Domain.Members.Count > 0)
+        {
+            if (!options.Domain.Members.ContainsKey(options.ServiceName))
+            {
+                failures.Add($"PersistentServicesOptions.Domain.Members must include this service ('{options.ServiceName}') when it is in a domain.");
+            }
+
+            if (options.Calls.PeerKey is null)
+            {
+                failures.Add("PersistentServicesOptions.Calls.PeerKey is required in a domain: members authenticate each other's DVs, flushes and recovery messages with it.");
+            }
+
+            if (options.Domain.Members.Keys.Any(name => name.Length is 0 or > Domain.DvHeader.MaxServiceNameLength || name.Contains(',') || name.Contains('=')))
+            {
+                failures.Add($"PersistentServicesOptions.Domain.Members: names must have 1 to {Domain.DvHeader.MaxServiceNameLength} characters, without ',' or '='.");
+            }
+
+            if (options.Domain.FlushTimeout < TimeSpan.FromMilliseconds(100))
+            {
+                failures.Add("PersistentServicesOptions.Domain.FlushTimeout must be at least 100 ms.");
+            }
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");

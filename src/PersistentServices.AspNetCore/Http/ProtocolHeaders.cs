@@ -22,6 +22,9 @@ internal static class ProtocolHeaders
     /// <summary>On a call: the caller's component role; on a reply: the callee's (persistent, functional, read-only).</summary>
     public const string Role = "PS-Role";
 
+    /// <summary>Inside a service domain: the sender's dependency vector on a call or a reply (docs/domains.md).</summary>
+    public const string Dv = "PS-DV";
+
     /// <summary>On a call: its signature with the deployment's peer key (<c>t=&lt;unix ms&gt;,v1=&lt;hex&gt;</c>).</summary>
     public const string Signature = "PS-Signature";
 

@@ -36,6 +36,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
     public void Dispose() => _gate.Dispose();
 
+    /// <summary>Called before a session is checkpointed here (a domain's distributed flush); false skips it this time.</summary>
+    public Func<Session, CancellationToken, Task<bool>>? BeforeSessionCheckpoint { get; set; }
+
     /// <summary>The service's epoch, written in each checkpoint.</summary>
     public long Epoch { get; set; }
 
@@ -158,6 +161,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>Checkpoints a session between two of its requests: at once when none runs, else (with <paramref name="wait"/>) after it.</summary>
     private async Task<bool> CheckpointIdleSessionAsync(Session session, bool wait, CancellationToken cancellationToken)
     {
+        if (BeforeSessionCheckpoint is { } before && !await before(session, cancellationToken).ConfigureAwait(false))
+        {
+            return false;
+        }
+
         if (wait)
         {
             await session.ExecutionLock.WaitAsync(cancellationToken).ConfigureAwait(false);

@@ -37,7 +37,7 @@ internal static class AnalysisScan
     public const long DefaultKeepBudgetBytes = 512L << 20;
 
     public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
-        long keepBudgetBytes = DefaultKeepBudgetBytes)
+        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null)
     {
         var started = Stopwatch.GetTimestamp();
         long records = 0;
@@ -129,6 +129,16 @@ internal static class AnalysisScan
 
                     break;
 
+                case RecordKind.EndOfSkip:
+                    var skip = record.Parse(EndOfSkip.Parser);
+                    if (sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
+                    {
+                        SkipFrom(skipping, skip.OrphanLsn);
+                        openUpdates.Remove(skipping.Id);
+                    }
+
+                    break;
+
                 case RecordKind.SessionEnded:
                     sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
                     break;
@@ -183,6 +193,11 @@ internal static class AnalysisScan
 
                 case RecordKind.ServiceCheckpoint:
                     epoch = Math.Max(epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
+                    break;
+
+                case RecordKind.RecoveredState:
+                    var state = record.Parse(RecoveredState.Parser);
+                    recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
                     break;
 
                 case RecordKind.LogTruncated:
@@ -255,6 +270,30 @@ internal static class AnalysisScan
         }
 
         return (anchor, scanFrom, checkpoint.CleanShutdown);
+    }
+
+    /// <summary>
+    /// An end-of-skip record: the session's records from <paramref name="orphanLsn"/> on (up to the EOS) are never
+    /// replayed ([MSP §4.1], Fig. 11: nested pairs are covered, since the later skip starts at or before the earlier).
+    /// </summary>
+    private static void SkipFrom(Session session, long orphanLsn)
+    {
+        var positions = session.PositionStream;
+        var keep = positions.FindIndex(p => p.RequestLsn >= orphanLsn);
+        if (keep < 0)
+        {
+            keep = positions.Count;
+        }
+
+        if (keep > 0 && positions[keep - 1] is { } partial && partial.Aux.FindIndex(lsn => lsn >= orphanLsn) is var cut and >= 0)
+        {
+            // The orphan record was inside this request: its records before it stay; the request went on live after the EOS.
+            partial.Aux.RemoveRange(cut, partial.Aux.Count - cut);
+            partial.AuxRecords?.RemoveAll(r => r.Lsn >= orphanLsn);
+            session.LoggedReplies.Remove(partial.Sequence);
+        }
+
+        session.CutPositionStream(keep, lastKeptReply: null);
     }
 
     /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream. Returns the bytes kept.</summary>

@@ -5,7 +5,7 @@ namespace PersistentServices.Recovery;
 
 /// <summary>
 /// The records a logged request wrote while it ran (shared reads and writes, nondeterministic values), handed back in
-/// order while the request is replayed (seed 000 §4.1: shared reads and nondeterministic values come from the log,
+/// order while the request is replayed ([MSP §4.1]: shared reads and nondeterministic values come from the log,
 /// shared writes are skipped). Any difference between what the replay asks for and what was logged is a divergence.
 /// </summary>
 internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowLiveTail, string session, long sequence, long requestLsn)
@@ -14,7 +14,7 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
 
     /// <summary>
     /// True for the session's last request when its reply was never logged: it may have been cut short by the crash, so
-    /// once its records are used up it continues live (seed 001 §2.5: "normal execution begins").
+    /// once its records are used up it continues live ([Phoenix/App §2.5]: "normal execution begins").
     /// </summary>
     public bool AllowLiveTail { get; } = allowLiveTail;
 

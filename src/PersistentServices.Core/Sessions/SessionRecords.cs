@@ -35,7 +35,7 @@ internal static class SessionRecords
     {
         var lsn = log.Append(RecordKind.Request, record);
         session.LoggedBytesSinceCheckpoint += recordSize;
-        var position = new LoggedPosition(lsn, record.Sequence);
+        var position = new LoggedPosition(lsn, record.Sequence, record.RequestHash.ToByteArray(), (int)record.RequestHashVersion);
         session.PositionStream.Add(position);
         session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
         return position;
@@ -58,6 +58,17 @@ internal static class SessionRecords
         var lsn = log.Append(RecordKind.Reply, record);
         session.LoggedBytesSinceCheckpoint += record.CalculateSize();
         session.StateNumber = lsn;
+        return lsn;
+    }
+
+    /// <summary>
+    /// End of skip ([MSP §4.1]): the session's orphan recovery ended; its records from <paramref name="orphanLsn"/> up to
+    /// this one are skipped by every later recovery. Not forced: if it is lost, the next recovery skips them all again.
+    /// </summary>
+    public static long AppendEndOfSkip(DurableLog log, Session session, long orphanLsn)
+    {
+        var lsn = log.Append(RecordKind.EndOfSkip, new EndOfSkip { SessionId = session.IdBytes, OrphanLsn = orphanLsn });
+        session.StateNumber = Math.Max(session.StateNumber, lsn);
         return lsn;
     }
 
