@@ -176,11 +176,11 @@ internal static class RunCommand
         {
             while (!cancellationToken.IsCancellationRequested)
             {
+                // The interval counts from the moment every service is up again: a restart takes seconds here, and a
+                // kill right after it would leave the buyer no time to get anything done between kills.
+                await WhenAllReadyAsync(deployment, cancellationToken);
                 await Task.Delay(TimeSpan.FromSeconds(interval.Min + (random.NextDouble() * (interval.Max - interval.Min))), cancellationToken);
-                while (!deployment.AllReady)
-                {
-                    await Task.Delay(50, cancellationToken);
-                }
+                await WhenAllReadyAsync(deployment, cancellationToken);
 
                 // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
                 var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
@@ -192,6 +192,14 @@ internal static class RunCommand
         }
         catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
         {
+        }
+    }
+
+    private static async Task WhenAllReadyAsync(Deployment deployment, CancellationToken cancellationToken)
+    {
+        while (!deployment.AllReady)
+        {
+            await Task.Delay(50, cancellationToken);
         }
     }
 
