@@ -93,11 +93,11 @@ internal static class Descriptors
     public static readonly DiagnosticDescriptor NondeterministicApi = new(
         id: "PS0201",
         title: "Nondeterministic API used in persistent code",
-        messageFormat: "'{0}'{1} is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.",
+        messageFormat: "'{0}'{1} is nondeterministic: a replayed request would see a different value. Use an injected PersistentTimeProvider, IPersistentRandom or IPersistentIdGenerator instead (each logs what it returns).",
         category: Category,
         defaultSeverity: DiagnosticSeverity.Warning,
         isEnabledByDefault: true,
-        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks, random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash. Uses in methods called from persistent code (in the same project) are reported at the call, with the chain of calls.",
+        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks (also a plain TimeProvider: the one registered by default is TimeProvider.System, which logs nothing), random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash. Uses in methods called from persistent code (in the same project) are reported at the call, with the chain of calls.",
         helpLinkUri: HelpLinkBase + "ps0201");
 
     public static readonly DiagnosticDescriptor ExternalInput = new(
