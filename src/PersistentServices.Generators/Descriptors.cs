@@ -107,11 +107,11 @@ internal static class Descriptors
         category: Category,
         defaultSeverity: DiagnosticSeverity.Warning,
         isEnabledByDefault: true,
-        description: "Recovery re-executes logged requests. Calls to other services, files, databases and sockets are performed again on replay, and their answers may differ from the first time; process facts (process id, machine name, thread id) differ after a restart. The replayed request would then compute a different reply or state.",
+        description: "Recovery re-executes logged requests. Calls to other services (except through HTTP clients registered with AddPersistentCalls(), whose replies are logged), files, databases and sockets are performed again on replay, and their answers may differ from the first time; process facts (process id, machine name, thread id) differ after a restart. The replayed request would then compute a different reply or state.",
         helpLinkUri: HelpLinkBase + "ps0202");
 
-    /// <summary>PS0202's explanation for calls to other services over HTTP (one place, to change when the logged call API exists).</summary>
-    public const string HttpCallExplanation = "calls another service: a replayed request sends the call again, and the answer may differ (and the other service may apply it twice)";
+    /// <summary>PS0202's explanation for calls to other services over HTTP through a client without <c>AddPersistentCalls()</c>.</summary>
+    public const string HttpCallExplanation = "calls another service through a client without AddPersistentCalls(): a replayed request sends the call again, and the answer may differ (and the other service may apply it twice); register the client with .AddPersistentCalls() (docs/calls.md)";
 
     /// <summary>PS0202's explanation for the file system.</summary>
     public const string FileExplanation = "reads or writes the file system: a replayed request does it again, and the files may have changed since";

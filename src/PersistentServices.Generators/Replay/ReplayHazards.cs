@@ -67,7 +67,8 @@ internal static class ReplayHazards
             findings.Add(ReplayFinding.Nondeterministic(api, operation.Syntax.GetLocation()));
         }
 
-        if (DescribeExternal(operation, out var explanation) is { } external && DescribeExternal(GetReceiverOf(operation), out _) is null)
+        if (DescribeExternal(operation, out var explanation) is { } external && DescribeExternal(GetReceiverOf(operation), out _) is null
+            && !IsPersistentCall(operation, explanation, analysis, cancellationToken))
         {
             findings.Add(ReplayFinding.External(external, explanation, operation.Syntax.GetLocation()));
         }
@@ -185,6 +186,26 @@ internal static class ReplayHazards
             IObjectCreationOperation { Constructor: { } constructor } => DescribeExternalCreation(constructor, out explanation),
             _ => null,
         };
+    }
+
+    /// <summary>
+    /// True for a send through a client registered with <c>AddPersistentCalls()</c> (docs/calls.md): it is a persistent
+    /// call, deduplicated at the callee and answered from the log in replay, not external input.
+    /// </summary>
+    private static bool IsPersistentCall(IOperation operation, string explanation, ReplayAnalysis analysis, CancellationToken cancellationToken)
+    {
+        if (!string.Equals(explanation, Descriptors.HttpCallExplanation, StringComparison.Ordinal))
+        {
+            return false;
+        }
+
+        var receiver = operation switch
+        {
+            IInvocationOperation invocation => Operations.GetReceiver(invocation),
+            IMethodReferenceOperation reference => Operations.SkipConversions(reference.Instance),
+            _ => null,
+        };
+        return receiver is not null && analysis.GetRegistry(cancellationToken).CallClients.IsPersistentClient(receiver, analysis.Source, cancellationToken);
     }
 
     private static string? DescribeExternalMethod(IMethodSymbol method, out string explanation)
