@@ -69,7 +69,7 @@ public sealed class IdempotencyKeyTests : IDisposable
     [Fact]
     public async Task KeyRequests_InFlightWhenKilled_RetriedWithTheirKeys_EachDepositsExactlyOnce()
     {
-        const int Count = 40;
+        const int Count = 120;
         var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") };
         var keys = Enumerable.Range(1, Count).Select(i => "dep-" + i.ToString(CultureInfo.InvariantCulture)).ToArray();
         var answered = new Dictionary<string, byte[]>();
@@ -78,22 +78,35 @@ public sealed class IdempotencyKeyTests : IDisposable
         {
             port = service.Port;
 
-            // All deposits at once; the service is killed while they are being answered: some replied, some not.
-            var sends = keys.Select(async key =>
+            // Four callers, one deposit at a time each; the service is killed after about 30 replies: some replied, some in
+            // flight, some never sent.
+            var replied = 0;
+            var queue = new System.Collections.Concurrent.ConcurrentQueue<string>(keys);
+            var results = new System.Collections.Concurrent.ConcurrentBag<(string Key, HttpStatusCode Status, byte[] Bytes)>();
+            var workers = Enumerable.Range(0, 4).Select(_ => Task.Run(async () =>
             {
-                try
+                while (queue.TryDequeue(out var key))
                 {
-                    var (status, bytes, _) = await DepositAsync(service.Client, key, "b", 1);
-                    return (key, status, bytes);
+                    try
+                    {
+                        var (status, bytes, _) = await DepositAsync(service.Client, key, "b", 1);
+                        results.Add((key, status, bytes));
+                        Interlocked.Increment(ref replied);
+                    }
+                    catch (Exception ex) when (ex is HttpRequestException or IOException or TaskCanceledException)
+                    {
+                        return; // the kill: this key's request was in flight
+                    }
                 }
-                catch (HttpRequestException)
-                {
-                    return (key, (HttpStatusCode)0, Array.Empty<byte>());
-                }
-            }).ToList();
-            await Task.Delay(150, Ct);
+            }, Ct)).ToList();
+            for (var wait = 0; Volatile.Read(ref replied) < 30 && wait < 5000; wait++)
+            {
+                await Task.Delay(1, Ct);
+            }
+
             await service.KillAsync();
-            foreach (var (key, status, bytes) in await Task.WhenAll(sends))
+            await Task.WhenAll(workers);
+            foreach (var (key, status, bytes) in results)
             {
                 if (status == HttpStatusCode.OK)
                 {
@@ -124,6 +137,6 @@ public sealed class IdempotencyKeyTests : IDisposable
             Assert.Equal(Count, await BalanceAsync(service, "b"));
         }
 
-        TestContext.Current.SendDiagnosticMessage($"keys answered before the kill: {answered.Count} of {Count}");
+        TestContext.Current.TestOutputHelper?.WriteLine($"keys answered before the kill: {answered.Count} of {Count}");
     }
 }
