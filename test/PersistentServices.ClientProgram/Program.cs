@@ -9,6 +9,8 @@ using PersistentServices.Client;
 //   PS_OPS            the operations to run: "recover" (only RecoverAsync), or a comma-separated list of operation ids
 //   PS_CONCURRENCY    operations in flight at once (default 1)
 //   PERSISTENTSERVICES_CRASH_POINT / PERSISTENTSERVICES_CRASH_AFTER   a client crash point (PersistentSessionClient)
+//   PS_BENCH          "plain|persistent|key:<requests>": instead, times <requests> deposits per caller (PS_CONCURRENCY
+//                     callers) with a plain HttpClient, through persistent sessions, or with Idempotency-Key; prints one line
 // Each operation deposits 1 into the account named after it (POST /deposit). Output, one line each, flushed at once:
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
 //   "delivered <op> <status> <body>" for each reply a call returns, and "done" at the end.
@@ -26,6 +28,13 @@ await using var provider = services.BuildServiceProvider();
 var factory = provider.GetRequiredService<IHttpClientFactory>();
 var persistent = provider.GetRequiredKeyedService<PersistentSessionClient>("svc");
 var output = new Lock();
+if (Environment.GetEnvironmentVariable("PS_BENCH") is { Length: > 0 } bench)
+{
+    await Bench.RunAsync(bench, factory, Environment.GetEnvironmentVariable("PS_SERVICE_URL")!,
+        int.Parse(Environment.GetEnvironmentVariable("PS_CONCURRENCY") ?? "1", CultureInfo.InvariantCulture), Environment.GetEnvironmentVariable("PS_CLIENT_STORE")!);
+    return;
+}
+
 
 void Print(string what, string? op, int status, string body)
 {
