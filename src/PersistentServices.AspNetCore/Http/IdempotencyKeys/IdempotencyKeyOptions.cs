@@ -21,8 +21,7 @@ public sealed class IdempotencyKeyOptions
     /// <c>410 idempotency-key-expired</c>, never a second execution. After both, the key is forgotten and a request with it
     /// is a new request. Each remembered key holds a session's worth of memory (it counts against
     /// <see cref="PersistentServicesOptions.MaxSessions"/>, though its reply and state are dropped). Default 24 hours;
-    /// <see cref="Timeout.InfiniteTimeSpan"/>
-    /// remembers keys for as long as the service runs on this log.
+    /// <see cref="Timeout.InfiniteTimeSpan"/> remembers keys for as long as the service runs on this log.
     /// </summary>
     public TimeSpan ExpiredKeyRetention { get; set; } = TimeSpan.FromHours(24);
 
