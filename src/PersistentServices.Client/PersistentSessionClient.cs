@@ -178,12 +178,27 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         var pooled = handOver; // a new request's session holds a pool slot; a resent one's does not
         try
         {
+            var bodyFailures = 0;
             while (true)
             {
                 using var attempt = ToRequest(entry.Request, carrier);
                 using var response = await inner(attempt, cancellationToken).ConfigureAwait(false);
                 var retried = attempt.Options.TryGetValue(PersistentRequestOptions.Retried, out var r) && r;
-                var body = await response.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+                byte[] body;
+                try
+                {
+                    body = await response.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+                }
+                catch (Exception ex) when (ex is HttpRequestException or IOException && bodyFailures < _options.MaxRetryAttempts)
+                {
+                    // The connection dropped in the middle of the reply (the retries inside only cover the headers): the
+                    // request ran, so the same ids get its buffered reply.
+                    bodyFailures++;
+                    firstAttempt = false;
+                    await Task.Delay(_options.RetryDelay, cancellationToken).ConfigureAwait(false);
+                    continue;
+                }
+
                 if (response.StatusCode is HttpStatusCode.ServiceUnavailable or HttpStatusCode.TooManyRequests ||
                     (response.StatusCode == HttpStatusCode.Conflict && response.Headers.RetryAfter is not null))
                 {

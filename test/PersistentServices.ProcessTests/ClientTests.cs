@@ -257,6 +257,29 @@ public sealed class ClientTests : IDisposable
         }
     }
 
+    [Fact]
+    public async Task ConnectionsCutMidRequestAndMidReply_EveryOperationRunsOnce_EachReplyOnce()
+    {
+        const int Operations = 30;
+        await using var service = await ServiceProcess.StartAsync(new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") });
+        await using var proxy = new LoopbackProxy(service.Port, cutProbability: 0.3, seed: 11);
+
+        var run = new ClientRun(_dir.File("client-store"), proxy.Port, Ops("cut", 1, Operations), concurrency: 4);
+        var exit = await run.ExitAsync();
+
+        Assert.True(exit == 0, run.Errors);
+        var seen = HandedOver(run.Lines);
+        var balances = await BalancesAsync(service);
+        for (var i = 1; i <= Operations; i++)
+        {
+            Assert.Equal(1, balances.GetValueOrDefault($"cut{i}"));
+            Assert.Equal([1L], seen[$"cut{i}"]);
+        }
+
+        Assert.True(proxy.Cuts > 0, "the proxy cut no connection");
+        TestContext.Current.TestOutputHelper?.WriteLine($"connections cut: {proxy.Cuts}");
+    }
+
     private static async Task WaitForAsync(Func<bool> condition)
     {
         var deadline = DateTime.UtcNow.AddSeconds(60);

@@ -139,4 +139,39 @@ public sealed class IdempotencyKeyTests : IDisposable
 
         TestContext.Current.TestOutputHelper?.WriteLine($"keys answered before the kill: {answered.Count} of {Count}");
     }
+
+    [Fact]
+    public async Task KeyRequests_ThroughAProxyThatCutsConnections_RetriedWithTheirKeys_EachDepositsOnce()
+    {
+        const int Count = 30;
+        await using var service = await ServiceProcess.StartAsync(new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") });
+        await using var proxy = new LoopbackProxy(service.Port, cutProbability: 0.3, seed: 7);
+        using var client = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{proxy.Port}"), Timeout = TimeSpan.FromSeconds(10) };
+        var attempts = 0;
+
+        // A generic client: one key per deposit, the same key again after a dropped connection or a 409, until a reply.
+        for (var i = 1; i <= Count; i++)
+        {
+            var key = "cut-" + i.ToString(CultureInfo.InvariantCulture);
+            HttpStatusCode status = 0;
+            for (var attempt = 0; status != HttpStatusCode.OK && attempt < 50; attempt++)
+            {
+                attempts++;
+                try
+                {
+                    (status, _, _) = await DepositAsync(client, key, "c", 1);
+                }
+                catch (Exception ex) when (ex is HttpRequestException or IOException or TaskCanceledException)
+                {
+                    status = 0;
+                }
+            }
+
+            Assert.Equal(HttpStatusCode.OK, status);
+        }
+
+        Assert.Equal(Count, await BalanceAsync(service, "c"));
+        Assert.True(proxy.Cuts > 0, "the proxy cut no connection");
+        TestContext.Current.TestOutputHelper?.WriteLine($"connections cut: {proxy.Cuts}, attempts: {attempts} for {Count} deposits");
+    }
 }
