@@ -74,6 +74,9 @@ public sealed class PersistentServicesOptions
     /// <summary>Calls between the deployment's persistent services: peer key, retries, forcing (docs/calls.md).</summary>
     public PersistentCallOptions Calls { get; } = new();
 
+    /// <summary>The <c>Idempotency-Key</c> header for clients without sessions: retention of keys and replies (docs/client.md).</summary>
+    public IdempotencyKeyOptions IdempotencyKeys { get; } = new();
+
     /// <summary>Advanced settings of the log (page and segment sizes, metadata interval). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();
 

@@ -47,6 +47,7 @@ public static class PersistentServicesServiceCollectionExtensions
         PersistentServices.Testing.ReplayCheckMode.AddIfRequested(services); // only for psctl replay-check / ReplayCheck.RunAsync (before recovery)
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
+        services.AddHostedService<PersistentServices.Http.IdempotencyKeys.IdempotencyKeyExpiryService>();
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Domain.DomainHostedService>());
         services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);

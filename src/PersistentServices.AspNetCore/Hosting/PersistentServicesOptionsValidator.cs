@@ -28,6 +28,7 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.SessionIdleRetention must be at least one second (was {options.SessionIdleRetention}).");
         }
 
+        failures.AddRange(options.IdempotencyKeys.Validate());
         if (options.MaxSessions < 1)
         {
             failures.Add($"PersistentServicesOptions.MaxSessions must be positive (was {options.MaxSessions}).");

@@ -49,6 +49,12 @@ internal sealed class PersistentRequest(HttpContext httpContext)
     /// <summary>Once run: the reply and the OnCompleted callbacks the endpoint registered.</summary>
     public CapturedReply Reply { get; set; }
 
+    /// <summary>An <c>Idempotency-Key</c> request: its key (its <see cref="Session"/> is the key's one-request session); null for a session request.</summary>
+    public IdempotencyKeys.IdempotencyKey? Key { get; set; }
+
+    /// <summary>The session whose id and number the reply echoes: none for a key request (its key session is internal).</summary>
+    public Session? EchoSession => Key is null ? Session : null;
+
     /// <summary>The request's activity, when someone listens (<see cref="Diagnostics.PersistentServicesTracing"/>).</summary>
     public Activity? Activity { get; set; }
 }

@@ -59,6 +59,11 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
 
         var admission = request.Admission;
         Trace(request, admission.Outcome);
+        if (request.Key is not null && !await IdempotencyKeys.IdempotencyKeyAdmission.ContinueAsync(request, logger).ConfigureAwait(false))
+        {
+            return;
+        }
+
         switch (admission.Outcome)
         {
             case AdmitOutcome.Execute:
@@ -76,7 +81,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
                     return;
                 }
 
-                await ReplyWriter.WriteAsync(context, buffered, buffered.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
+                await ReplyWriter.WriteAsync(context, buffered, buffered.TakeDeferredOnCompleted(), request.EchoSession, request.Sequence, replayed: true).ConfigureAwait(false);
                 return;
 
             case AdmitOutcome.Duplicate:
@@ -119,14 +124,26 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
     {
         var context = request.HttpContext;
         var http = context.Request;
-        if (!ProtocolHeaders.TryGetSession(http, out var sessionId, out _, out var error))
+
+        // A generic client's Idempotency-Key instead of a session: its key session's request 1 (Http/IdempotencyKeys/).
+        var (admitted, key) = await IdempotencyKeys.IdempotencyKeyAdmission.ClassifyAsync(context, runtime).ConfigureAwait(false);
+        if (!admitted)
         {
-            await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header missing or malformed",
-                error ?? $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header: start a session with POST {runtime.Options.SessionsPath}.").ConfigureAwait(false);
             return false;
         }
 
-        if (!ProtocolHeaders.TryGetSequence(http, out var sequence, out error))
+        request.Key = key;
+        SessionId sessionId = default;
+        long sequence = 1;
+        string? error;
+        if (key is null && !ProtocolHeaders.TryGetSession(http, out sessionId, out _, out error))
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header missing or malformed",
+                error ?? IdempotencyKeys.IdempotencyKeyAdmission.SessionHeaderDetail(runtime)).ConfigureAwait(false);
+            return false;
+        }
+
+        if (key is null && !ProtocolHeaders.TryGetSequence(http, out sequence, out error))
         {
             await ProtocolProblems.WriteAsync(context, 400, "sequence-header", "Sequence header missing or malformed", error!).ConfigureAwait(false);
             return false;
@@ -171,7 +188,17 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             }
         }
 
-        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        Session session;
+        if (key is not null)
+        {
+            if (await IdempotencyKeys.IdempotencyKeySessions.FindOrStartAsync(runtime, context, key, logger).ConfigureAwait(false) is not { } keySession)
+            {
+                return false;
+            }
+
+            session = keySession;
+        }
+        else if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out session))
         {
             // A service's first call on behalf of one of its sessions opens the session it calls on (its last-call table entry).
             if (caller is null || await SessionStart.StartForCallerAsync(runtime, context, sessionId, sequence, logger).ConfigureAwait(false) is not { } started)
@@ -401,7 +428,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
         }
 
-        return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.Session, request.Sequence);
+        return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.EchoSession, request.Sequence);
     }
 
     /// <summary>

@@ -9,10 +9,12 @@ internal static class SessionLookup
 {
     /// <summary>
     /// The live session <paramref name="id"/> when the caller may use it. A session bound to a principal answers only that
-    /// principal; to anyone else it does not exist (its buffered reply never leaks).
+    /// principal; to anyone else it does not exist (its buffered reply never leaks). A key session (Idempotency-Key) is
+    /// never found this way: only its key reaches it, so no session-protocol request, read or <c>DELETE</c> can use or end it.
     /// </summary>
     public static bool TryFindOwned(PersistentRuntime runtime, HttpContext context, SessionId id, out Session session)
-        => runtime.Sessions.TryGet(id, out session) && !session.Ended && SessionOwner.Owns(context.User, session.Owner, session.OwnerVersion);
+        => runtime.Sessions.TryGet(id, out session) && !session.Ended && !IdempotencyKeys.IdempotencyKey.IsKeySession(session) &&
+           SessionOwner.Owns(context.User, session.Owner, session.OwnerVersion);
 
     /// <summary>
     /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when

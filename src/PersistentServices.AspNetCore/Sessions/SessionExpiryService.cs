@@ -28,7 +28,9 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
         foreach (var session in runtime.Sessions.All)
         {
             // Quarantined sessions (their replay diverged) expire like idle ones, so their records stop holding the log back.
-            if ((!session.Ready.IsCompletedSuccessfully && session.Diverged is null) || now - session.LastActivity < retention || !session.TryEnd())
+            // Key sessions (Idempotency-Key) keep their own retention: ending one here would forget its key (Http/IdempotencyKeys/).
+            if (Http.IdempotencyKeys.IdempotencyKey.IsKeySession(session) ||
+                (!session.Ready.IsCompletedSuccessfully && session.Diverged is null) || now - session.LastActivity < retention || !session.TryEnd())
             {
                 continue;
             }

@@ -138,6 +138,12 @@ internal static class TestApp
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         });
+        app.MapPost("/counter/add-keyed", [Persistent, RequireIdempotencyKey] (AddAmount body) =>
+        {
+            TestBehavior.Executed("counter:" + body.OpId);
+            CartState.Total += body.Amount;
+            return Results.Ok(new { total = CartState.Total });
+        });
         app.MapGet("/counter", () => Results.Ok(new { total = CartState.Total })).WithMetadata(new ReadOnlyAttribute());
         app.MapGet("/plain", () => Results.Ok(new { plain = true }));
         app.MapHealthChecks("/health/ready");

@@ -1,0 +1,28 @@
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Hosting;
+
+namespace PersistentServices.Http.IdempotencyKeys;
+
+/// <summary>
+/// Runs <see cref="IdempotencyKeySessions.ExpireAsync"/> about every tenth of <see cref="IdempotencyKeyOptions.Retention"/>
+/// (at least every second, at most every minute), on the injected <see cref="TimeProvider"/>.
+/// </summary>
+internal sealed class IdempotencyKeyExpiryService(PersistentRuntime runtime, ILogger<IdempotencyKeyExpiryService> logger) : BackgroundService
+{
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        var period = TimeSpan.FromTicks(Math.Clamp(runtime.Options.IdempotencyKeys.Retention.Ticks / 10, TimeSpan.TicksPerSecond, TimeSpan.TicksPerMinute));
+        using var timer = new PeriodicTimer(period, runtime.Time);
+        try
+        {
+            while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
+            {
+                await IdempotencyKeySessions.ExpireAsync(runtime, logger, stoppingToken).ConfigureAwait(false);
+            }
+        }
+        catch (OperationCanceledException)
+        {
+        }
+    }
+}

@@ -1,0 +1,221 @@
+using System.Text.Json;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Checkpoints;
+using PersistentServices.Hosting;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Http.IdempotencyKeys;
+
+/// <summary>
+/// Key sessions: each <c>Idempotency-Key</c> (per principal) is a session of one request, so deduplication lives in the
+/// service's log with the state and survives what sessions survive (crashes, replay, checkpoints, truncation). Its life:
+/// <list type="number">
+/// <item><b>live</b>: started by the key's first request (its start is appended, not forced: the reply's force covers it,
+///   and nobody learns of the session before that); a repeat gets the buffered reply as a retry of request 1 does;</item>
+/// <item><b>expired</b> after <see cref="IdempotencyKeyOptions.Retention"/>: a session checkpoint replaces the buffered
+///   reply with a small <c>410 idempotency-key-expired</c> reply, so the session is still "between requests" (idle
+///   checkpoints keep moving it, the log keeps being truncated) and a repeat gets that 410, never a second execution;</item>
+/// <item><b>forgotten</b> after <see cref="IdempotencyKeyOptions.ExpiredKeyRetention"/> more: the session ends (logged,
+///   not forced: a lost end only means the key is remembered and forgotten again later).</item>
+/// </list>
+/// Starting and ending a key session happen under one lock, so a request never starts a second session for a key whose
+/// first is being forgotten.
+/// </summary>
+internal static class IdempotencyKeySessions
+{
+    /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
+    public const string StateHeader = "PS-Idempotency-Key";
+
+    private static readonly Lock Gate = new();
+
+    /// <summary>The key's session, started if it has none. Null when refused (the refusal was written).</summary>
+    public static async ValueTask<Session?> FindOrStartAsync(PersistentRuntime runtime, HttpContext context, IdempotencyKey key, ILogger logger)
+    {
+        Session? session = null;
+        var refusal = Refusal.None;
+        lock (Gate)
+        {
+            if (runtime.Sessions.TryGet(key.SessionId, out var existing))
+            {
+                // The id is derived from the principal and the key: another session with it is a hash collision of SHA-256.
+                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && SessionOwner.Owns(context.User, existing.Owner, existing.OwnerVersion) ? existing : null;
+                refusal = session is null ? Refusal.Unavailable : Refusal.None;
+            }
+            else if (runtime.Sessions.Count >= runtime.Options.MaxSessions)
+            {
+                refusal = Refusal.Full;
+            }
+            else
+            {
+                var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false, IdempotencyKey.KeySessionOwnerVersion, runtime.Codec);
+                try
+                {
+                    SessionRecords.AppendStarted(runtime.Log, started, started.StartedAt);
+                    runtime.Sessions.TryAdd(started);
+                    session = started;
+                    IdempotencyKeyEvents.KeySessionStarted(logger, started.TraceTag);
+                }
+                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+                {
+                    refusal = Refusal.Unavailable;
+                }
+            }
+        }
+
+        switch (refusal)
+        {
+            case Refusal.Full:
+                context.Response.Headers.RetryAfter = "1";
+                await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
+                    $"The service holds its maximum of {runtime.Options.MaxSessions} live sessions, and each Idempotency-Key it remembers is one; retry later.").ConfigureAwait(false);
+                return null;
+            case Refusal.Unavailable:
+                await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+                return null;
+            default:
+                return session;
+        }
+    }
+
+    /// <summary>True when <paramref name="reply"/> is the stand-in of an expired key's reply.</summary>
+    public static bool IsExpiredMarker(BufferedReply? reply)
+        => reply is not null && reply.StatusCode == StatusCodes.Status410Gone &&
+           reply.Headers.Any(h => string.Equals(h.Key, StateHeader, StringComparison.OrdinalIgnoreCase) && h.Value is ["expired"]);
+
+    /// <summary>The reply an expired key's repeat gets: kept in the key session's checkpoint instead of the real one.</summary>
+    public static BufferedReply ExpiredReply(IdempotencyKeyOptions options)
+    {
+        var body = JsonSerializer.SerializeToUtf8Bytes(new Dictionary<string, object?>
+        {
+            ["type"] = ProtocolProblems.TypePrefix + "idempotency-key-expired",
+            ["title"] = "Idempotency key expired",
+            ["status"] = StatusCodes.Status410Gone,
+            ["detail"] = $"This Idempotency-Key was first used more than {options.Retention} ago: its reply is no longer kept " +
+                         "(IdempotencyKeys.Retention), and the request it named is never executed again. Use a new key for a new operation.",
+        });
+        return new BufferedReply(StatusCodes.Status410Gone,
+            [new("Content-Type", ["application/problem+json"]), new(StateHeader, ["expired"])], body);
+    }
+
+    /// <summary>
+    /// One pass over the key sessions: replies older than the retention are replaced by the expired stand-in, expired keys
+    /// older than both retentions are forgotten, and key sessions whose first request never got logged (refused before
+    /// it) end after the retention. Returns (expired, forgotten).
+    /// </summary>
+    public static async Task<(int Expired, int Forgotten)> ExpireAsync(PersistentRuntime runtime, ILogger logger, CancellationToken cancellationToken)
+    {
+        if (!runtime.IsAvailable)
+        {
+            return (0, 0);
+        }
+
+        var options = runtime.Options.IdempotencyKeys;
+        var now = runtime.Time.GetUtcNow();
+        int expired = 0, forgotten = 0;
+        foreach (var session in runtime.Sessions.All)
+        {
+            if (!IdempotencyKey.IsKeySession(session) || session.Ended || !session.Ready.IsCompletedSuccessfully)
+            {
+                continue;
+            }
+
+            var age = now - session.LastActivity;
+            if (session.LastSequence == 0)
+            {
+                if (age >= options.Retention && Forget(runtime, session, now, logger))
+                {
+                    forgotten++;
+                }
+            }
+            else if (IsExpiredMarker(session.LastReply))
+            {
+                if (options.ExpiredKeyRetention != Timeout.InfiniteTimeSpan && age >= options.Retention + options.ExpiredKeyRetention && Forget(runtime, session, now, logger))
+                {
+                    forgotten++;
+                }
+            }
+            else if (session.LastReply is not null && age >= options.Retention &&
+                     await DropReplyAsync(runtime, session, options, cancellationToken).ConfigureAwait(false))
+            {
+                IdempotencyKeyEvents.KeyExpired(logger, session.TraceTag);
+                expired++;
+            }
+        }
+
+        return (expired, forgotten);
+    }
+
+    /// <summary>
+    /// A session checkpoint whose buffered reply is the expired stand-in and whose state is empty; from now on the session
+    /// recovers from it. Appended, not forced: if a crash loses it, the recovered key holds its real reply again until the
+    /// next pass expires it once more.
+    /// </summary>
+    private static async Task<bool> DropReplyAsync(PersistentRuntime runtime, Session session, IdempotencyKeyOptions options, CancellationToken cancellationToken)
+    {
+        if (!await runtime.BeforeSessionCheckpointAsync(session, cancellationToken).ConfigureAwait(false) || !session.ExecutionLock.Wait(0, CancellationToken.None))
+        {
+            return false;
+        }
+
+        try
+        {
+            if (session.Ended || !session.IsBetweenRequests || session.LastReply is null)
+            {
+                return false;
+            }
+
+            var record = SessionCheckpoints.Capture(session);
+            record.LastReply = ExpiredReply(options).ToLogged();
+            record.State.Clear(); // no request of a key session ever reads it again
+            var lsn = runtime.Log.Append(RecordKind.SessionCheckpoint, record);
+            session.ContinueFromCheckpoint(lsn, record);
+            Diagnostics.PersistentServicesMetrics.SessionCheckpoints.Add(1);
+            return true;
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            return false;
+        }
+        finally
+        {
+            session.ExecutionLock.Release();
+        }
+    }
+
+    /// <summary>Ends a key session (the key is forgotten), under the lock that starts them.</summary>
+    private static bool Forget(PersistentRuntime runtime, Session session, DateTimeOffset now, ILogger logger)
+    {
+        lock (Gate)
+        {
+            if (!session.TryEnd())
+            {
+                return false;
+            }
+
+            try
+            {
+                SessionRecords.AppendEnded(runtime.Log, session, SessionEndReason.Expired, now);
+            }
+            catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+            {
+                // The session is marked ended in memory only; the service must restart, and the recovered key is forgotten again later.
+                return false;
+            }
+
+            runtime.Sessions.Remove(session.Id);
+        }
+
+        IdempotencyKeyEvents.KeyForgotten(logger, session.TraceTag);
+        return true;
+    }
+
+    private enum Refusal
+    {
+        None,
+        Full,
+        Unavailable,
+    }
+}

@@ -1,0 +1,28 @@
+using Microsoft.Extensions.Logging;
+
+namespace PersistentServices.Client;
+
+/// <summary>Log messages of the exactly-once client (event ids 1350–1369).</summary>
+internal static partial class ClientEvents
+{
+    [LoggerMessage(1350, LogLevel.Information, "Client store opened: log [{Begin}, {Durable}), {Records} records, {Pending} requests pending, {IdleSessions} idle sessions")]
+    public static partial void StoreOpened(ILogger logger, long begin, long durable, int records, int pending, int idleSessions);
+
+    [LoggerMessage(1351, LogLevel.Debug, "Client store truncated until {Lsn}")]
+    public static partial void StoreTruncated(ILogger logger, long lsn);
+
+    [LoggerMessage(1352, LogLevel.Debug, "Opened session {SessionId} at {Service}")]
+    public static partial void SessionOpened(ILogger logger, string sessionId, string service);
+
+    [LoggerMessage(1353, LogLevel.Information, "Request {EntryId} found no session at {Service} on its first attempt: stored again in a new session")]
+    public static partial void RequestMoved(ILogger logger, long entryId, string service);
+
+    [LoggerMessage(1354, LogLevel.Warning, "Request {EntryId} given up: {Reason}")]
+    public static partial void RequestAbandoned(ILogger logger, long entryId, string reason);
+
+    [LoggerMessage(1355, LogLevel.Information, "Request {EntryId} stays pending after its call failed ({Reason}); RecoverAsync sends it again")]
+    public static partial void RequestPending(ILogger logger, long entryId, string reason);
+
+    [LoggerMessage(1356, LogLevel.Information, "Recovery handed back the reply of request {EntryId} (operation {OperationId})")]
+    public static partial void ReplyRecovered(ILogger logger, long entryId, string? operationId);
+}

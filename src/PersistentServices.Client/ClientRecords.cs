@@ -1,0 +1,156 @@
+using System.Text;
+
+namespace PersistentServices.Client;
+
+/// <summary>The kinds of the client store's records (docs/client.md, "The store").</summary>
+internal enum ClientRecordType : byte
+{
+    /// <summary>A request, stored (and forced) before it is first sent; again with a new session when its first attempt found no session.</summary>
+    Request = 1,
+
+    /// <summary>The reply to a request, forced before the session takes its next request (which acknowledges it to the service).</summary>
+    Reply = 2,
+
+    /// <summary>The application has the reply: the entry is done. Forced before the reply is handed over (at most once).</summary>
+    Delivered = 3,
+
+    /// <summary>The entry is given up (<see cref="PersistentRequestOutcomeUnknownException"/>, or a body over the limit).</summary>
+    Abandoned = 4,
+}
+
+/// <summary>A stored request: where it goes, in which session, with which number.</summary>
+internal sealed record StoredRequest(
+    long EntryId, string SessionId, long Sequence, string Method, string Uri, string? OperationId, IReadOnlyList<KeyValuePair<string, string>> Headers, byte[]? Body);
+
+/// <summary>A stored reply, as the service sent it.</summary>
+internal sealed record StoredReply(long EntryId, int StatusCode, IReadOnlyList<KeyValuePair<string, string>> Headers, byte[] Body);
+
+/// <summary>
+/// The client store's record bodies, inside the log's <c>RECORD_KIND_PAYLOAD</c> records (the log's envelope carries the
+/// LSN and a CRC-32C). Layout: a format version byte (1), the type byte, then the fields little-endian, strings as
+/// length-prefixed UTF-8 (<see cref="BinaryWriter"/>). A record of a newer format stops the store from opening.
+/// </summary>
+internal static class ClientRecords
+{
+    public const byte FormatVersion = 1;
+
+    public static byte[] Encode(StoredRequest request)
+        => Write(ClientRecordType.Request, w =>
+        {
+            w.Write(request.EntryId);
+            w.Write(request.SessionId);
+            w.Write(request.Sequence);
+            w.Write(request.Method);
+            w.Write(request.Uri);
+            w.Write(request.OperationId ?? "");
+            WriteHeaders(w, request.Headers);
+            WriteBody(w, request.Body);
+        });
+
+    public static byte[] Encode(StoredReply reply)
+        => Write(ClientRecordType.Reply, w =>
+        {
+            w.Write(reply.EntryId);
+            w.Write(reply.StatusCode);
+            WriteHeaders(w, reply.Headers);
+            WriteBody(w, reply.Body);
+        });
+
+    public static byte[] Encode(ClientRecordType type, long entryId) => Write(type, w => w.Write(entryId));
+
+    /// <summary>Reads a record body; <paramref name="lsn"/> names it in errors and stands for an entry id of 0 (the entry's first request).</summary>
+    public static (ClientRecordType Type, object Value) Decode(ReadOnlySpan<byte> body, long lsn)
+    {
+        if (body.Length < 2)
+        {
+            throw new InvalidDataException($"Client store record at LSN {lsn} is {body.Length} bytes: too short.");
+        }
+
+        if (body[0] != FormatVersion)
+        {
+            throw new InvalidDataException($"Client store record at LSN {lsn} has format {body[0]}; this build reads format {FormatVersion}. Open the store with the build that wrote it.");
+        }
+
+        using var reader = new BinaryReader(new MemoryStream(body[2..].ToArray()), Encoding.UTF8);
+        var type = (ClientRecordType)body[1];
+        switch (type)
+        {
+            case ClientRecordType.Request:
+                var entryId = reader.ReadInt64();
+                return (type, new StoredRequest(
+                    entryId == 0 ? lsn : entryId,
+                    reader.ReadString(),
+                    reader.ReadInt64(),
+                    reader.ReadString(),
+                    reader.ReadString(),
+                    reader.ReadString() is { Length: > 0 } operation ? operation : null,
+                    ReadHeaders(reader),
+                    ReadBody(reader)));
+
+            case ClientRecordType.Reply:
+                return (type, new StoredReply(reader.ReadInt64(), reader.ReadInt32(), ReadHeaders(reader), ReadBody(reader) ?? []));
+
+            case ClientRecordType.Delivered:
+            case ClientRecordType.Abandoned:
+                return (type, reader.ReadInt64());
+
+            default:
+                throw new InvalidDataException($"Client store record at LSN {lsn} has unknown type {(byte)type}.");
+        }
+    }
+
+    private static byte[] Write(ClientRecordType type, Action<BinaryWriter> fields)
+    {
+        using var stream = new MemoryStream();
+        stream.WriteByte(FormatVersion);
+        stream.WriteByte((byte)type);
+        using (var writer = new BinaryWriter(stream, Encoding.UTF8, leaveOpen: true))
+        {
+            fields(writer);
+        }
+
+        return stream.ToArray();
+    }
+
+    private static void WriteHeaders(BinaryWriter writer, IReadOnlyList<KeyValuePair<string, string>> headers)
+    {
+        writer.Write(headers.Count);
+        foreach (var (name, value) in headers)
+        {
+            writer.Write(name);
+            writer.Write(value);
+        }
+    }
+
+    private static List<KeyValuePair<string, string>> ReadHeaders(BinaryReader reader)
+    {
+        var count = reader.ReadInt32();
+        if (count is < 0 or > 10_000)
+        {
+            throw new InvalidDataException($"Client store record holds {count} headers.");
+        }
+
+        var headers = new List<KeyValuePair<string, string>>(count);
+        for (var i = 0; i < count; i++)
+        {
+            headers.Add(new(reader.ReadString(), reader.ReadString()));
+        }
+
+        return headers;
+    }
+
+    private static void WriteBody(BinaryWriter writer, byte[]? body)
+    {
+        writer.Write(body?.Length ?? -1);
+        if (body is not null)
+        {
+            writer.Write(body);
+        }
+    }
+
+    private static byte[]? ReadBody(BinaryReader reader)
+    {
+        var length = reader.ReadInt32();
+        return length < 0 ? null : reader.ReadBytes(length);
+    }
+}

@@ -1,0 +1,77 @@
+namespace PersistentServices.Client;
+
+/// <summary>
+/// Options of one named client's exactly-once sessions (<c>AddPersistentSessions</c>, docs/client.md). Validated when
+/// the application starts.
+/// </summary>
+public sealed class PersistentClientOptions
+{
+    /// <summary>
+    /// The directory of this client's durable store (a log of its requests and replies). One directory per client process
+    /// and named client: the log locks it, so a second process cannot open it. Required.
+    /// </summary>
+    public string StoreDirectory { get; set; } = "";
+
+    /// <summary>The services' session resource (<c>PersistentServicesOptions.SessionsPath</c>). Default <c>/ps/sessions</c>.</summary>
+    public string SessionsPath { get; set; } = "/ps/sessions";
+
+    /// <summary>Most sessions per service (scheme, host and port), so most concurrent calls to it; more calls wait. Default 8.</summary>
+    public int MaxSessionsPerService { get; set; } = 8;
+
+    /// <summary>Largest request or reply body stored, in bytes (a larger request is refused before it is stored). Default 512 KiB.</summary>
+    public int MaxBodyBytes { get; set; } = 512 << 10;
+
+    /// <summary>Timeout of one attempt; the request is then sent again with the same ids. Default 30 seconds.</summary>
+    public TimeSpan AttemptTimeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>First delay between attempts (exponential with jitter, or the service's <c>Retry-After</c>). Default 100 ms.</summary>
+    public TimeSpan RetryDelay { get; set; } = TimeSpan.FromMilliseconds(100);
+
+    /// <summary>Longest delay between attempts. Default 5 seconds.</summary>
+    public TimeSpan MaxRetryDelay { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// Attempts after the first before the call fails; the request then stays pending in the store and
+    /// <see cref="PersistentSessionClient.RecoverAsync"/> sends it again. Default 100 (about eight minutes with the default
+    /// delays); <see cref="int.MaxValue"/> retries until the call is cancelled.
+    /// </summary>
+    public int MaxRetryAttempts { get; set; } = 100;
+
+    internal IEnumerable<string> Validate()
+    {
+        if (string.IsNullOrWhiteSpace(StoreDirectory))
+        {
+            yield return "PersistentClientOptions.StoreDirectory is required: the directory of the client's durable store.";
+        }
+
+        if (string.IsNullOrEmpty(SessionsPath) || SessionsPath[0] != '/')
+        {
+            yield return $"PersistentClientOptions.SessionsPath must start with '/' (was '{SessionsPath}').";
+        }
+
+        if (MaxSessionsPerService is < 1 or > 1024)
+        {
+            yield return $"PersistentClientOptions.MaxSessionsPerService must be between 1 and 1024 (was {MaxSessionsPerService}).";
+        }
+
+        if (MaxBodyBytes is < 1024 or > ClientStore.MaxBodyLimit)
+        {
+            yield return $"PersistentClientOptions.MaxBodyBytes must be between 1024 and {ClientStore.MaxBodyLimit} (was {MaxBodyBytes}).";
+        }
+
+        if (AttemptTimeout < TimeSpan.FromMilliseconds(10))
+        {
+            yield return $"PersistentClientOptions.AttemptTimeout must be at least 10 ms (was {AttemptTimeout}).";
+        }
+
+        if (RetryDelay <= TimeSpan.Zero || MaxRetryDelay < RetryDelay)
+        {
+            yield return $"PersistentClientOptions.RetryDelay must be positive and at most MaxRetryDelay (were {RetryDelay} and {MaxRetryDelay}).";
+        }
+
+        if (MaxRetryAttempts < 1)
+        {
+            yield return $"PersistentClientOptions.MaxRetryAttempts must be positive (was {MaxRetryAttempts}).";
+        }
+    }
+}

@@ -1,0 +1,443 @@
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Headers;
+using System.Net.Http.Json;
+using System.Runtime.CompilerServices;
+using System.Text.Json;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Checkpoints;
+
+namespace PersistentServices.Client;
+
+/// <summary>
+/// The exactly-once side of one named <see cref="HttpClient"/> (<c>AddPersistentSessions</c>, docs/client.md): its
+/// durable store and its sessions. Requests sent through the client are stored before they are sent, numbered in a
+/// session, sent again with the same numbers until a reply arrives, and their replies stored before they are handed
+/// over. Resolve it as a keyed service under the client's name to recover after a crash of the client process.
+/// </summary>
+public sealed class PersistentSessionClient : IAsyncDisposable
+{
+    /// <summary>Crash points (tests only, <c>PERSISTENTSERVICES_CRASH_POINT</c>): the steps of [Phoenix/App Fig. 2] on the client.</summary>
+    internal const string CrashRequestStored = "client.request.stored";
+    internal const string CrashReplyStored = "client.reply.stored";
+    internal const string CrashReplyDelivered = "client.reply.delivered";
+
+    private const string SessionHeader = "PS-Session";
+    private const string SequenceHeader = "PS-Seq";
+    private const string ProblemPrefix = "urn:persistentservices:problem:";
+
+    /// <summary>Never stored (credentials): each attempt takes them from the request being sent, as the handlers before this one set them.</summary>
+    private static readonly HashSet<string> Unstored = new(StringComparer.OrdinalIgnoreCase) { "Authorization", "Proxy-Authorization", "Cookie", SessionHeader, SequenceHeader };
+
+    /// <summary>Headers HttpClient computes per message.</summary>
+    private static readonly HashSet<string> Computed = new(StringComparer.OrdinalIgnoreCase) { "Content-Length", "Transfer-Encoding", "Host", "Connection" };
+
+    private readonly string _name;
+    private readonly PersistentClientOptions _options;
+    private readonly IHttpClientFactory _factory;
+    private readonly ILogger _logger;
+    private readonly SessionPool _pool;
+    private readonly SemaphoreSlim _opening = new(1, 1);
+    private ClientStore? _store;
+    private int _disposed;
+
+    internal PersistentSessionClient(string name, PersistentClientOptions options, IHttpClientFactory factory, ILogger logger)
+    {
+        _name = name;
+        _options = options;
+        _factory = factory;
+        _logger = logger;
+        _pool = new SessionPool(options.MaxSessionsPerService);
+    }
+
+    /// <summary>The name of the <see cref="HttpClient"/> this belongs to.</summary>
+    public string Name => _name;
+
+    /// <summary>Requests stored whose reply the application has not received yet (sent by a call now, or waiting for <see cref="RecoverAsync"/>).</summary>
+    public async Task<int> CountPendingAsync(CancellationToken cancellationToken = default)
+        => (await OpenAsync(cancellationToken).ConfigureAwait(false)).PendingCount;
+
+    /// <summary>
+    /// After the client process restarted (or after calls failed): sends every stored request that has no reply again,
+    /// with its session and number, and hands back each reply the application did not receive, oldest first. Each reply is
+    /// handed back at most once, ever: it is marked as handed over in the store before it is yielded. A request whose
+    /// outcome the service can no longer tell comes back with a null <see cref="RecoveredReply.Response"/>. Call it once
+    /// at startup, before or while new requests are sent; requests that calls are sending at the moment are not included.
+    /// </summary>
+    public async IAsyncEnumerable<RecoveredReply> RecoverAsync([EnumeratorCancellation] CancellationToken cancellationToken = default)
+    {
+        var store = await OpenAsync(cancellationToken).ConfigureAwait(false);
+        var entries = store.ClaimPending();
+        for (var i = 0; i < entries.Count; i++)
+        {
+            var entry = entries[i];
+            HttpResponseMessage? response;
+            try
+            {
+                response = await RecoverOneAsync(store, entry, cancellationToken).ConfigureAwait(false);
+            }
+            catch
+            {
+                foreach (var left in entries.Skip(i))
+                {
+                    store.Release(left);
+                }
+
+                throw;
+            }
+
+            ClientEvents.ReplyRecovered(_logger, entry.Id, entry.Request.OperationId);
+            yield return new RecoveredReply(entry.Request.OperationId, new HttpMethod(entry.Request.Method), new Uri(entry.Request.Uri), response);
+        }
+    }
+
+    private async Task<HttpResponseMessage?> RecoverOneAsync(ClientStore store, ClientEntry entry, CancellationToken cancellationToken)
+    {
+        if (entry.Reply is null)
+        {
+            // Through the whole handler chain of the named client, so handlers before this one (credentials) run again.
+            using var http = _factory.CreateClient(_name);
+            http.Timeout = Timeout.InfiniteTimeSpan;
+            using var resend = new HttpRequestMessage(new HttpMethod(entry.Request.Method), entry.Request.Uri);
+            resend.Options.Set(PersistentRequestOptions.ResendEntry, entry.Id);
+            try
+            {
+                using var _ = await http.SendAsync(resend, cancellationToken).ConfigureAwait(false);
+            }
+            catch (PersistentRequestOutcomeUnknownException)
+            {
+                return null;
+            }
+        }
+
+        await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
+        return ToResponse(entry.Reply!, null);
+    }
+
+    /// <summary>The handler's work: a new request (stored, numbered, sent) or a resend of a stored one by <see cref="RecoverAsync"/>.</summary>
+    internal async Task<HttpResponseMessage> SendAsync(
+        HttpRequestMessage request, Func<HttpRequestMessage, CancellationToken, Task<HttpResponseMessage>> inner, CancellationToken cancellationToken)
+    {
+        var store = await OpenAsync(cancellationToken).ConfigureAwait(false);
+        if (request.Options.TryGetValue(PersistentRequestOptions.ResendEntry, out var resendId))
+        {
+            if (!store.TryGet(resendId, out var stored))
+            {
+                throw new InvalidOperationException($"Request {resendId} is not pending in the client store.");
+            }
+
+            return await CompleteAsync(store, stored, request, inner, session: null, firstAttempt: false, handOver: false, cancellationToken).ConfigureAwait(false);
+        }
+
+        if (request.RequestUri is not { IsAbsoluteUri: true } uri)
+        {
+            throw new InvalidOperationException("A request through persistent sessions needs an absolute address (set HttpClient.BaseAddress).");
+        }
+
+        var body = request.Content is null ? null : await request.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+        if (body is { Length: var length } && length > _options.MaxBodyBytes)
+        {
+            throw new InvalidOperationException($"The request body is {length} bytes; PersistentClientOptions.MaxBodyBytes allows {_options.MaxBodyBytes}. Nothing was stored or sent.");
+        }
+
+        request.Options.TryGetValue(PersistentRequestOptions.OperationId, out var operationId);
+        if (operationId is { Length: > 256 })
+        {
+            throw new ArgumentException("PersistentRequestOptions.OperationId is longer than 256 characters.", nameof(request));
+        }
+
+        var headers = StoredHeaders(request);
+        var authority = uri.GetLeftPart(UriPartial.Authority);
+        var session = await _pool.AcquireAsync(authority, ct => OpenSessionAsync(authority, inner, ct), cancellationToken).ConfigureAwait(false);
+        ClientEntry entry;
+        try
+        {
+            // t0–t1: the request is durable before it is sent for the first time.
+            entry = await store.AddAsync(
+                new StoredRequest(0, session.Id, session.NextSequence, request.Method.Method, uri.AbsoluteUri, operationId, headers, body), cancellationToken).ConfigureAwait(false);
+        }
+        catch
+        {
+            _pool.Return(session); // nothing was sent with its next number
+            throw;
+        }
+
+        CrashPoints.Hit(CrashRequestStored);
+        return await CompleteAsync(store, entry, request, inner, session, firstAttempt: true, handOver: true, cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// Sends the entry (the resilience pipeline inside retries it with the same ids) until a reply, stores the reply,
+    /// frees the session, and hands the reply over. A failure leaves the entry pending, holding its session.
+    /// </summary>
+    private async Task<HttpResponseMessage> CompleteAsync(
+        ClientStore store, ClientEntry entry, HttpRequestMessage carrier, Func<HttpRequestMessage, CancellationToken, Task<HttpResponseMessage>> inner,
+        ClientSession? session, bool firstAttempt, bool handOver, CancellationToken cancellationToken)
+    {
+        session ??= new ClientSession(entry.Request.SessionId, entry.Authority, entry.Request.Sequence);
+        var pooled = handOver; // a new request's session holds a pool slot; a resent one's does not
+        try
+        {
+            var bodyFailures = 0;
+            while (true)
+            {
+                using var attempt = ToRequest(entry.Request, carrier);
+                using var response = await inner(attempt, cancellationToken).ConfigureAwait(false);
+                var retried = attempt.Options.TryGetValue(PersistentRequestOptions.Retried, out var r) && r;
+                byte[] body;
+                try
+                {
+                    body = await response.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+                }
+                catch (Exception ex) when (ex is HttpRequestException or IOException && bodyFailures < _options.MaxRetryAttempts)
+                {
+                    // The connection dropped in the middle of the reply (the retries inside only cover the headers): the
+                    // request ran, so the same ids get its buffered reply.
+                    bodyFailures++;
+                    firstAttempt = false;
+                    await Task.Delay(_options.RetryDelay, cancellationToken).ConfigureAwait(false);
+                    continue;
+                }
+
+                if (response.StatusCode is HttpStatusCode.ServiceUnavailable or HttpStatusCode.TooManyRequests ||
+                    (response.StatusCode == HttpStatusCode.Conflict && response.Headers.RetryAfter is not null))
+                {
+                    throw new HttpRequestException($"The service answered {(int)response.StatusCode} to every attempt.", null, response.StatusCode);
+                }
+
+                switch (ProblemType(response, body))
+                {
+                    case "session-not-found" when firstAttempt && !retried:
+                        // Nothing of this request reached a session (it expired while idle): number it in a new one.
+                        var moved = await OpenSessionAsync(entry.Authority, inner, cancellationToken).ConfigureAwait(false);
+                        await store.MoveAsync(entry, moved, cancellationToken).ConfigureAwait(false);
+                        ClientEvents.RequestMoved(_logger, entry.Id, entry.Authority);
+                        session = moved;
+                        firstAttempt = false;
+                        continue;
+
+                    case "session-not-found" or "sequence-gap" or "stale-sequence" or "sequence-reused" or "session-busy" or "session-diverged":
+                        var reason = $"the service answered {(int)response.StatusCode} {ProblemType(response, body)} to request {entry.Request.Sequence} of session {entry.Request.SessionId}";
+                        await store.FinishAsync(entry, ClientRecordType.Abandoned, CancellationToken.None).ConfigureAwait(false);
+                        ClientEvents.RequestAbandoned(_logger, entry.Id, reason);
+                        if (pooled)
+                        {
+                            _pool.Drop(session);
+                            pooled = false;
+                        }
+
+                        throw new PersistentRequestOutcomeUnknownException(
+                            $"Whether the request ran is unknown: {reason}. It is not sent again.");
+                }
+
+                if (body.Length > _options.MaxBodyBytes)
+                {
+                    throw new HttpRequestException($"The reply body is {body.Length} bytes; PersistentClientOptions.MaxBodyBytes allows {_options.MaxBodyBytes}: it cannot be stored.");
+                }
+
+                // t6: the reply is durable before the session's next request acknowledges it to the service.
+                var reply = new StoredReply(entry.Id, (int)response.StatusCode, ReplyHeaders(response), body);
+                await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
+                CrashPoints.Hit(CrashReplyStored);
+                session.NextSequence = entry.Request.Sequence + 1;
+                if (pooled)
+                {
+                    _pool.Return(session);
+                    pooled = false;
+                }
+                else
+                {
+                    _pool.Adopt(session);
+                }
+
+                if (handOver)
+                {
+                    // t8': marked as handed over before the application has it, so a crash can never hand it over twice.
+                    await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
+                    CrashPoints.Hit(CrashReplyDelivered);
+                }
+
+                return ToResponse(reply, carrier);
+            }
+        }
+        catch (Exception ex) when (ex is not PersistentRequestOutcomeUnknownException)
+        {
+            ClientEvents.RequestPending(_logger, entry.Id, ex.GetType().Name + ": " + ex.Message);
+            store.Release(entry);
+
+            if (pooled)
+            {
+                _pool.Drop(session); // the session stays with its pending request
+            }
+
+            throw;
+        }
+    }
+
+    private async Task<ClientSession> OpenSessionAsync(
+        string authority, Func<HttpRequestMessage, CancellationToken, Task<HttpResponseMessage>> inner, CancellationToken cancellationToken)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(new Uri(authority), _options.SessionsPath));
+        using var response = await inner(request, cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode != HttpStatusCode.Created)
+        {
+            throw new HttpRequestException($"Starting a session at {request.RequestUri} answered {(int)response.StatusCode}.", null, response.StatusCode);
+        }
+
+        var id = response.Headers.TryGetValues(SessionHeader, out var values) ? values.FirstOrDefault() : null;
+        id ??= (await response.Content.ReadFromJsonAsync<JsonElement>(cancellationToken).ConfigureAwait(false)).GetProperty("sessionId").GetString();
+        if (string.IsNullOrEmpty(id))
+        {
+            throw new HttpRequestException($"Starting a session at {request.RequestUri} returned no session id.");
+        }
+
+        ClientEvents.SessionOpened(_logger, id, authority);
+        return new ClientSession(id, authority, 1);
+    }
+
+    private async ValueTask<ClientStore> OpenAsync(CancellationToken cancellationToken)
+    {
+        if (Volatile.Read(ref _store) is { } open)
+        {
+            return open;
+        }
+
+        ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
+        await _opening.WaitAsync(cancellationToken).ConfigureAwait(false);
+        try
+        {
+            if (_store is null)
+            {
+                var store = await ClientStore.OpenAsync(_options.StoreDirectory, _logger, cancellationToken).ConfigureAwait(false);
+                foreach (var session in store.IdleSessions)
+                {
+                    _pool.Adopt(session);
+                }
+
+                Volatile.Write(ref _store, store);
+            }
+
+            return _store;
+        }
+        finally
+        {
+            _opening.Release();
+        }
+    }
+
+    private static List<KeyValuePair<string, string>> StoredHeaders(HttpRequestMessage request)
+    {
+        var headers = new List<KeyValuePair<string, string>>();
+        IEnumerable<KeyValuePair<string, IEnumerable<string>>> all = request.Headers;
+        if (request.Content is not null)
+        {
+            all = all.Concat(request.Content.Headers);
+        }
+
+        foreach (var (name, values) in all)
+        {
+            if (!Unstored.Contains(name) && !Computed.Contains(name))
+            {
+                headers.AddRange(values.Select(v => new KeyValuePair<string, string>(name, v)));
+            }
+        }
+
+        return headers;
+    }
+
+    private static HttpRequestMessage ToRequest(StoredRequest stored, HttpRequestMessage carrier)
+    {
+        var message = new HttpRequestMessage(new HttpMethod(stored.Method), stored.Uri) { Version = carrier.Version, VersionPolicy = carrier.VersionPolicy };
+        if (stored.Body is not null)
+        {
+            message.Content = new ByteArrayContent(stored.Body);
+        }
+
+        foreach (var (name, value) in stored.Headers)
+        {
+            if (!message.Headers.TryAddWithoutValidation(name, value))
+            {
+                message.Content?.Headers.TryAddWithoutValidation(name, value);
+            }
+        }
+
+        foreach (var (name, values) in carrier.Headers.Where(h => Unstored.Contains(h.Key) && h.Key is not (SessionHeader or SequenceHeader)))
+        {
+            message.Headers.TryAddWithoutValidation(name, values);
+        }
+
+        message.Headers.TryAddWithoutValidation(SessionHeader, stored.SessionId);
+        message.Headers.TryAddWithoutValidation(SequenceHeader, stored.Sequence.ToString(CultureInfo.InvariantCulture));
+        return message;
+    }
+
+    private static List<KeyValuePair<string, string>> ReplyHeaders(HttpResponseMessage response)
+    {
+        var headers = new List<KeyValuePair<string, string>>();
+        foreach (var (name, values) in response.Headers.Concat(response.Content.Headers))
+        {
+            if (!Computed.Contains(name))
+            {
+                headers.AddRange(values.Select(v => new KeyValuePair<string, string>(name, v)));
+            }
+        }
+
+        return headers;
+    }
+
+    private static HttpResponseMessage ToResponse(StoredReply reply, HttpRequestMessage? request)
+    {
+        var response = new HttpResponseMessage((HttpStatusCode)reply.StatusCode) { Content = new ByteArrayContent(reply.Body), RequestMessage = request };
+        foreach (var (name, value) in reply.Headers)
+        {
+            if (!response.Headers.TryAddWithoutValidation(name, value))
+            {
+                response.Content.Headers.TryAddWithoutValidation(name, value);
+            }
+        }
+
+        return response;
+    }
+
+    private static string? ProblemType(HttpResponseMessage response, byte[] body)
+    {
+        if ((int)response.StatusCode < 400 || response.Content.Headers.ContentType?.MediaType != "application/problem+json")
+        {
+            return null;
+        }
+
+        try
+        {
+            using var document = JsonDocument.Parse(body);
+            return document.RootElement.TryGetProperty("type", out var type) && type.GetString() is { } text && text.StartsWith(ProblemPrefix, StringComparison.Ordinal)
+                ? text[ProblemPrefix.Length..]
+                : null;
+        }
+        catch (JsonException)
+        {
+            return null;
+        }
+    }
+
+    /// <summary>Closes the store (what it holds stays for the next start).</summary>
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        await _opening.WaitAsync().ConfigureAwait(false);
+        try
+        {
+            if (_store is { } store)
+            {
+                await store.DisposeAsync().ConfigureAwait(false);
+            }
+        }
+        finally
+        {
+            _opening.Release();
+        }
+    }
+}

@@ -1,0 +1,56 @@
+using Microsoft.Extensions.DependencyInjection;
+
+namespace PersistentServices.Client.Tests;
+
+internal sealed class TempDirectory : IDisposable
+{
+    public string Path { get; } = System.IO.Path.Combine(System.IO.Path.GetTempPath(), "ps-client-" + Guid.NewGuid().ToString("N")[..8]);
+
+    public void Dispose()
+    {
+        try
+        {
+            Directory.Delete(Path, recursive: true);
+        }
+        catch (DirectoryNotFoundException)
+        {
+        }
+    }
+}
+
+/// <summary>A DI container with the named client "svc" over the fake server, as an application configures it.</summary>
+internal sealed class ClientHost(ServiceProvider services) : IAsyncDisposable
+{
+    public static ClientHost Start(string store, FakeSessionServer server, Action<PersistentClientOptions>? configure = null)
+    {
+        var services = new ServiceCollection();
+        services.AddHttpClient("svc", client => client.BaseAddress = new Uri("http://svc.test"))
+            .AddPersistentSessions(options =>
+            {
+                options.StoreDirectory = store;
+                options.RetryDelay = TimeSpan.FromMilliseconds(1);
+                options.MaxRetryDelay = TimeSpan.FromMilliseconds(5);
+                configure?.Invoke(options);
+            })
+            .ConfigurePrimaryHttpMessageHandler(() => server);
+        return new ClientHost(services.BuildServiceProvider());
+    }
+
+    public HttpClient Http => services.GetRequiredService<IHttpClientFactory>().CreateClient("svc");
+
+    public PersistentSessionClient Client => services.GetRequiredKeyedService<PersistentSessionClient>("svc");
+
+    public async Task<string> PostAsync(string body, string? operationId = null)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, "/op") { Content = new StringContent(body) };
+        if (operationId is not null)
+        {
+            request.Options.Set(PersistentRequestOptions.OperationId, operationId);
+        }
+
+        using var response = await Http.SendAsync(request, TestContext.Current.CancellationToken);
+        return await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
+    }
+
+    public ValueTask DisposeAsync() => services.DisposeAsync();
+}
