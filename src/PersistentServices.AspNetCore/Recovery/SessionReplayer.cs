@@ -48,6 +48,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var positions = session.PositionStream;
         var recovered = runtime.Domain.Enabled ? runtime.Domain.Recovered : null;
         var orphanLsn = 0L;
+        var orphanedInsideAny = false;
         var keep = positions.Count;
         for (var i = 0; i < positions.Count; i++)
         {
@@ -78,6 +79,12 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 position.Aux.RemoveRange(orphanAt, position.Aux.Count - orphanAt);
                 position.AuxRecords?.RemoveAll(r => r.Lsn >= orphanLsn);
                 session.LoggedReplies.Remove(record.Sequence);
+
+                // The end of skip goes into the log before the request goes on live: what the live tail appends (the
+                // call made again, the reply) lies after it, so a later recovery skips only the orphaned records and
+                // keeps the tail (AnalysisScan.SkipFrom). Appended after the tail, it would skip the tail too, and the
+                // next replay of this request would find no reply for its call and diverge.
+                SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
@@ -101,6 +108,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             last = reply;
             if (orphanedInside)
             {
+                orphanedInsideAny = true;
                 break;
             }
         }
@@ -108,7 +116,11 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         if (orphanLsn != 0)
         {
             session.CutPositionStream(keep, keep > 0 ? last : null);
-            SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
+            if (!orphanedInsideAny)
+            {
+                SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
+            }
+
             PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
             AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
         }
