@@ -160,7 +160,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 return false;
             }
 
-            return SessionCheckpoints.Take(log, session) != 0;
+            // An idle session's reply kept in the log is copied forward so it stops holding the log back; the drain
+            // (wait) references it where it is: it truncates nothing further, and copying every reply would slow it.
+            return (wait ? SessionCheckpoints.Take(log, session) : await SessionCheckpoints.TakeIdleAsync(log, session, cancellationToken).ConfigureAwait(false)) != 0;
         }
         finally
         {

@@ -34,6 +34,26 @@ internal static class SessionCheckpoints
         return lsn;
     }
 
+    /// <summary>
+    /// <see cref="Take"/> for a session idle for a while (the service checkpoint's turn, [MSP §3.4]): a buffered reply kept
+    /// in the log is first copied forward (<see cref="ReplyStore.RelocateAsync"/>), so the checkpoint no longer holds the
+    /// log back to where the reply was first written. The caller holds the session's execution lock.
+    /// </summary>
+    public static async Task<long> TakeIdleAsync(DurableLog log, Session session, CancellationToken cancellationToken)
+    {
+        if (!session.IsBetweenRequests)
+        {
+            return 0;
+        }
+
+        if (session.LastReply is { InLog: true } held)
+        {
+            session.RelocateReply(await ReplyStore.RelocateAsync(log, held.Location, cancellationToken).ConfigureAwait(false));
+        }
+
+        return Take(log, session);
+    }
+
     public static SessionCheckpoint Capture(Session session)
     {
         var record = new SessionCheckpoint
@@ -46,9 +66,21 @@ internal static class SessionCheckpoints
             LastSequence = session.LastSequence,
             LastRequestHash = session.LastRequestHash is { } hash ? ByteString.CopyFrom(hash) : ByteString.Empty,
             LastRequestHashVersion = (uint)session.LastRequestHashVersion,
-            LastReply = session.LastReply?.ToLogged(),
             Dv = session.Dv.ToRecord(),
         };
+
+        // A reply kept in the log is referenced, not copied: the session's recovery then keeps the log from its first record.
+        switch (session.LastReply)
+        {
+            case { Reply: { } inMemory }:
+                record.LastReply = inMemory.ToLogged();
+                break;
+            case { Location: var location }:
+                record.LastReplyLsn = location.Lsn;
+                record.LastReplyFirstLsn = location.FirstLsn;
+                break;
+        }
+
         foreach (var (name, bytes, format) in session.EncodeState())
         {
             record.State.Add(new SessionStateValue { Name = name, Value = ByteString.CopyFrom(bytes), ValueFormat = format });

@@ -122,6 +122,12 @@ internal static class AnalysisScan
                     if (sessions.TryGet(SessionId.FromBytes(reply.SessionId.Span), out var replied))
                     {
                         replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash.ToByteArray());
+                        if (reply.FullReply is not null)
+                        {
+                            // Kept in the log: once replayed, the session holds this location, not the replayed body.
+                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(reply, record.Lsn));
+                        }
+
                         replied.StateNumber = record.Lsn;
                         replied.LoggedBytesSinceCheckpoint += record.Body.Length;
                     }
