@@ -59,6 +59,7 @@ internal static partial class SessionEndpoints
             await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
             runtime.Sessions.AddReserved(session);
             added = true;
+            context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
         {

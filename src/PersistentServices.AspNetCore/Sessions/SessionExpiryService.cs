@@ -95,6 +95,23 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
         return expiredUnused + expiredIdle;
     }
 
+    /// <summary>A session started: it may be the next to expire (when no other session was live at the last sweep).</summary>
+    public void NoteStarted(Session session)
+    {
+        var expiresAt = session.ExpiresAt(runtime.Options.SessionIdleRetention, runtime.Options.UnusedSessionRetention).UtcTicks;
+        var next = Volatile.Read(ref _nextExpiryTicks);
+        while (expiresAt < next)
+        {
+            var seen = Interlocked.CompareExchange(ref _nextExpiryTicks, expiresAt, next);
+            if (seen == next)
+            {
+                return;
+            }
+
+            next = seen;
+        }
+    }
+
     /// <summary>
     /// Seconds until a slot really frees by expiry, for <c>Retry-After</c>: until the sweep that ends the earliest-expiring
     /// session (of <paramref name="owner"/> when given, else of the service), as the last sweep saw them. At least 1. A
