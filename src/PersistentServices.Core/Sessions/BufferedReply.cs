@@ -10,11 +10,17 @@ namespace PersistentServices.Sessions;
 internal sealed class BufferedReply
 {
     public BufferedReply(int statusCode, IReadOnlyList<KeyValuePair<string, string[]>> headers, byte[] body)
+        : this(statusCode, headers, body, hash: null)
+    {
+    }
+
+    /// <summary>A reply whose <paramref name="hash"/> is known (read back from a verified log record): not computed again.</summary>
+    public BufferedReply(int statusCode, IReadOnlyList<KeyValuePair<string, string[]>> headers, byte[] body, byte[]? hash)
     {
         StatusCode = statusCode;
         Headers = headers;
         Body = body;
-        Hash = ComputeHash(statusCode, ContentType, body);
+        Hash = hash ?? ComputeHash(statusCode, ContentType, body);
     }
 
     public int StatusCode { get; }
