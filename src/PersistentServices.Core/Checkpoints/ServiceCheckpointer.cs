@@ -50,7 +50,13 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             var record = new ServiceCheckpoint { Epoch = Epoch, CleanShutdown = cleanShutdown };
             var scanFrom = long.MaxValue;
-            foreach (var session in sessions.All)
+
+            // The positions are listed while they fit half a record; beyond (tens of thousands of sessions), the lists are
+            // left out: recovery needs only the scan start.
+            var listBudget = log.MaxRecordBytes / 2;
+            var listed = 0;
+            int sessionCount = 0, variableCount = 0;
+            foreach (var session in sessions.Enumerate())
             {
                 var lsn = session.RecoveryLsn;
                 if (session.Ended || lsn == 0)
@@ -58,14 +64,32 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                     continue;
                 }
 
-                record.Sessions.Add(new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn });
+                sessionCount++;
                 scanFrom = Math.Min(scanFrom, lsn);
+                if (!record.PositionsOmitted)
+                {
+                    var position = new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn };
+                    record.Sessions.Add(position);
+                    record.PositionsOmitted = (listed += position.CalculateSize() + 4) > listBudget;
+                }
             }
 
             foreach (var (name, lsn) in shared.RecoveryPositions())
             {
-                record.Variables.Add(new CheckpointPosition { Variable = name, Lsn = lsn });
+                variableCount++;
                 scanFrom = Math.Min(scanFrom, lsn);
+                if (!record.PositionsOmitted)
+                {
+                    var position = new CheckpointPosition { Variable = name, Lsn = lsn };
+                    record.Variables.Add(position);
+                    record.PositionsOmitted = (listed += position.CalculateSize() + 4) > listBudget;
+                }
+            }
+
+            if (record.PositionsOmitted)
+            {
+                record.Sessions.Clear();
+                record.Variables.Clear();
             }
 
             // 0: nothing to recover before this record itself.
@@ -95,7 +119,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
-            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, record.Sessions.Count, record.Variables.Count, forcedSessions, forcedVariables,
+            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, sessionCount, variableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started));
             Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
