@@ -109,14 +109,14 @@ public sealed partial class SessionScaleTests : IDisposable
                 Assert.Equal(HttpStatusCode.OK, (await PageAsync(service, session, 1, $"p{i}-1")).Status);
             }
 
-            // Another session keeps the log growing, so service checkpoints run (every second) and copy the idle sessions'
-            // replies forward, letting the log's start move past where they were first written.
+            // Another session grows the log by more than the relocation window (64 MiB) while service checkpoints run (every
+            // second) and checkpoint the idle sessions, copying their replies forward once they lie that far behind, so the
+            // log's start moves past where they were first written.
             var busy = await service.StartSessionAsync();
-            var deadline = DateTime.UtcNow.AddSeconds(60);
-            for (var seq = 1; DateTime.UtcNow < deadline && ForcedIdleSessions(service.Output) < 2 * sessions.Count; seq++)
+            var deadline = DateTime.UtcNow.AddSeconds(90);
+            for (var seq = 1; DateTime.UtcNow < deadline && (seq <= 400 || ForcedIdleSessions(service.Output) < 2 * sessions.Count); seq++)
             {
-                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", busy, seq, new { account = "busy", amount = 1 })).Status);
-                await Task.Delay(20, Ct);
+                Assert.Equal(HttpStatusCode.OK, (await PageAsync(service, busy, seq, $"busy-{seq}")).Status);
             }
 
             Assert.True(ForcedIdleSessions(service.Output) >= 2 * sessions.Count, $"the idle sessions were not checkpointed twice:\n{service.Output}");

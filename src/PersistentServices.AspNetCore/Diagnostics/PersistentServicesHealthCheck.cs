@@ -31,6 +31,7 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) :
             ["neverUsedSessions"] = sessions.NeverUsed,
             ["heldReplyBytes"] = held,
             ["memoryBudgetBytes"] = budget,
+            ["replyLogBytes"] = sessions.Memory.LogHeldBytes,
             ["replayingSessions"] = sessions.Enumerate().Count(s => !s.Ready.IsCompleted),
             ["quarantinedSessions"] = runtime.QuarantinedSessions,
         };

@@ -51,6 +51,10 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             var record = new ServiceCheckpoint { Epoch = Epoch, CleanShutdown = cleanShutdown };
             var scanFrom = long.MaxValue;
 
+            // Replies kept in the log that sessions may still need lie below their recovery position (docs/capacity.md):
+            // the log is kept from the lowest, but recovery does not scan them.
+            var retainFrom = long.MaxValue;
+
             // The positions are listed while they fit half a record; beyond (tens of thousands of sessions), the lists are
             // left out: recovery needs only the scan start.
             var listBudget = log.MaxRecordBytes / 2;
@@ -66,6 +70,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
                 sessionCount++;
                 scanFrom = Math.Min(scanFrom, lsn);
+                retainFrom = Math.Min(retainFrom, session.RetainLsn);
                 if (!record.PositionsOmitted)
                 {
                     var position = new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn };
@@ -95,7 +100,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // 0: nothing to recover before this record itself.
             record.ScanFromLsn = scanFrom == long.MaxValue ? 0 : scanFrom;
             var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
-            var truncateTo = record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn;
+            var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
@@ -119,7 +124,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
-            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, sessionCount, variableCount, forcedSessions, forcedVariables,
+            var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, sessionCount, variableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started));
             Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;

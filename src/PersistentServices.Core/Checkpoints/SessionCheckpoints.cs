@@ -35,9 +35,11 @@ internal static class SessionCheckpoints
     }
 
     /// <summary>
-    /// <see cref="Take"/> for a session idle for a while (the service checkpoint's turn, [MSP §3.4]): a buffered reply kept
-    /// in the log is first copied forward (<see cref="ReplyStore.RelocateAsync"/>), so the checkpoint no longer holds the
-    /// log back to where the reply was first written. The caller holds the session's execution lock.
+    /// <see cref="Take"/> for a session idle for a while (the service checkpoint's turn, [MSP §3.4]). A buffered reply kept
+    /// in the log that lies far behind the log's tail is first copied forward (<see cref="ReplyStore.RelocateAsync"/>), so
+    /// it stops holding the log back: "far" is twice the log bytes all live sessions' replies take there, at least
+    /// <see cref="SessionMemory.MinRelocationWindowBytes"/>. So the log keeps at most about three times those bytes for
+    /// them, and copying writes at most about half a byte per byte the log grows. The caller holds the session's execution lock.
     /// </summary>
     public static async Task<long> TakeIdleAsync(DurableLog log, Session session, CancellationToken cancellationToken)
     {
@@ -46,7 +48,9 @@ internal static class SessionCheckpoints
             return 0;
         }
 
-        if (session.LastReply is { InLog: true } held)
+        var memory = session.Memory;
+        var window = memory is null ? 0 : Math.Max(memory.MinRelocationWindowBytes, 2 * memory.LogHeldBytes);
+        if (session.LastReply is { InLog: true } held && held.Location.FirstLsn < log.TailAddress - window)
         {
             session.RelocateReply(await ReplyStore.RelocateAsync(log, held.Location, cancellationToken).ConfigureAwait(false));
         }
@@ -78,6 +82,7 @@ internal static class SessionCheckpoints
             case { Location: var location }:
                 record.LastReplyLsn = location.Lsn;
                 record.LastReplyFirstLsn = location.FirstLsn;
+                record.LastReplyLogBytes = location.LogBytes;
                 break;
         }
 

@@ -60,6 +60,8 @@ internal static class PersistentServicesMetrics
             "Live sessions that have not received a request yet (they expire after UnusedSessionRetention).");
         Meter.CreateObservableGauge("persistentservices.sessions.held_bytes", () => sessions.Memory.HeldBytes, "By",
             "Bytes of buffered replies sessions hold in memory (counted against SessionMemoryBudgetBytes).");
+        Meter.CreateObservableGauge("persistentservices.sessions.log_held_bytes", () => sessions.Memory.LogHeldBytes, "By",
+            "About how many bytes of log the buffered replies kept there (not in memory) take; the log retains them while their sessions live.");
         Meter.CreateObservableGauge("persistentservices.sessions.memory_budget", () => sessions.Memory.BudgetBytes, "By",
             "The session memory budget (SessionMemoryBudgetBytes, or its default from the memory the process may use).");
     }

@@ -125,7 +125,7 @@ internal static class AnalysisScan
                         if (reply.FullReply is not null)
                         {
                             // Kept in the log: once replayed, the session holds this location, not the replayed body.
-                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(reply, record.Lsn));
+                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(reply, record.Lsn, record.Body.Length, log.MaxRecordBytes));
                         }
 
                         replied.StateNumber = record.Lsn;

@@ -28,6 +28,9 @@ internal sealed class HeldReply
     /// <summary>Memory counted against the session memory budget: the reply's, or nothing for a reply in the log.</summary>
     public long MemoryBytes => Reply?.MemoryBytes ?? 0;
 
+    /// <summary>Log bytes the reply takes when only the log holds it (0 when it is in memory).</summary>
+    public long LogBytes => Reply is null ? Location.LogBytes : 0;
+
     public static HeldReply InMemory(BufferedReply reply) => new(reply, default);
 
     /// <summary>Only the location; OnCompleted callbacks deferred on <paramref name="from"/> move along.</summary>

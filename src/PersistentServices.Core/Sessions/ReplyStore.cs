@@ -60,8 +60,12 @@ internal static class ReplyStore
         return true;
     }
 
-    /// <summary>Where <paramref name="record"/>, appended at <paramref name="lsn"/> with a full reply, holds it.</summary>
-    public static ReplyLocation LocationOf(ReplySent record, long lsn) => new(lsn, record.BodyPartLsns.Count > 0 ? record.BodyPartLsns[0] : lsn);
+    /// <summary>
+    /// Where <paramref name="record"/>, appended at <paramref name="lsn"/> with a full reply, holds it;
+    /// <paramref name="recordBytes"/> is the record's size (the parts add about a record each).
+    /// </summary>
+    public static ReplyLocation LocationOf(ReplySent record, long lsn, int recordBytes, int maxRecordBytes)
+        => new(lsn, record.BodyPartLsns.Count > 0 ? record.BodyPartLsns[0] : lsn, recordBytes + (long)record.BodyPartLsns.Count * maxRecordBytes);
 
     /// <summary>
     /// Reads the reply at <paramref name="location"/>: exactly the status, headers and body logged (each record verified by
@@ -113,7 +117,7 @@ internal static class ReplyStore
         if (sent.BodyPartLsns.Count == 0)
         {
             var lsn = log.Append(RecordKind.Reply, record.Body.Span);
-            return new ReplyLocation(lsn, lsn);
+            return new ReplyLocation(lsn, lsn, location.LogBytes);
         }
 
         var copies = new List<long>(sent.BodyPartLsns.Count);
@@ -126,7 +130,7 @@ internal static class ReplyStore
         sent.BodyPartLsns.Clear();
         sent.BodyPartLsns.Add(copies);
         var copy = log.Append(RecordKind.Reply, sent);
-        return new ReplyLocation(copy, copies[0]);
+        return new ReplyLocation(copy, copies[0], location.LogBytes);
     }
 
     private static async Task<(LogRecord Record, ReplySent Sent, LoggedReply Full)> ReadHolderAsync(DurableLog log, ReplyLocation location, CancellationToken cancellationToken)

@@ -70,6 +70,7 @@ internal sealed class Session
     // The buffered reply and what it costs against the session memory budget of the table the session is in.
     private HeldReply? _lastReply;
     private long _heldBytes;
+    private long _logHeldBytes;
     private long _reservedBytes;
     private SessionTable? _table;
 
@@ -164,21 +165,34 @@ internal sealed class Session
     /// Where this session's recovery starts: its latest checkpoint record, or its SessionStarted record before its first
     /// checkpoint (MSP §3.4: what the service checkpoint lists).
     /// </summary>
-    /// <remarks>
-    /// Never above the first record of a buffered reply kept in the log ([Phoenix/App §4.4]), nor above a reply a duplicate
-    /// is reading from the log right now: truncation never removes a reply a retry may still need.
-    /// </remarks>
     public long RecoveryLsn
+    {
+        get => Volatile.Read(ref _recoveryLsn);
+        set => Volatile.Write(ref _recoveryLsn, value);
+    }
+
+    /// <summary>
+    /// Where the log must be kept from for this session: <see cref="RecoveryLsn"/>, or lower, the first record of its
+    /// buffered reply kept in the log ([Phoenix/App §4.4]), or of a reply a duplicate is reading from the log right now.
+    /// Truncation never removes a reply a retry may still need; recovery's scan need not read it (a checkpoint references it).
+    /// </summary>
+    public long RetainLsn
     {
         get
         {
+            var lsn = RecoveryLsn;
+            if (Volatile.Read(ref _lastReply) is { InLog: true } held && held.Location.FirstLsn < lsn)
+            {
+                lsn = held.Location.FirstLsn;
+            }
+
             var pin = Volatile.Read(ref _logReadPin);
-            var lsn = Volatile.Read(ref _recoveryLsn);
             return pin != 0 && pin < lsn ? pin : lsn;
         }
-
-        set => Volatile.Write(ref _recoveryLsn, value);
     }
+
+    /// <summary>The budget of the table the session is in (null outside a table).</summary>
+    internal SessionMemory? Memory => _table?.Memory;
 
     /// <summary>Bytes this session logged since its latest checkpoint (MSP §3.2: a checkpoint is taken when they pass a threshold).</summary>
     public long LoggedBytesSinceCheckpoint { get; set; }
@@ -378,7 +392,7 @@ internal sealed class Session
         {
             if (_lastReply is { InLog: true } held)
             {
-                Volatile.Write(ref _lastReply, held.MovedTo(location));
+                SetLastReplyLocked(held.MovedTo(location));
             }
         }
     }
@@ -465,6 +479,7 @@ internal sealed class Session
         {
             _table = table;
             table.Memory.Add(_heldBytes + _reservedBytes);
+            table.Memory.AddInLog(_logHeldBytes);
             if (LastSequence == 0)
             {
                 table.CountUnused(1);
@@ -480,6 +495,7 @@ internal sealed class Session
             if (_table is { } table)
             {
                 table.Memory.Release(_heldBytes + _reservedBytes);
+                table.Memory.AddInLog(-_logHeldBytes);
                 if (LastSequence == 0)
                 {
                     table.CountUnused(-1);
@@ -497,8 +513,11 @@ internal sealed class Session
     private void SetLastReplyLocked(HeldReply? reply)
     {
         var bytes = reply?.MemoryBytes ?? 0;
+        var logBytes = reply?.LogBytes ?? 0;
         _table?.Memory.Add(bytes - _heldBytes - _reservedBytes);
+        _table?.Memory.AddInLog(logBytes - _logHeldBytes);
         _heldBytes = bytes;
+        _logHeldBytes = logBytes;
         _reservedBytes = 0;
         Volatile.Write(ref _lastReply, reply);
     }
@@ -538,13 +557,13 @@ internal sealed class Session
                 LastRequestHash = restore.LastRequestHash.IsEmpty ? null : restore.LastRequestHash.ToByteArray();
                 LastRequestHashVersion = (int)restore.LastRequestHashVersion;
                 SetLastReplyLocked(
-                    restore.LastReplyLsn != 0 ? HeldReply.InTheLog(new ReplyLocation(restore.LastReplyLsn, restore.LastReplyFirstLsn != 0 ? restore.LastReplyFirstLsn : restore.LastReplyLsn))
+                    restore.LastReplyLsn != 0 ? HeldReply.InTheLog(new ReplyLocation(restore.LastReplyLsn, restore.LastReplyFirstLsn != 0 ? restore.LastReplyFirstLsn : restore.LastReplyLsn, restore.LastReplyLogBytes))
                     : restore.LastReply is { } reply ? HeldReply.InMemory(BufferedReply.FromLogged(reply))
                     : null);
             }
 
-            // The checkpoint references a reply kept in the log instead of copying it: recovery needs the log from there.
-            RecoveryLsn = _lastReply is { InLog: true } held ? Math.Min(lsn, held.Location.FirstLsn) : lsn;
+            // A reply kept in the log is referenced, not copied: RetainLsn keeps the log from there; the scan starts here.
+            RecoveryLsn = lsn;
         }
 
         if (restore is null)

@@ -10,6 +10,7 @@ namespace PersistentServices.Sessions;
 internal sealed class SessionMemory
 {
     private long _held;
+    private long _inLog;
     private long _loggedInFull;
 
     public SessionMemory(long budgetBytes, int maxBufferedReplyBytes)
@@ -31,6 +32,28 @@ internal sealed class SessionMemory
 
     /// <summary>Bytes of replies held in memory now (reserved ones included).</summary>
     public long HeldBytes => Volatile.Read(ref _held);
+
+    /// <summary>
+    /// About how many bytes of log the replies that live sessions keep there take (what the log must retain for them, and
+    /// what copying all of them forward would cost).
+    /// </summary>
+    public long LogHeldBytes => Volatile.Read(ref _inLog);
+
+    /// <summary>Counts log bytes of replies kept in the log (negative: released).</summary>
+    public void AddInLog(long bytes)
+    {
+        if (bytes != 0)
+        {
+            Interlocked.Add(ref _inLog, bytes);
+        }
+    }
+
+    /// <summary>
+    /// An idle session's reply kept in the log is copied forward only once it lies this far behind the log's tail, or
+    /// twice <see cref="LogHeldBytes"/> if that is more (<see cref="Checkpoints.SessionCheckpoints.TakeIdleAsync"/>).
+    /// Default 64 MiB (tests lower it).
+    /// </summary>
+    public long MinRelocationWindowBytes { get; set; } = 64L << 20;
 
     /// <summary>Replies logged in full since start (because of their size or the budget).</summary>
     public long LoggedInFull => Volatile.Read(ref _loggedInFull);

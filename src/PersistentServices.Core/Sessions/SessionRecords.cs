@@ -64,7 +64,7 @@ internal static class SessionRecords
         session.StateNumber = lsn;
         if (inFull)
         {
-            reply.Location = ReplyStore.LocationOf(record, lsn);
+            reply.Location = ReplyStore.LocationOf(record, lsn, record.CalculateSize(), log.MaxRecordBytes);
             Diagnostics.PersistentServicesMetrics.RepliesLoggedInFull.Add(1, new KeyValuePair<string, object?>("reason", reason));
         }
 

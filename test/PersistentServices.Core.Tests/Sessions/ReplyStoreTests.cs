@@ -44,14 +44,16 @@ public sealed class ReplyStoreTests
         Assert.True(held.InLog);
         Assert.Equal(lsn, held.Location.Lsn);
         Assert.Equal(size > 4000, held.Location.FirstLsn < lsn);
+        // The reply's records hold the log (truncation stops below them), also once it was copied forward while a
+        // duplicate was reading the old copy.
         session.RecoveryLsn = lsn + 1_000_000;
+        Assert.Equal(held.Location.FirstLsn, session.RetainLsn);
         var admission = session.Admit(1, [1]);
         Assert.Equal(AdmitOutcome.Duplicate, admission.Outcome);
-
-        // While a duplicate reads it, the reply's records hold the log (truncation stops below them).
-        Assert.Equal(held.Location.FirstLsn, session.RecoveryLsn);
+        session.RelocateReply(new ReplyLocation(lsn + 500_000, lsn + 500_000, held.Location.LogBytes));
+        Assert.Equal(held.Location.FirstLsn, session.RetainLsn);
         var read = await session.ReadHeldReplyAsync(log, admission.Reply!, Ct);
-        Assert.Equal(lsn + 1_000_000, session.RecoveryLsn);
+        Assert.Equal(lsn + 500_000, session.RetainLsn);
         Assert.Equal(reply.Body, read.Body);
         Assert.Equal(reply.StatusCode, read.StatusCode);
         Assert.Equal(["a", "b"], read.Headers.Single(h => h.Key == "X-Page").Value);
