@@ -18,19 +18,29 @@ using PersistentServices.Hosting;
 //   throughput (default): plain vs [Persistent] vs [ReadOnly] endpoints of one in-process Kestrel server, with 1 and
 //       64 concurrent client sessions (closed loop): requests/s, p50/p99 latency, log forces per request.
 //   state: an endpoint doing 0, 1, 4 read+write of state per request, the state in shared variables vs a durable SQLite
-//       row vs Redis (seed 000 §5: Psession and StateServer), with 1 and 64 sessions.
+//       row vs Redis ([MSP §5]: Psession and StateServer), with 1 and 64 sessions.
+//   domain: two services as child processes, an end request to A making 1..4 calls to B: NoLog, pessimistic,
+//       locally optimistic (one domain), Psession (SQLite), StateServer (Redis) ([MSP §5] Fig. 13-14); then throughput
+//       against the rate at which B is SIGKILLed (Fig. 15b).
 //   recovery: drives N logged requests into the sample service (a child process), SIGKILLs it, restarts it and
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
+//        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
+//            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
-if (mode is not ("throughput" or "state" or "recovery" or "serve"))
+if (mode is not ("throughput" or "state" or "recovery" or "domain" or "serve" or "member"))
 {
-    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery or serve");
+    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery, domain or serve");
     return 2;
 }
 
 string? Option(string name) => args.SkipWhile(a => a != name).Skip(1).FirstOrDefault();
+
+if (mode == "member")
+{
+    return await DomainComparison.ServeMemberAsync(Option);
+}
 
 if (mode == "serve")
 {
@@ -59,11 +69,25 @@ if (mode == "state")
     return 0;
 }
 
+if (mode == "domain")
+{
+    static int[] Ints(string text) => [.. text.Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture))];
+    await DomainComparison.RunAsync(
+        seconds: int.Parse(Option("--seconds") ?? "5", CultureInfo.InvariantCulture),
+        sessionCounts: Ints(Option("--sessions") ?? "1,16"),
+        callCounts: Ints(Option("--calls") ?? "1,2,3,4"),
+        configs: (Option("--configs") ?? "nolog,pessimistic,optimistic,psession,stateserver").Split(','),
+        crashPeriods: [.. (Option("--crash-every") ?? "0,10,5,2.5").Split(',', StringSplitOptions.RemoveEmptyEntries).Select(s => double.Parse(s, CultureInfo.InvariantCulture))],
+        crashSeconds: int.Parse(Option("--crash-seconds") ?? "20", CultureInfo.InvariantCulture));
+    return 0;
+}
+
 if (mode == "recovery")
 {
     await RecoveryRun.RunAsync(
         requests: int.Parse(Option("--requests") ?? "100000", CultureInfo.InvariantCulture),
-        sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture));
+        sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture),
+        checkpointBytes: Option("--checkpoint-bytes") is { } bytes ? int.Parse(bytes, CultureInfo.InvariantCulture) : null);
     return 0;
 }
 
@@ -74,8 +98,8 @@ var logDir = Path.Combine(Path.GetTempPath(), "ps-e2e-" + Guid.NewGuid().ToStrin
 await using var server = await BenchServer.StartAsync(logDir);
 Console.WriteLine($"- server: in-process Kestrel on {server.BaseAddress} (HTTP/1.1), log in {logDir}; clients in the same process; every kind warmed, then {seconds} s per cell after 2 s warm-up");
 Console.WriteLine();
-Console.WriteLine("| endpoint | sessions | requests/s | p50 (ms) | p99 (ms) | log forces per request | CPU per request (µs, client + server) | vs plain (req/s) |");
-Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|---:|");
+Console.WriteLine("| endpoint | sessions | requests/s | p50 (ms) | p99 (ms) | log forces per request | CPU per request (µs, client + server) | allocated per request (bytes, client + server) | vs plain (req/s) |");
+Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
 foreach (var sessions in sessionCounts)
 {
     // Warm every kind first (JIT tiers, connections, thread pool), so the order of the measured cells does not favour any.
@@ -94,7 +118,7 @@ foreach (var sessions in sessionCounts)
         }
 
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"| {kind} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {result.ForcesPerRequest:F3} | {result.CpuMicrosecondsPerRequest:F1} | {result.RequestsPerSecond / plainRate:F2} |"));
+            $"| {kind} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F3} | {result.P99:F3} | {result.ForcesPerRequest:F3} | {result.CpuMicrosecondsPerRequest:F1} | {result.AllocatedBytesPerRequest:N0} | {result.RequestsPerSecond / plainRate:F2} |"));
     }
 }
 
@@ -145,7 +169,7 @@ namespace PersistentServices.EndToEnd
 
     public sealed record Item(long N);
 
-    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests, double LogBytesPerRequest, double CpuMicrosecondsPerRequest);
+    internal sealed record LoadResult(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long TotalRequests, double LogBytesPerRequest, double CpuMicrosecondsPerRequest, double AllocatedBytesPerRequest = 0);
 
     internal static class LoadRun
     {
@@ -175,6 +199,7 @@ namespace PersistentServices.EndToEnd
             var commitsBefore = runtime.Log.Commits;
             var tailBefore = runtime.Log.TailAddress;
             var cpuBefore = Process.GetCurrentProcess().TotalProcessorTime;
+            var allocatedBefore = GC.GetTotalAllocatedBytes(precise: true);
             var latencies = new List<double>[sessions];
             var started = Stopwatch.GetTimestamp();
             var count = await DriveAsync(client, path, persistent, ids, sequences, duration, latencies);
@@ -182,8 +207,10 @@ namespace PersistentServices.EndToEnd
             var commits = runtime.Log.Commits - commitsBefore;
             var logBytes = runtime.Log.TailAddress - tailBefore;
             var cpu = (Process.GetCurrentProcess().TotalProcessorTime - cpuBefore).TotalMicroseconds;
+            var allocated = GC.GetTotalAllocatedBytes(precise: true) - allocatedBefore;
             var all = latencies.SelectMany(l => l).Order().ToArray();
-            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count, (double)logBytes / count, cpu / count);
+            return new LoadResult(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)commits / count, count, (double)logBytes / count, cpu / count,
+                (double)allocated / count);
         }
 
         private static async Task<long> DriveAsync(HttpClient client, string path, bool persistent, string[] ids, long[] sequences, TimeSpan duration, List<double>[]? latencies)
@@ -224,16 +251,18 @@ namespace PersistentServices.EndToEnd
     /// <summary>Recovery time of the sample (a real process) after SIGKILL with many logged requests.</summary>
     internal static class RecoveryRun
     {
-        public static async Task RunAsync(int requests, int sessions)
+        public static async Task RunAsync(int requests, int sessions, int? checkpointBytes)
         {
+            var settings = checkpointBytes is { } b ? new[] { $"--PersistentServices:SessionCheckpointBytes={b}" } : [];
             var sample = typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
             var logDir = Path.Combine(Path.GetTempPath(), "ps-recovery-" + Guid.NewGuid().ToString("N")[..8]);
             const string url = "http://127.0.0.1:5099";
             using var client = new HttpClient { BaseAddress = new Uri(url), Timeout = TimeSpan.FromSeconds(30) };
-            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients");
+            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients; " +
+                              $"session checkpoints {(checkpointBytes is { } cb ? (cb == int.MaxValue ? "off" : $"every {cb:N0} bytes") : "at the default threshold")}");
             Console.WriteLine();
 
-            var service = Start(sample, url, logDir, out var output);
+            var service = Start(sample, url, logDir, settings, out var output);
             await WaitReadyAsync(client, requireReplayed: true);
             var ids = new string[sessions];
             for (var i = 0; i < sessions; i++)
@@ -271,9 +300,21 @@ namespace PersistentServices.EndToEnd
             service.Dispose();
 
             var restart = Stopwatch.StartNew();
-            service = Start(sample, url, logDir, out output);
+            service = Start(sample, url, logDir, settings, out output);
             await WaitReadyAsync(client, requireReplayed: false);
             var ready = restart.Elapsed;
+
+            // A new client: a session started and one persistent request served, while the old sessions replay.
+            using (var start = await client.PostAsync("/ps/sessions", null))
+            {
+                using var first = new HttpRequestMessage(HttpMethod.Post, "/counter/add") { Content = JsonContent.Create(new { opId = "new", amount = 1 }) };
+                first.Headers.TryAddWithoutValidation("PS-Session", start.Headers.GetValues("PS-Session").Single());
+                first.Headers.TryAddWithoutValidation("PS-Seq", "1");
+                using var served = await client.SendAsync(first);
+                served.EnsureSuccessStatusCode();
+            }
+
+            var newServed = restart.Elapsed;
             await WaitReadyAsync(client, requireReplayed: true);
             var replayed = restart.Elapsed;
 
@@ -289,10 +330,11 @@ namespace PersistentServices.EndToEnd
             Console.WriteLine("| measurement | time |");
             Console.WriteLine("|---|---:|");
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart (process start) -> ready (log verified, analysis scan done, accepting requests) | {ready.TotalSeconds:F2} s |"));
-            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> all {sessions:N0} sessions replayed ({perSession * sessions:N0} requests) | {replayed.TotalSeconds:F2} s |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> a new session served (session started + one persistent request) | {newServed.TotalSeconds:F2} s |"));
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture, $"| restart -> all {sessions:N0} sessions recovered ({perSession * sessions:N0} requests logged) | {replayed.TotalSeconds:F2} s |"));
             Console.WriteLine();
             Console.WriteLine("service log:");
-            foreach (var line in output.Where(l => l.Contains("Opened log", StringComparison.Ordinal) || l.Contains("Analysis scan", StringComparison.Ordinal) || l.Contains("Replayed", StringComparison.Ordinal)))
+            foreach (var line in output.Where(l => l.Contains("Opened log", StringComparison.Ordinal) || l.Contains("Analysis scan", StringComparison.Ordinal) || l.Contains("Replayed", StringComparison.Ordinal) || l.Contains("Service checkpoint", StringComparison.Ordinal)))
             {
                 Console.WriteLine("    " + line.Trim());
             }
@@ -303,7 +345,7 @@ namespace PersistentServices.EndToEnd
             Directory.Delete(logDir, recursive: true);
         }
 
-        private static Process Start(string sample, string url, string logDir, out List<string> output)
+        private static Process Start(string sample, string url, string logDir, string[] settings, out List<string> output)
         {
             var lines = new List<string>();
             output = lines;
@@ -328,6 +370,11 @@ namespace PersistentServices.EndToEnd
                 }
             };
             process.ErrorDataReceived += (_, _) => { };
+            foreach (var setting in settings)
+            {
+                process.StartInfo.ArgumentList.Add(setting);
+            }
+
             process.Start();
             process.BeginOutputReadLine();
             process.BeginErrorReadLine();

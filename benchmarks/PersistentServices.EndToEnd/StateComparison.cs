@@ -12,11 +12,12 @@ using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
 using PersistentServices.SharedState;
+using StackExchange.Redis;
 
 namespace PersistentServices.EndToEnd;
 
 /// <summary>
-/// Issue 5's comparison (seed 000 §5's configurations): an endpoint doing 0, 1 or 4 read+write of state per request,
+/// The state comparison ([MSP §5]'s configurations): an endpoint doing 0, 1 or 4 read+write of state per request,
 /// with the state in PersistentServices shared variables ([Persistent] endpoint: logged, exactly once, recovered from the
 /// log), in a durable SQLite row per variable (a plain endpoint: "Psession", one transaction per request, WAL with
 /// synchronous=FULL) and in Redis (a plain endpoint: "StateServer", in memory, not durable).
@@ -31,7 +32,7 @@ internal static class StateComparison
         Directory.CreateDirectory(root);
         using var redis = RedisServer.Start(6399);
         var sqlite = new SqliteCounters(Path.Combine(root, "state.db"));
-        var pool = new RedisPool(6399);
+        using var pool = await ConnectionMultiplexer.ConnectAsync("127.0.0.1:6399");
 
         var builder = WebApplication.CreateBuilder();
         builder.WebHost.UseUrls("http://127.0.0.1:0");
@@ -50,7 +51,18 @@ internal static class StateComparison
             return Results.Ok(new { last });
         });
         app.MapPost("/sqlite/{n:int}", (int n) => Results.Ok(new { last = sqlite.Increment(n) }));
-        app.MapPost("/redis/{n:int}", async (int n) => Results.Ok(new { last = await pool.IncrementAsync(n) }));
+        app.MapPost("/redis/{n:int}", async (int n) =>
+        {
+            var db = pool.GetDatabase();
+            long last = 0;
+            for (var i = 0; i < n; i++)
+            {
+                last = ((long?)await db.StringGetAsync($"counter{i}") ?? 0) + 1;
+                await db.StringSetAsync($"counter{i}", last);
+            }
+
+            return Results.Ok(new { last });
+        });
         await app.StartAsync();
         var runtime = app.Services.GetRequiredService<PersistentRuntime>();
 
@@ -76,7 +88,6 @@ internal static class StateComparison
         await app.StopAsync();
         await app.DisposeAsync();
         sqlite.Dispose();
-        pool.Dispose();
         Directory.Delete(root, recursive: true);
     }
 
@@ -141,126 +152,6 @@ internal static class StateComparison
             using var command = connection.CreateCommand();
             command.CommandText = sql;
             command.ExecuteNonQuery();
-        }
-    }
-
-    /// <summary>A redis-server child process on loopback, without persistence (an in-memory state server).</summary>
-    private sealed class RedisServer : IDisposable
-    {
-        private readonly Process _process;
-
-        private RedisServer(Process process, string version)
-        {
-            _process = process;
-            Version = version;
-        }
-
-        public string Version { get; }
-
-        public static RedisServer Start(int port)
-        {
-            var process = Process.Start(new ProcessStartInfo("redis-server", $"--port {port} --bind 127.0.0.1 --save \"\" --appendonly no")
-            {
-                RedirectStandardOutput = true,
-                UseShellExecute = false,
-            }) ?? throw new InvalidOperationException("redis-server did not start (apt-get install redis-server)");
-            for (var i = 0; i < 100; i++)
-            {
-                try
-                {
-                    using var client = new TcpClient("127.0.0.1", port);
-                    break;
-                }
-                catch (SocketException)
-                {
-                    Thread.Sleep(50);
-                }
-            }
-
-            var version = Process.Start(new ProcessStartInfo("redis-server", "--version") { RedirectStandardOutput = true })!.StandardOutput.ReadToEnd().Split(' ').FirstOrDefault(p => p.StartsWith("v=", StringComparison.Ordinal)) ?? "?";
-            return new RedisServer(process, version);
-        }
-
-        public void Dispose()
-        {
-            _process.Kill();
-            _process.WaitForExit();
-            _process.Dispose();
-        }
-    }
-
-    /// <summary>
-    /// Pooled connections speaking just enough RESP2 for GET and SET (StackExchange.Redis does not restore from the
-    /// registry copy; this benchmark-only client is not a general Redis client).
-    /// </summary>
-    private sealed class RedisPool(int port) : IDisposable
-    {
-        private readonly ConcurrentBag<Connection> _idle = [];
-
-        public async Task<long> IncrementAsync(int n)
-        {
-            if (!_idle.TryTake(out var connection))
-            {
-                connection = new Connection(port);
-            }
-
-            long last = 0;
-            for (var i = 0; i < n; i++)
-            {
-                var value = await connection.CommandAsync("GET", $"counter{i}");
-                last = (value is null ? 0 : long.Parse(value, CultureInfo.InvariantCulture)) + 1;
-                await connection.CommandAsync("SET", $"counter{i}", last.ToString(CultureInfo.InvariantCulture));
-            }
-
-            _idle.Add(connection);
-            return last;
-        }
-
-        public void Dispose()
-        {
-            foreach (var connection in _idle)
-            {
-                connection.Dispose();
-            }
-        }
-
-        private sealed class Connection : IDisposable
-        {
-            private readonly TcpClient _client;
-            private readonly NetworkStream _stream;
-            private readonly StreamReader _reader;
-
-            public Connection(int port)
-            {
-                _client = new TcpClient("127.0.0.1", port) { NoDelay = true };
-                _stream = _client.GetStream();
-                _reader = new StreamReader(_stream, Encoding.ASCII);
-            }
-
-            public async Task<string?> CommandAsync(params string[] parts)
-            {
-                var request = new StringBuilder().Append('*').Append(parts.Length).Append("\r\n");
-                foreach (var part in parts)
-                {
-                    request.Append('$').Append(Encoding.UTF8.GetByteCount(part)).Append("\r\n").Append(part).Append("\r\n");
-                }
-
-                await _stream.WriteAsync(Encoding.UTF8.GetBytes(request.ToString()));
-                var line = await _reader.ReadLineAsync() ?? throw new IOException("redis closed the connection");
-                switch (line[0])
-                {
-                    case '+':
-                        return line[1..];
-                    case '$' when line == "$-1":
-                        return null;
-                    case '$':
-                        return await _reader.ReadLineAsync();
-                    default:
-                        throw new IOException("redis: " + line);
-                }
-            }
-
-            public void Dispose() => _client.Dispose();
         }
     }
 }

@@ -14,7 +14,9 @@ function init(args)
     n = n + 1
     if n == id then session = line end
   end
-  seq = -1  -- wrk calls request() once per thread before it connects and drops that request: the first one sent is 1
+  -- wrk calls the first thread's request() once to verify the script and drops that request (script_verify_request in
+  -- wrk.c); every other thread's first request is sent. Either way the first one sent is 1.
+  if id == 1 then seq = -1 else seq = 0 end
   path = os.getenv("PS_PATH") or "/persistent"
 end
 

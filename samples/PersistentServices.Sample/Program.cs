@@ -11,8 +11,15 @@ builder.Services.AddControllers();
 builder.Services.AddSingleton<CounterSession>();
 
 // The one thing a service adds: its log directory (keep it on a persistent volume).
+// Every option can also come from configuration (appsettings.json, PersistentServices__SessionCheckpointBytes=..., --PersistentServices:...).
 builder.Services.AddPersistentServices(options =>
-    options.LogDirectory = builder.Configuration["PersistentServices:LogDirectory"] ?? Path.Combine(builder.Environment.ContentRootPath, "data", "log"));
+{
+    builder.Configuration.GetSection("PersistentServices").Bind(options);
+    if (string.IsNullOrEmpty(options.LogDirectory))
+    {
+        options.LogDirectory = Path.Combine(builder.Environment.ContentRootPath, "data", "log");
+    }
+});
 
 // Session starts per client (docs/capacity.md): a burst of 20, then 5 a second. A client flooding POST /ps/sessions gets
 // 429 from here (with Retry-After) long before the service's MaxSessions fills up, so other clients still get sessions.

@@ -54,7 +54,7 @@ public sealed class PersistentServicesOptions
     public string SessionsPath { get; set; } = "/ps/sessions";
 
     /// <summary>
-    /// This service's name in dependency vectors (seed 000 §3.1). Default: the application name. Must be unique within a
+    /// This service's name in dependency vectors ([MSP §3.1]). Default: the application name. Must be unique within a
     /// service domain and stable across restarts.
     /// </summary>
     public string ServiceName { get; set; } = "";
@@ -64,9 +64,9 @@ public sealed class PersistentServicesOptions
 
     /// <summary>
     /// A session is checkpointed (its state values and buffered reply logged, so recovery starts there) once it logged this
-    /// many bytes since its last checkpoint, between two of its requests ([MSP §3.2]). Default 256 KiB.
+    /// many bytes since its last checkpoint, between two of its requests ([MSP §3.2]). Default 64 KiB.
     /// </summary>
-    public int SessionCheckpointBytes { get; set; } = 256 << 10;
+    public int SessionCheckpointBytes { get; set; } = 64 << 10;
 
     /// <summary>
     /// A service checkpoint (which moves the log anchor and truncates the log, [MSP §3.4]) is taken when this much time
@@ -97,6 +97,12 @@ public sealed class PersistentServicesOptions
 
     /// <summary>Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are always excluded.</summary>
     public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+
+    /// <summary>The service domain this service belongs to (docs/domains.md); empty: none.</summary>
+    public DomainOptions Domain { get; } = new();
+
+    /// <summary>Calls between the deployment's persistent services: peer key, retries, forcing (docs/calls.md).</summary>
+    public PersistentCallOptions Calls { get; } = new();
 
     /// <summary>Advanced settings of the log (page and segment sizes, metadata interval). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();

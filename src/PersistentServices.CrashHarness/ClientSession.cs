@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Globalization;
 using System.Net.Http.Headers;
 using System.Net.Sockets;
@@ -74,18 +75,20 @@ internal sealed class ClientSession
                     var sku = "sku-" + _amounts.Next(0, InventoryChecker.Skus).ToString(CultureInfo.InvariantCulture);
                     var delta = _amounts.Next(-3, 6);
                     InFlight = (opId, delta);
+                    var adjustStarted = Stopwatch.GetTimestamp();
                     if (!await AdjustAsync(seq, opId, sku, delta, stop).ConfigureAwait(false))
                     {
                         return;
                     }
 
                     InFlight = null;
-                    _stats.Acknowledged();
+                    _stats.Acknowledged(Stopwatch.GetElapsedTime(adjustStarted).TotalMilliseconds);
                     continue;
                 }
 
                 var amount = (long)_amounts.Next(1, 1001);
                 InFlight = (opId, amount);
+                var addStarted = Stopwatch.GetTimestamp();
                 if (!await AddAsync(seq, opId, amount, stop).ConfigureAwait(false))
                 {
                     return;
@@ -94,7 +97,7 @@ internal sealed class ClientSession
                 _acknowledged.Add((opId, amount));
                 _total += amount;
                 InFlight = null;
-                _stats.Acknowledged();
+                _stats.Acknowledged(Stopwatch.GetElapsedTime(addStarted).TotalMilliseconds);
             }
         }
         catch (OperationCanceledException) when (stop.IsCancellationRequested)

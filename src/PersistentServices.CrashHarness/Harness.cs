@@ -287,6 +287,7 @@ internal sealed class Harness
             $"503 {_stats[Counter.RetryUnavailable]}, 429 {_stats[Counter.RetryTooMany]}");
         Console.WriteLine($"restart to ready ms: {Spread(_readyMs.Skip(1))} (first start {_readyMs.FirstOrDefault():F0})");
         Console.WriteLine($"restart to first acknowledged op ms: {Spread(firstAcks)}; service starts that acknowledged nothing: {service.Starts - _stats.FirstAckMs.Count}");
+        Console.WriteLine($"op acknowledgement wait ms (first send to reply, across kills): {Spread(_stats.AckWaitMs)}");
         Console.WriteLine($"lost: {lost}");
         Console.WriteLine($"duplicated: {duplicated}");
         Console.WriteLine($"unacknowledged but applied: {verdicts.Count(v => v.UnacknowledgedApplied)}");
@@ -299,7 +300,7 @@ internal sealed class Harness
     private static string Spread(IEnumerable<double> values)
     {
         var sorted = values.Order().ToList();
-        return sorted.Count == 0 ? "none" : $"min {sorted[0]:F0} median {sorted[sorted.Count / 2]:F0} max {sorted[^1]:F0}";
+        return sorted.Count == 0 ? "none" : $"min {sorted[0]:F0} median {sorted[sorted.Count / 2]:F0} p99 {sorted[Math.Min(sorted.Count - 1, sorted.Count * 99 / 100)]:F0} max {sorted[^1]:F0}";
     }
 
     private static int FreeLoopbackPort()

@@ -65,10 +65,22 @@ internal sealed class RunStats
         }
     }
 
-    /// <summary>Counts an acknowledged operation; the first one after a service start ends that start's measurement.</summary>
-    public void Acknowledged()
+    /// <summary>
+    /// For each acknowledged operation: milliseconds from its first send to its acknowledgement, retries across kills and
+    /// restarts included (what a client waited).
+    /// </summary>
+    public IReadOnlyCollection<double> AckWaitMs => _ackWaitMs;
+
+    private readonly ConcurrentQueue<double> _ackWaitMs = new();
+
+    /// <summary>
+    /// Counts an acknowledged operation that took <paramref name="waitMs"/> from its first send; the first one after a
+    /// service start ends that start's measurement.
+    /// </summary>
+    public void Acknowledged(double waitMs)
     {
         Add(Counter.Acknowledged);
+        _ackWaitMs.Enqueue(waitMs);
         if (Volatile.Read(ref _startedAt) == 0)
         {
             return;

@@ -11,6 +11,7 @@ internal static class KnownSymbols
     public const string SharedAttribute = "SharedAttribute";
     public const string SharedStateAttribute = "SharedStateAttribute";
     public const string PersistentAttribute = "PersistentAttribute";
+    public const string SubordinateAttribute = "SubordinateAttribute";
     public const string SessionStateAttributeFullName = AttributeNamespace + "." + SessionStateAttribute;
     public const string SharedAttributeFullName = AttributeNamespace + "." + SharedAttribute;
 

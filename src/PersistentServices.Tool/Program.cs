@@ -3,8 +3,9 @@ using PersistentServices.Tool;
 
 // psctl: the operator's tool for a PersistentServices log directory (docs/operations.md).
 //   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
-// Exit status: 0 the service would open the log; 1 it would refuse (every problem is listed); 2 the log could not be
-// checked (usage, missing directory, unreadable files).
+//   psctl replay-check --log <log-directory> [options] -- <command> [arguments...]
+// Exit status: 0 the service would open the log / every session replayed fine; 1 it would refuse / a session diverged;
+// 2 the log could not be checked (usage, missing directory, unreadable files, no report).
 return Cli.Run(args, Console.Out, Console.Error);
 
 namespace PersistentServices.Tool
@@ -21,6 +22,7 @@ namespace PersistentServices.Tool
 
             Usage:
               psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
+              psctl replay-check --log <log-directory> [options] -- <command> [arguments...]   (psctl replay-check --help)
 
             verify runs the checks the service runs before it opens its log, without starting a service and without
             writing anything (no lock taken, no file created, no torn tail truncated), and reports the committed range,
@@ -39,6 +41,17 @@ namespace PersistentServices.Tool
             {
                 output.WriteLine(Usage);
                 return args.Length == 0 ? CannotCheck : Clean;
+            }
+
+            if (args[0] == "replay-check")
+            {
+                if (args is [_, "-h" or "--help" or "help"])
+                {
+                    output.WriteLine(ReplayCheckCommand.Usage);
+                    return Clean;
+                }
+
+                return ReplayCheckCommand.Run(args[1..], output, error);
             }
 
             if (args[0] != "verify")

@@ -183,6 +183,21 @@ public sealed class ExternalInputTests
             """
         },
         {
+            "a Response.OnCompleted callback (it runs once the reply reached a client, never in replay)",
+            """
+            [Persistent]
+            public class Orders
+            {
+                public string M(Microsoft.AspNetCore.Http.HttpContext context)
+                {
+                    context.Response.OnCompleted(() => File.AppendAllTextAsync("notes.txt", "sent"));
+                    context.Response.OnCompleted(_ => { File.AppendAllText("notes.txt", "sent"); return Task.CompletedTask; }, null!);
+                    return "ok";
+                }
+            }
+            """
+        },
+        {
             "suppressed with #pragma in persistent code",
             """
             [Persistent]

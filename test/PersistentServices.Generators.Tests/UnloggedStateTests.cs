@@ -196,6 +196,28 @@ public sealed class UnloggedStateTests
     }
 
     [Fact]
+    public async Task Analyze_StaticWriteInASubordinateComponent_ReportsPS0102()
+    {
+        // [Subordinate] code runs inside its parent's persistent requests: it is persistent code.
+        var source = Usings + """
+            public static class Stats
+            {
+                public static int Baskets;
+            }
+
+            [Subordinate]
+            public sealed class BasketManager
+            {
+                public void Add() => Stats.Baskets++;
+            }
+            """;
+
+        var diagnostic = DiagnosticAssert.Single(await TestCompiler.AnalyzeValidProgramAsync(source), "PS0102", "Stats.Baskets++");
+
+        Assert.StartsWith("'Stats.Baskets' (a static field) is incremented:", diagnostic.GetMessage(System.Globalization.CultureInfo.InvariantCulture), StringComparison.Ordinal);
+    }
+
+    [Fact]
     public async Task Analyze_LocalCapturedByMinimalApiEndpoint_ReportsPS0102()
     {
         var source = Usings + """

@@ -11,7 +11,7 @@ namespace PersistentServices.ProcessTests;
 /// <summary>The test service as a child process on 127.0.0.1: started, SIGKILLed, restarted on the same log directory.</summary>
 internal sealed class ServiceProcess : IAsyncDisposable
 {
-    private static readonly string ServicePath = typeof(ServiceProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
+    public static readonly string ServicePath = typeof(ServiceProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
         .Single(a => a.Key == "TestServicePath").Value!;
 
     private readonly Process _process;
@@ -58,9 +58,12 @@ internal sealed class ServiceProcess : IAsyncDisposable
 
     public int ExitCode => _process.ExitCode;
 
-    public static async Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
+    public static Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
+        => StartAsync(environment, FreePort(), waitUntilReady);
+
+    /// <summary>Starts on a given port (a restarted service keeps its address, as callers know it).</summary>
+    public static async Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, int port, bool waitUntilReady = true)
     {
-        var port = FreePort();
         var start = new ProcessStartInfo("dotnet", [ServicePath, "--urls", $"http://127.0.0.1:{port}"])
         {
             RedirectStandardOutput = true,
@@ -193,8 +196,16 @@ internal sealed class ServiceProcess : IAsyncDisposable
         await _process.WaitForExitAsync(TestContext.Current.CancellationToken);
     }
 
+    private bool _disposed;
+
     public async ValueTask DisposeAsync()
     {
+        if (_disposed)
+        {
+            return;
+        }
+
+        _disposed = true;
         Client.Dispose();
         if (!_process.HasExited)
         {
@@ -218,7 +229,7 @@ internal sealed class ServiceProcess : IAsyncDisposable
         }
     }
 
-    private static int FreePort()
+    public static int FreePort()
     {
         using var listener = new TcpListener(IPAddress.Loopback, 0);
         listener.Start();

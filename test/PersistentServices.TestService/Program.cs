@@ -11,8 +11,17 @@ using PersistentServices.SharedState;
 //   PS_NOTIFY_FILE           /notify appends a line here from its Response.OnCompleted callback
 //   PS_BLOCK_CHAIN           "1": /chain blocks inside its first update (a crash point for the tests)
 //   PS_VERSION               the service's version: "2" adds a field to /deposit's reply (an upgrade whose replies differ)
+//   PS_SERVICE_NAME, PS_PEER_KEY, PS_CALLEE_URL, PS_CALLEE_NAME  calls between services: this service's name, the
+//                            deployment's peer key, the base address of the service /pay calls, and its client's name
+//                            (default "bank"; inside a domain the member's name)
+//   PS_DOMAIN                the service domain: "A=http://127.0.0.1:5001,B=http://127.0.0.1:5002" (this service included)
+//   PS_DIE_AFTER_CREDIT      "1": SIGKILL itself right after the reply to its first /bank/credit went out (a member that
+//                            crashes before anything forced what it just told the caller)
+//   PS_RELAY                 "1": /bank/credit also credits its own callee (a chain A -> B -> C)
+//   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS
+//   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
@@ -64,6 +73,30 @@ builder.Services.AddPersistentServices(options =>
         options.MaxSessions = int.Parse(maxSessions, System.Globalization.CultureInfo.InvariantCulture);
     }
 
+    if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
+    {
+        options.ServiceName = name;
+    }
+
+    options.Calls.PeerKey = Environment.GetEnvironmentVariable("PS_PEER_KEY");
+    options.Calls.RetryDelay = TimeSpan.FromMilliseconds(50);
+    options.Calls.MaxRetryDelay = TimeSpan.FromMilliseconds(500);
+    if (Environment.GetEnvironmentVariable("PS_DOMAIN") is { Length: > 0 } domain)
+    {
+        foreach (var member in domain.Split(','))
+        {
+            var parts = member.Split('=', 2);
+            options.Domain.Members[parts[0]] = new Uri(parts[1]);
+        }
+
+        options.Domain.FlushTimeout = TimeSpan.FromSeconds(2);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_CALL_LOGGING") is { Length: > 0 } callLogging)
+    {
+        options.Calls.Logging = Enum.Parse<CallLogging>(callLogging);
+    }
+
     if (faultFile is { Length: > 0 })
     {
         options.Log.DeviceFactory = (basePath, io) => new FullDiskDevice(DurableLog.CreateDefaultDevice(basePath, io), faultFile);
@@ -71,6 +104,9 @@ builder.Services.AddPersistentServices(options =>
 });
 
 builder.Services.AddSingleton<Tally>();
+var bankClient = Environment.GetEnvironmentVariable("PS_CALLEE_NAME") ?? "bank"; // in a domain: the member's name
+builder.Services.AddHttpClient(bankClient, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
+    .AddPersistentCalls();
 var app = builder.Build();
 app.UsePersistentServices();
 
@@ -108,6 +144,19 @@ app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.
 app.MapPost("/now", [Persistent] () => Results.Ok(new { now = DateTime.UtcNow.Ticks }));
 #pragma warning restore PS0201
 
+// The beginner's mistake of issue 14: a plain static counter in persistent code. Live it counts across sessions; after
+// kill -9 the sessions replay in another interleaving, get other numbers, and diverge. The replay check must find it.
+// /k-shared: the same counter written to a shared variable, with a constant reply (a difference in state, not in the reply).
+var lastK = new SharedVariable<long>("Test.LastK");
+#pragma warning disable PS0102 // deliberately unlogged state: the replay check tests need endpoints whose replay diverges
+app.MapPost("/k", [Persistent] () => new { n = ++Plain.Counter });
+app.MapPost("/k-shared", [Persistent] () =>
+{
+    lastK.Write(++Plain.Counter);
+    return Results.Ok(new { written = true });
+});
+#pragma warning restore PS0102
+
 // A request that takes a while (a graceful drain waits for it).
 app.MapPost("/slow", [Persistent] async (Deposit body) =>
 {
@@ -131,9 +180,8 @@ app.MapPost("/notify", [Persistent] (HttpContext context, Note body) =>
     {
         if (notifyFile is { Length: > 0 })
         {
-#pragma warning disable PS0202 // OnCompleted callbacks never run in replay (docs/protocol.md, "Response callbacks")
-            File.AppendAllText(notifyFile, body.Text + "\n");
-#pragma warning restore PS0202
+            File.AppendAllText(notifyFile, body.Text + "\n"); // OnCompleted callbacks never run in replay: no PS0202
+
         }
 
         return Task.CompletedTask;
@@ -174,6 +222,57 @@ app.MapPost("/chain", [Persistent] (Chain body) =>
 app.MapGet("/chain/blocked", () => Results.Ok(blocked.Count));
 app.MapGet("/chain/values", [ReadOnly] () => Results.Ok(new[] { "x", "y", "z", "w" }.ToDictionary(n => n, n => new SharedVariable<long>("Test.Chain." + n).Read())));
 
+// Calls between services. The callee side: a credit applied once per call, counted per operation id (a duplicate
+// execution would count 2), a read-only balance and a functional fee.
+var credits = new SharedMap<string, int>("Test.Bank.Credits");
+var bankBalance = new SharedVariable<long>("Test.Bank.Balance");
+var dieAfterCredit = Environment.GetEnvironmentVariable("PS_DIE_AFTER_CREDIT") == "1";
+var relay = Environment.GetEnvironmentVariable("PS_RELAY") == "1";
+#pragma warning disable PS0202 // the relay's client has AddPersistentCalls(): logged, deduplicated calls
+app.MapPost("/bank/credit", [Persistent] async (Deposit body, HttpContext context, IHttpClientFactory clients) =>
+{
+    credits.Update(body.Account, n => n + 1);
+    if (relay)
+    {
+        // PS_RELAY=1: this bank passes every credit on to its own callee (a chain of three services).
+        var onward = await clients.CreateClient(bankClient).PostAsJsonAsync("/bank/credit", body);
+        onward.EnsureSuccessStatusCode();
+    }
+
+    if (dieAfterCredit)
+    {
+        context.Response.OnCompleted(() =>
+        {
+            Console.Error.WriteLine("dying after the credit's reply (PS_DIE_AFTER_CREDIT)");
+            System.Diagnostics.Process.GetCurrentProcess().Kill();
+            return Task.CompletedTask;
+        });
+    }
+
+    return Results.Ok(new { balance = bankBalance.Update(b => b + body.Amount) });
+});
+#pragma warning restore PS0202
+app.MapGet("/bank/balance", [ReadOnly] () => Results.Ok(new { balance = bankBalance.Read() }));
+app.MapGet("/bank/credits/{op}", [ReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
+app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = body.Amount / 10 }));
+
+// The caller side: a payment asks the bank for a fee (functional), credits it (persistent), reads the balance
+// (read-only), and keeps a tally in its session state.
+#pragma warning disable PS0202 // the "bank" client has AddPersistentCalls(): logged, deduplicated calls
+app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFactory clients, bool? light) =>
+{
+    var bank = clients.CreateClient(bankClient);
+    var fee = (await (await bank.PostAsJsonAsync("/bank/fee", body)).Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("fee").GetInt64();
+    var credit = await bank.PostAsJsonAsync("/bank/credit", body with { Amount = body.Amount - fee });
+    credit.EnsureSuccessStatusCode();
+    var balance = (await credit.Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("balance").GetInt64();
+    // ?light=true skips the read-only call (a test that needs nothing to touch the callee after the credit).
+    var seen = light == true ? balance : (await bank.GetFromJsonAsync<System.Text.Json.JsonElement>("/bank/balance")).GetProperty("balance").GetInt64();
+    tally.Count += 1;
+    return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
+});
+#pragma warning restore PS0202
+
 app.MapHealthChecks("/health/ready");
 app.Run();
 
@@ -208,6 +307,12 @@ internal sealed record Page(string OpId, int Size)
 
         return bytes;
     }
+}
+
+/// <summary>Plain static state, never logged (see /k).</summary>
+internal static class Plain
+{
+    public static long Counter;
 }
 
 internal sealed record Chain(string From, string To);

@@ -38,6 +38,10 @@ public static class PersistentServicesApplicationBuilderExtensions
         var options = app.ApplicationServices.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
         var sessions = SessionEndpoints.Map(endpoints, options.SessionsPath);
         configureSessionEndpoints?.Invoke(sessions);
+        if (options.Domain.Members.Count > 0)
+        {
+            PersistentServices.Domain.DomainEndpoints.Map(endpoints);
+        }
 
         // A second router over the same endpoints, used by replay to route logged requests like live ones. Built on
         // first use: the routing middleware snapshots the endpoint data sources when it is built, and the endpoints

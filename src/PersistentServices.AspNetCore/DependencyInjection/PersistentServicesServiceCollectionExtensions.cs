@@ -37,13 +37,18 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<IPersistentRandom, PersistentRandom>();
         services.TryAddSingleton<IPersistentIdGenerator, PersistentIdGenerator>();
         services.TryAddSingleton<ReplayPipeline>();
+        services.TryAddSingleton<PersistentServices.Calls.CallRoles>();
+        services.TryAddSingleton<PersistentServices.Domain.OrphanRecovery>();
+        services.TryAddSingleton<PersistentServices.Domain.DomainHostedService>();
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();
         services.TryAddSingleton<CheckpointHostedService>();
+        PersistentServices.Testing.ReplayCheckMode.AddIfRequested(services); // only for psctl replay-check / ReplayCheck.RunAsync (before recovery)
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<SessionExpiryService>());
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
+        services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Domain.DomainHostedService>());
         services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);
         return services;
     }

@@ -17,7 +17,7 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1103, LogLevel.Error, "Persistent endpoint '{Endpoint}' threw while executing request {Sequence} of session {SessionTag}; the reply is 500")]
     public static partial void EndpointThrew(ILogger logger, string endpoint, long sequence, string sessionTag, Exception exception);
 
-    [LoggerMessage(1104, LogLevel.Error, "The log is unavailable; persistent request {Sequence} of session {SessionTag} gets 503")]
+    [LoggerMessage(1104, LogLevel.Error, "Persistent request {Sequence} of session {SessionTag} gets 503: nothing was acknowledged, its client retries")]
     public static partial void LogUnavailable(ILogger logger, long sequence, string sessionTag, Exception? exception);
 
     [LoggerMessage(1105, LogLevel.Warning, "The service cannot make requests durable (recovering, stopping, or its log failed); persistent request {Sequence} gets 503")]
@@ -28,6 +28,15 @@ internal static partial class AspNetCoreEvents
 
     [LoggerMessage(1107, LogLevel.Warning, "The service cannot make session starts or ends durable (recovering, stopping, or its log failed); the session request gets 503")]
     public static partial void SessionResourceUnavailable(ILogger logger, Exception? exception);
+
+    [LoggerMessage(1108, LogLevel.Warning, "Refused a call claiming to come from service '{Caller}': it had {Reason}")]
+    public static partial void PeerCallRefused(ILogger logger, string caller, string reason);
+
+    [LoggerMessage(1109, LogLevel.Warning, "Refused a domain message to {Path}: it had {Reason}")]
+    public static partial void DomainMessageRefused(ILogger logger, string path, string reason);
+
+    [LoggerMessage(1110, LogLevel.Warning, "Refused a DV header from '{Caller}': it had {Reason}")]
+    public static partial void DvRefused(ILogger logger, string caller, string reason);
 
     [LoggerMessage(1200, LogLevel.Information,
         "Analysis scan: {Sessions} live sessions, {Requests} logged requests, {Records} records in {ElapsedMs} ms; accepting new sessions")]
@@ -46,6 +55,10 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1205, LogLevel.Error,
         "Replay of session {SessionTag} diverged at request {Sequence} (LSN {Lsn}); the session is quarantined (its requests get session-diverged), every other session recovers")]
     public static partial void SessionQuarantined(ILogger logger, string sessionTag, long sequence, long lsn, Exception exception);
+
+    [LoggerMessage(1206, LogLevel.Warning,
+        "Session {SessionTag} was an orphan: its records from LSN {OrphanLsn} on are skipped (end-of-skip logged) and it continues from there ({Positions} logged requests looked at)")]
+    public static partial void OrphanRolledBack(ILogger logger, string sessionTag, long orphanLsn, int positions);
 
     [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionTag} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
     public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);

@@ -10,7 +10,7 @@ using PersistentServices.SharedState;
 
 namespace PersistentServices.Hosting;
 
-/// <summary>Where recovery is (seed 000 Fig. 12).</summary>
+/// <summary>Where recovery is ([MSP Fig. 12]).</summary>
 internal enum RecoveryStage
 {
     NotStarted,
@@ -34,9 +34,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private volatile RecoveryStage _stage;
     private Exception? _failure;
 
-    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null)
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null,
+        Testing.ReplayCheckRun? replayCheck = null)
     {
         Options = options.Value;
+        replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
         _logger = logger;
         Codec = codec ?? new Serialization.OrleansValueCodec();
@@ -86,6 +88,37 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
     }
 
+    /// <summary>This service's place in its service domain (inactive without members).</summary>
+    public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _logger);
+
+    private Domain.ServiceDomain? _domain;
+
+    /// <summary>
+    /// Before a session checkpoint: in a domain, a distributed flush of the session's DV ([MSP §3.2]: the checkpointed state
+    /// must never be an orphan). False when it cannot be made now (a member out of reach, or the session is an orphan):
+    /// the checkpoint waits for a later occasion.
+    /// </summary>
+    public async Task<bool> BeforeSessionCheckpointAsync(Sessions.Session session, CancellationToken cancellationToken)
+    {
+        if (!Domain.IsMember(Options.ServiceName))
+        {
+            return true;
+        }
+
+        try
+        {
+            await Domain.FlushAsync(session.Dv, cancellationToken).ConfigureAwait(false);
+            return true;
+        }
+        catch (Http.RequestAbandonedException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>Rolls back sessions found to be orphans (set when the service is in a domain).</summary>
+    public Domain.OrphanRecovery? Orphans { get; set; }
+
     /// <summary>While recovered sessions replay: their queue, so a waiting client's session goes first.</summary>
     public ReplayQueue? Replays { get; set; }
 
@@ -109,7 +142,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     /// <summary>The service's shared variables (valid once the log is open).</summary>
     public SharedStateStore Shared => _shared ?? throw new InvalidOperationException("The persistent log is not open yet.");
 
-    /// <summary>The failure-free period the service is in (seed 000 §3.1).</summary>
+    /// <summary>The failure-free period the service is in ([MSP §3.1]).</summary>
     public long Epoch { get; private set; }
 
     private SharedStateStore? _shared;
@@ -132,12 +165,33 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             _log = await DurableLog.OpenAsync(Options.BuildLogOptions(), _logger, cancellationToken).ConfigureAwait(false);
             _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
             var directory = Path.GetFullPath(Options.LogDirectory);
-            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken).ConfigureAwait(false);
-            _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger);
+            var durableAtOpen = _log.DurableUntil;
+            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken, recovered: Domain.Recovered).ConfigureAwait(false);
+            _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger)
+            {
+                BeforeSessionCheckpoint = BeforeSessionCheckpointAsync,
+            };
+            if (Domain.IsMember(Options.ServiceName))
+            {
+                // A shared variable's checkpoint must never be an orphan either (MSP §3.3): its DV is flushed first.
+                _shared.DistributedFlush = Domain.FlushAsync;
+            }
 
             // A new epoch starts with every recovery; it is forced so no two failure-free periods share one (LSNs of a
             // lost period are reused by the next).
             Epoch = Analysis.LastEpoch + 1;
+
+            // In a domain, this recovery's recovered state number for the epoch that ended (MSP §4.3): everything it logged
+            // is durable up to the last record before durableAtOpen; members learn it from the broadcast.
+            if (Domain.Enabled && Analysis.LastEpoch > 0)
+            {
+                var own = new Domain.RecoveredStateNumber(Options.ServiceName, new Domain.StateId(Analysis.LastEpoch, durableAtOpen - 1));
+                if (Domain.Recovered.Learn(own))
+                {
+                    _log.Append(RecordKind.RecoveredState, new RecoveredState { Service = own.Service, Epoch = own.State.Epoch, Lsn = own.State.Lsn });
+                }
+            }
+
             var epochLsn = _log.Append(RecordKind.EpochStarted, new EpochStarted { Epoch = Epoch, Service = Options.ServiceName });
             await _log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
             _shared.Epoch = Epoch;
@@ -177,6 +231,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
 
         _checkpointer?.Dispose();
+        _domain?.Dispose();
         if (_log is { } log)
         {
             await log.DisposeAsync().ConfigureAwait(false);

@@ -95,6 +95,40 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.OnDivergence must be QuarantineSession or FailStop (was {options.OnDivergence}).");
         }
 
+        if (options.Calls.PeerKey is { } key && key.Length < 32)
+        {
+            failures.Add($"PersistentServicesOptions.Calls.PeerKey must have at least 32 characters (had {key.Length}); it signs calls between the deployment's services.");
+        }
+
+        if (options.Calls.SignatureWindow < TimeSpan.FromSeconds(1) || options.Calls.AttemptTimeout < TimeSpan.FromMilliseconds(10) ||
+            options.Calls.RetryDelay < TimeSpan.Zero || options.Calls.MaxRetryDelay < options.Calls.RetryDelay)
+        {
+            failures.Add("PersistentServicesOptions.Calls: SignatureWindow must be at least 1 s, AttemptTimeout at least 10 ms, RetryDelay not negative and at most MaxRetryDelay.");
+        }
+
+        if (options.Domain.Members.Count > 0)
+        {
+            if (!options.Domain.Members.ContainsKey(options.ServiceName))
+            {
+                failures.Add($"PersistentServicesOptions.Domain.Members must include this service ('{options.ServiceName}') when it is in a domain.");
+            }
+
+            if (options.Calls.PeerKey is null)
+            {
+                failures.Add("PersistentServicesOptions.Calls.PeerKey is required in a domain: members authenticate each other's DVs, flushes and recovery messages with it.");
+            }
+
+            if (options.Domain.Members.Keys.Any(name => name.Length is 0 or > Domain.DvHeader.MaxServiceNameLength || name.Contains(',') || name.Contains('=')))
+            {
+                failures.Add($"PersistentServicesOptions.Domain.Members: names must have 1 to {Domain.DvHeader.MaxServiceNameLength} characters, without ',' or '='.");
+            }
+
+            if (options.Domain.FlushTimeout < TimeSpan.FromMilliseconds(100))
+            {
+                failures.Add("PersistentServicesOptions.Domain.FlushTimeout must be at least 100 ms.");
+            }
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");

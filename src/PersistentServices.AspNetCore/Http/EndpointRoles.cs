@@ -14,6 +14,9 @@ internal enum EndpointRole
 
     /// <summary>[ReadOnly]: not logged, forces nothing, changes no session state.</summary>
     ReadOnly,
+
+    /// <summary>[Functional]: stateless and pure; not logged, no last-call table (Phoenix/App §3.2.2).</summary>
+    Functional,
 }
 
 /// <summary>The role of each endpoint, read once from its metadata.</summary>
@@ -39,6 +42,8 @@ internal static class EndpointRoles
                         return new StrongBox<EndpointRole>(EndpointRole.ReadOnly);
                     case PersistentAttribute:
                         return new StrongBox<EndpointRole>(EndpointRole.Persistent);
+                    case FunctionalAttribute:
+                        return new StrongBox<EndpointRole>(EndpointRole.Functional);
                 }
             }
 

@@ -20,6 +20,8 @@ internal readonly record struct CapturedReply(BufferedReply Reply, IReadOnlyList
 /// <item>An exception from the endpoint or from an <c>OnStarting</c> callback is an endpoint failure: the reply becomes the
 ///   empty 500 plain ASP.NET Core would send, and for a logged request that 500 is logged and buffered like any reply.
 ///   A read-only request's exception propagates, as it would without the library.</item>
+/// <item>A <see cref="RequestAbandonedException"/> (a call the host's stop abandoned, a member out of reach, an orphan) is
+///   not the endpoint's failure: it propagates, and the request is abandoned (503).</item>
 /// <item><c>OnCompleted</c> callbacks are not run here: the caller decides when a reply really goes to a client.</item>
 /// </list>
 /// </summary>
@@ -38,7 +40,7 @@ internal static class EndpointRunner
                     await next(context).ConfigureAwait(false);
                     await capture.RunOnStartingAsync().ConfigureAwait(false);
                 }
-                catch (Exception ex) when (scope.Mode != ExecutionMode.ReadOnly)
+                catch (Exception ex) when (scope.Mode != ExecutionMode.ReadOnly && ex is not RequestAbandonedException)
                 {
                     LogFailure(context, scope, logger, ex);
                     capture.Reset(StatusCodes.Status500InternalServerError);

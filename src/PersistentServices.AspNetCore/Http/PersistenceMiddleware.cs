@@ -13,12 +13,14 @@ namespace PersistentServices.Http;
 internal sealed class PersistenceMiddleware
 {
     private readonly RequestDelegate _next;
+    private readonly bool _useRoles;
     private readonly PersistentRequestHandler _persistent;
     private readonly ReadOnlyRequestHandler _readOnly;
 
     public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
+        _useRoles = runtime.Options.Calls.UseRoles;
         _persistent = new PersistentRequestHandler(next, runtime, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
         pipeline.Register(router, next);
@@ -28,6 +30,18 @@ internal sealed class PersistenceMiddleware
     {
         EndpointRole.Persistent => _persistent.InvokeAsync(context),
         EndpointRole.ReadOnly => _readOnly.InvokeAsync(context),
+        EndpointRole.Functional => FunctionalAsync(context),
         _ => _next(context),
     };
+
+    /// <summary>A functional endpoint runs as a plain one; its reply tells callers they need not log or force for it (Phoenix/App Algorithm 4).</summary>
+    private Task FunctionalAsync(HttpContext context)
+    {
+        if (_useRoles)
+        {
+            context.Response.Headers[ProtocolHeaders.Role] = Calls.CallRoles.Functional;
+        }
+
+        return _next(context);
+    }
 }

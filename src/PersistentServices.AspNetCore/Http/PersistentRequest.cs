@@ -28,8 +28,17 @@ internal sealed class PersistentRequest(HttpContext httpContext)
     /// <summary>The request's log record (built before admission so its size is checked before anything is logged).</summary>
     public LoggedRequest Record { get; set; } = null!;
 
+    /// <summary>Force the request record when it is logged (<see cref="CallLogging.ForceEveryMessage"/>).</summary>
+    public bool ForceRequestRecord { get; set; }
+
+    /// <summary>A call from a member of the domain: the DV it carried (merged into the session's; the reply is not forced).</summary>
+    public Domain.DependencyVector? IncomingDv { get; set; }
+
     /// <summary>The record's serialized size.</summary>
     public int RecordSize { get; set; }
+
+    /// <summary>The session's generation at admission (a rollback since voids the admission).</summary>
+    public int Generation { get; set; }
 
     /// <summary>The admission's decision.</summary>
     public Admission Admission { get; set; }

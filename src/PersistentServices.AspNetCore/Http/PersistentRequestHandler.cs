@@ -31,10 +31,16 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     private static readonly KeyValuePair<string, object?> DuplicateInFlight = new("outcome", "duplicate_in_flight");
     private static readonly KeyValuePair<string, object?> Refused = new("outcome", "refused");
     private static readonly KeyValuePair<string, object?> Abandoned = new("outcome", "abandoned");
+    private static readonly KeyValuePair<string, object?> ReplyForce = new("reason", "reply");
 
     public async Task InvokeAsync(HttpContext context)
     {
         var request = new PersistentRequest(context);
+        if (runtime.Options.Calls.UseRoles)
+        {
+            context.Response.Headers[ProtocolHeaders.Role] = Calls.CallRoles.Persistent;
+        }
+
         using var activity = request.Activity = PersistentServicesTracing.Source.StartActivity("persistentservices.request");
 
         // Counted from here on, so a graceful drain waits for this request (and refuses requests that come later).
@@ -87,6 +93,11 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                     return;
                 }
 
+                if (!await DuplicateSafeAsync(request).ConfigureAwait(false))
+                {
+                    return;
+                }
+
                 await ReplyWriter.WriteAsync(context, reply, reply.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
                 return;
 
@@ -100,7 +111,8 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
     /// <summary>
     /// A duplicate of an answered request: its buffered reply again, from memory or read back from the log when the session
-    /// keeps it there ([Phoenix/App §4.4]); executes nothing.
+    /// keeps it there ([Phoenix/App §4.4]), once the domain allows it to leave (<see cref="DuplicateSafeAsync"/>); executes
+    /// nothing.
     /// </summary>
     private async Task SendDuplicateAsync(PersistentRequest request, HeldReply held)
     {
@@ -121,6 +133,12 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             PersistentServicesMetrics.ReplyReadDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+        }
+
+        // Read first (a read from the log holds the log's truncation back until it ends), then the domain's check.
+        if (!await DuplicateSafeAsync(request).ConfigureAwait(false))
+        {
+            return;
         }
 
         await ReplyWriter.WriteAsync(request.HttpContext, reply, held.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
@@ -158,10 +176,45 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         }
 
         request.Body = body;
+
+        // A call from another of the deployment's services: signed, and the calling service becomes the principal.
+        var caller = Calls.PeerCalls.Verify(runtime, context, body, out var peerError);
+        if (peerError is not null)
+        {
+            AspNetCoreEvents.PeerCallRefused(logger, http.Headers[ProtocolHeaders.Caller].ToString(), peerError);
+            await ProtocolProblems.WriteAsync(context, 401, "peer-signature", "Call not signed by a service of this deployment",
+                $"A request with {ProtocolHeaders.Caller} must carry a valid {ProtocolHeaders.Signature}: it had {peerError}.").ConfigureAwait(false);
+            return false;
+        }
+
+        if (caller is not null)
+        {
+            context.User = Calls.PeerCalls.Principal(caller);
+        }
+
+        // Inside the domain a call carries the sender's DV ([MSP Fig. 7]); from anyone else a DV is refused, never honoured.
+        if (http.Headers[ProtocolHeaders.Dv] is [{ Length: > 0 } dvText])
+        {
+            if (!await AcceptDvAsync(request, caller, dvText).ConfigureAwait(false))
+            {
+                return false;
+            }
+        }
+
         if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
         {
-            await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
-            return false;
+            // A service's first call on behalf of one of its sessions opens the session it calls on (its last-call table entry).
+            if (caller is null || await SessionStart.StartForCallerAsync(runtime, context, sessionId, sequence, logger).ConfigureAwait(false) is not { } started)
+            {
+                if (!context.Response.HasStarted)
+                {
+                    await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
+                }
+
+                return false;
+            }
+
+            session = started;
         }
 
         request.Session = session;
@@ -177,6 +230,11 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         var version0Hash = session.NeedsVersion0Hash(sequence) ? RequestIdentity.HashVersion0(method, path, query, body) : null;
         var options = runtime.Options;
         request.Record = LoggedRequests.Create(context, session.IdBytes, sequence, body, request.Hash, runtime.Time.GetUtcNow(), options.ExcludedRequestHeaders);
+        if (request.IncomingDv is { } incoming)
+        {
+            request.Record.Dv = incoming.ToRecord();
+        }
+
         request.RecordSize = request.Record.CalculateSize();
         if (request.RecordSize - body.Length > options.MaxLoggedHeaderBytes)
         {
@@ -184,7 +242,41 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             return false;
         }
 
+        request.Generation = session.Generation;
         request.Admission = session.Admit(sequence, request.Hash, version0Hash);
+        return true;
+    }
+
+    /// <summary>
+    /// A DV from a member of this service's domain, verified with the call's signature: parsed (bounded by the domain's
+    /// size), and discarded when it depends on state a crash took back (409, the sender is an orphan). False when refused.
+    /// </summary>
+    private async ValueTask<bool> AcceptDvAsync(PersistentRequest request, string? caller, string dvText)
+    {
+        var context = request.HttpContext;
+        var domain = runtime.Domain;
+        string? error = null;
+        var dv = caller is not null && domain.IsMember(caller) && domain.IsMember(runtime.Options.ServiceName)
+            ? Domain.DvHeader.Parse(dvText, domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out error)
+            : null;
+        if (dv is null)
+        {
+            var reason = error ?? (caller is null ? "no verified caller" : $"a caller '{caller}' outside this service's domain");
+            AspNetCoreEvents.DvRefused(logger, caller ?? "", reason);
+            await ProtocolProblems.WriteAsync(context, 401, "dv-not-trusted", "Dependency vector not accepted",
+                $"A {ProtocolHeaders.Dv} header is accepted only on a signed call from a member of this service's domain: this one had {reason}.").ConfigureAwait(false);
+            return false;
+        }
+
+        if (domain.Recovered.FindOrphan(dv) is { } lost)
+        {
+            PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "message"));
+            await ProtocolProblems.WriteAsync(context, 409, "orphan-message", "The message depends on lost state",
+                $"The sender depends on state of '{lost.Service}' that a crash took back (epoch {lost.State.Epoch}, recovered to LSN {lost.State.Lsn}); the message is discarded.").ConfigureAwait(false);
+            return false;
+        }
+
+        request.IncomingDv = dv;
         return true;
     }
 
@@ -204,18 +296,41 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 throw runtime.LogFault ?? (Exception)new ObjectDisposedException(nameof(PersistentRuntime), "The service is unavailable.");
             }
 
+            if (session.Generation != request.Generation)
+            {
+                // The session rolled back (orphan recovery) after this request was admitted: its number no longer applies.
+                throw new ObjectDisposedException(nameof(Session), "The session rolled back; retry the request.");
+            }
+
             LogRequest(request);
+            if (request.ForceRequestRecord)
+            {
+                // Phoenix/App Algorithm 1 (the baseline the benchmark compares with): the incoming request is forced too.
+                PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "every-message"));
+                await runtime.Log.WaitUntilDurableAsync(request.Execution!.Position.RequestLsn, CancellationToken.None).ConfigureAwait(false);
+            }
+
             request.Reply = await RunAsync(request).ConfigureAwait(false);
             var replyLsn = LogReply(request);
-            await ForceAsync(request, replyLsn).ConfigureAwait(false);
+            await MakeReplySafeAsync(request, replyLsn).ConfigureAwait(false);
             session.Complete(request.Reply.Reply);
             PersistentServicesMetrics.Requests.Add(1, Executed);
-            CheckpointIfDue(session);
+            await CheckpointIfDueAsync(session).ConfigureAwait(false);
             return true;
         }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or RequestAbandonedException)
         {
-            // The log faulted (or closed) before the reply was durable: nothing is acknowledged, duplicates waiting for
+            if (ex is Domain.OrphanException orphan)
+            {
+                // The request depends on state a member's crash took back: its reply never leaves; the session rolls back.
+                PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "reply"));
+                session.Abandon(ex);
+                runtime.Orphans?.Schedule(session, orphan.Lost);
+                await UnavailableAsync(request, ex).ConfigureAwait(false);
+                return false;
+            }
+
+            // The log faulted (or closed), or the host stopped while a call waited, before the reply was durable: nothing is acknowledged, duplicates waiting for
             // this execution fail too, and the service answers 503 until it restarts and recovers from the log.
             session.Abandon(ex);
             PersistentServicesMetrics.Requests.Add(1, Abandoned);
@@ -240,9 +355,9 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     /// session logged <see cref="PersistentServicesOptions.SessionCheckpointBytes"/> since its last one ([MSP §3.2]).
     /// Appended, not forced; it holds only this session.
     /// </summary>
-    private void CheckpointIfDue(Session session)
+    private async ValueTask CheckpointIfDueAsync(Session session)
     {
-        if (session.LoggedBytesSinceCheckpoint >= runtime.Options.SessionCheckpointBytes)
+        if (session.LoggedBytesSinceCheckpoint >= runtime.Options.SessionCheckpointBytes && await runtime.BeforeSessionCheckpointAsync(session, CancellationToken.None).ConfigureAwait(false))
         {
             Checkpoints.SessionCheckpoints.Take(runtime.Log, session);
         }
@@ -252,7 +367,13 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     private void LogRequest(PersistentRequest request)
     {
         var log = runtime.Log;
+        if (request.IncomingDv is { } incoming)
+        {
+            request.Session.Dv = request.Session.Dv.Merge(incoming).Prune(runtime.Domain.Recovered);
+        }
+
         var position = SessionRecords.AppendRequest(log, request.Session, request.Record, request.RecordSize);
+        request.ForceRequestRecord = runtime.Options.Calls.Logging == CallLogging.ForceEveryMessage;
         var execution = new RequestExecution(log, runtime.Options.ServiceName, runtime.Epoch, request.Session, position, cursor: null);
         execution.Advance(position.RequestLsn);
         request.Execution = execution;
@@ -271,18 +392,81 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         return lsn;
     }
 
-    /// <summary>Step 4b: wait until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
+    /// <summary>
+    /// Step 4b: before the reply leaves, everything it depends on is durable: to a member of the domain nothing is forced
+    /// (the session's DV goes with the reply, [MSP Fig. 7]); to anyone else, in a domain, a distributed flush of the
+    /// session's DV; outside a domain, the local log up to the reply record.
+    /// </summary>
+    private async ValueTask MakeReplySafeAsync(PersistentRequest request, long replyLsn)
+    {
+        if (request.IncomingDv is not null)
+        {
+            return;
+        }
+
+        if (runtime.Domain.IsMember(runtime.Options.ServiceName))
+        {
+            using var flush = request.Activity is null ? null : PersistentServicesTracing.Source.StartActivity("persistentservices.domain.flush");
+            await runtime.Domain.FlushAsync(request.Session.Dv, CancellationToken.None).ConfigureAwait(false);
+            return;
+        }
+
+        await ForceAsync(request, replyLsn).ConfigureAwait(false);
+    }
+
+    /// <summary>Waits until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
     private static async ValueTask ForceAsync(PersistentRequest request, long replyLsn)
     {
+        PersistentServicesMetrics.Forces.Add(1, ReplyForce);
         using var force = request.Activity is null ? null : PersistentServicesTracing.Source.StartActivity("persistentservices.log.force");
         await request.Execution!.Log.WaitUntilDurableAsync(replyLsn, CancellationToken.None).ConfigureAwait(false);
     }
 
     /// <summary>Step 5: the reply goes to the client, its OnCompleted callbacks with it.</summary>
-    private static Task SendAsync(PersistentRequest request)
+    private Task SendAsync(PersistentRequest request)
     {
         request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.sent"));
+        if (request.IncomingDv is not null)
+        {
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
+        }
+
         return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.Session, request.Sequence);
+    }
+
+    /// <summary>
+    /// In a domain, a buffered reply goes out again only as safely as the first time: to an end client after a distributed
+    /// flush of the session's DV (which fails if the session turned out to be an orphan), to a member with the DV.
+    /// </summary>
+    private async ValueTask<bool> DuplicateSafeAsync(PersistentRequest request)
+    {
+        var domain = runtime.Domain;
+        if (!domain.IsMember(runtime.Options.ServiceName))
+        {
+            return true;
+        }
+
+        if (request.IncomingDv is not null)
+        {
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
+            return true;
+        }
+
+        try
+        {
+            await domain.FlushAsync(request.Session.Dv, CancellationToken.None).ConfigureAwait(false);
+            return true;
+        }
+        catch (RequestAbandonedException ex)
+        {
+            if (ex is Domain.OrphanException orphan)
+            {
+                runtime.Orphans?.Schedule(request.Session, orphan.Lost);
+            }
+
+            await UnavailableAsync(request, ex).ConfigureAwait(false);
+            return false;
+        }
     }
 
     private Task UnavailableAsync(PersistentRequest request, Exception? error)

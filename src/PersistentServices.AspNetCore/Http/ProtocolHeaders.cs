@@ -16,6 +16,18 @@ internal static class ProtocolHeaders
     /// <summary>On a reply: "true" when it is the buffered reply of an earlier execution.</summary>
     public const string Replayed = "PS-Replayed";
 
+    /// <summary>On a call from another of the deployment's services: the calling service's name (docs/calls.md).</summary>
+    public const string Caller = "PS-Caller";
+
+    /// <summary>On a call: the caller's component role; on a reply: the callee's (persistent, functional, read-only).</summary>
+    public const string Role = "PS-Role";
+
+    /// <summary>Inside a service domain: the sender's dependency vector on a call or a reply (docs/domains.md).</summary>
+    public const string Dv = "PS-DV";
+
+    /// <summary>On a call: its signature with the deployment's peer key (<c>t=&lt;unix ms&gt;,v1=&lt;hex&gt;</c>).</summary>
+    public const string Signature = "PS-Signature";
+
     /// <summary>On an error about sequence numbers: the number the service expects next.</summary>
     public const string ExpectedSequence = "PS-Expected-Seq";
 

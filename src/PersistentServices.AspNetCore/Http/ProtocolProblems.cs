@@ -68,12 +68,19 @@ internal static class ProtocolProblems
         AdmitOutcome.Gap => WriteAsync(context, 409, "sequence-gap", "Request number skips ahead",
             $"Request {sequence} skips numbers; the session expects request {admission.ExpectedSequence} next (or a retry of {admission.ExpectedSequence - 1}).",
             admission.ExpectedSequence),
-        AdmitOutcome.Busy => WriteAsync(context, 409, "session-busy", "Previous request still executing",
-            $"Request {sequence - 1} of this session is still executing; one request at a time per session. Retry request {sequence - 1} to get its reply.",
-            admission.ExpectedSequence),
+        AdmitOutcome.Busy => BusyAsync(context, admission, sequence),
         AdmitOutcome.Mismatch => WriteAsync(context, 422, "sequence-reused", "Request number reused for a different request",
             $"Request {sequence} was already received with a different method, path, query or body; a retry must repeat the request exactly.",
             admission.ExpectedSequence),
         _ => SessionNotFoundAsync(context),
     };
+
+    /// <summary>409 with <c>Retry-After</c>: the session's previous request still runs; a caller retries (a peer service's retry pipeline does).</summary>
+    private static Task BusyAsync(HttpContext context, Admission admission, long sequence)
+    {
+        context.Response.Headers.RetryAfter = "1";
+        return WriteAsync(context, 409, "session-busy", "Previous request still executing",
+            $"Request {sequence - 1} of this session is still executing; one request at a time per session. Retry request {sequence - 1} to get its reply.",
+            admission.ExpectedSequence);
+    }
 }

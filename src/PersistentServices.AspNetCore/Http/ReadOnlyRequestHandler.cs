@@ -20,7 +20,26 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
 {
     public async Task InvokeAsync(HttpContext context)
     {
+        if (runtime.Options.Calls.UseRoles)
+        {
+            context.Response.Headers[ProtocolHeaders.Role] = Calls.CallRoles.ReadOnly;
+        }
+
+        // A call from another service reads no session of its own here (it sends its session only while it does not yet
+        // know this endpoint is read-only): it runs without one.
         var present = false;
+        if (context.Request.Headers.ContainsKey(ProtocolHeaders.Caller))
+        {
+            if (!runtime.IsAvailable)
+            {
+                await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+                return;
+            }
+
+            await RunAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly)).ConfigureAwait(false);
+            return;
+        }
+
         if (!ProtocolHeaders.TryGetSession(context.Request, out var sessionId, out present, out var error) && present)
         {
             await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header malformed", error!).ConfigureAwait(false);
@@ -64,7 +83,22 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
     private async Task RunAsync(HttpContext context, PersistentScope scope)
     {
         var (reply, onCompleted) = await EndpointRunner.RunAsync(context, next, scope, loggedBody: null, logger).ConfigureAwait(false);
-        if (scope.ReadOnlyDependsOn > 0)
+        if (runtime.Domain.IsMember(runtime.Options.ServiceName))
+        {
+            // In a domain what the reply shows may depend on other members' state: a distributed flush of it ([MSP §3.1]).
+            try
+            {
+                var dv = scope.ReadOnlyDv.Merge(scope.Session?.Dv ?? Domain.DependencyVector.Empty);
+                await runtime.Log.WaitUntilDurableAsync(Math.Min(scope.ReadOnlyDependsOn, runtime.Log.TailAddress - 1), context.RequestAborted).ConfigureAwait(false);
+                await runtime.Domain.FlushAsync(dv, context.RequestAborted).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is RequestAbandonedException or LogFaultedException or ObjectDisposedException)
+            {
+                await UnavailableAsync(context, ex).ConfigureAwait(false);
+                return;
+            }
+        }
+        else if (scope.ReadOnlyDependsOn > 0)
         {
             try
             {

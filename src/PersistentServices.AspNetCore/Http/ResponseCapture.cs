@@ -8,7 +8,7 @@ namespace PersistentServices.Http;
 
 /// <summary>
 /// Holds a persistent request's whole reply in memory while the endpoint runs: status, headers and body stay in the
-/// process until the log is durable (seed 000 Fig. 7: a reply to an end client leaves only after the force). Used the
+/// process until the log is durable ([MSP Fig. 7]: a reply to an end client leaves only after the force). Used the
 /// same way by live execution and by replay, so both produce the same <see cref="BufferedReply"/>.
 /// </summary>
 internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyFeature

@@ -20,7 +20,8 @@ internal sealed class RecoveryHostedService(
     ReplayPipeline pipeline,
     SessionReplayer replayer,
     IHostApplicationLifetime lifetime,
-    ILogger<RecoveryHostedService> logger) : IHostedService, IDisposable
+    ILogger<RecoveryHostedService> logger,
+    Testing.ReplayCheckRun? replayCheck = null) : IHostedService, IDisposable
 {
     private readonly CancellationTokenSource _stopping = new();
     private Task _replay = Task.CompletedTask;
@@ -47,7 +48,7 @@ internal sealed class RecoveryHostedService(
 
         var analysis = runtime.Analysis!;
         AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.Requests, analysis.RecordsScanned, (long)analysis.Elapsed.TotalMilliseconds);
-        lifetime.ApplicationStarted.Register(() => _replay = Task.Run(ReplayAllAsync));
+        lifetime.ApplicationStarted.Register(() => _replay = Task.Run(replayCheck is null ? ReplayAllAsync : () => replayCheck.RunAsync(runtime, ReplayAllAsync)));
     }
 
     public async Task StopAsync(CancellationToken cancellationToken)
@@ -62,6 +63,7 @@ internal sealed class RecoveryHostedService(
     {
         var started = Stopwatch.GetTimestamp();
         var sessions = runtime.Sessions.All.Where(s => !s.Ready.IsCompleted).ToList();
+        replayCheck?.Prepare(sessions);
         if (!pipeline.IsBuilt)
         {
             AspNetCoreEvents.PipelineMissing(logger);

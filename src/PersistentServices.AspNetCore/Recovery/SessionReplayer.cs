@@ -22,7 +22,8 @@ internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Reco
 /// run (their reply already went, or may have gone, to a client); those of a request the crash cut short, which replay
 /// finishes, run once with the first retry that receives its reply.
 /// </summary>
-internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger)
+/// <remarks>In the replay check (<c>check</c> given), replayed shared writes are compared with the logged values too.</remarks>
+internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger, Testing.ReplayCheckRun? check = null)
 {
     /// <summary>Reads every logged request of <paramref name="session"/> with its records (replay then needs no log I/O).</summary>
     public async Task<IReadOnlyList<LoadedRequest>> LoadAllAsync(Session session, CancellationToken cancellationToken)
@@ -45,6 +46,9 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         activity?.SetTag(PersistentServicesTracing.SessionTagName, session.TraceTag);
         BufferedReply? last = null;
         var positions = session.PositionStream;
+        var recovered = runtime.Domain.Enabled ? runtime.Domain.Recovered : null;
+        var orphanLsn = 0L;
+        var keep = positions.Count;
         for (var i = 0; i < positions.Count; i++)
         {
             var position = positions[i];
@@ -54,15 +58,37 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;
 
+            // In a domain: the first record that depends on state a member's crash took back ends the replay ([MSP §4.1]
+            // "Orphan Recovery End"): a request that arrived as an orphan is skipped with all that followed; a request
+            // that became one inside (a call's reply, a shared read) replays up to there and then runs live.
+            var orphanedInside = false;
+            if (recovered is not null && FindOrphanRecord(request, recovered) is { } orphanAt)
+            {
+                if (orphanAt < 0)
+                {
+                    orphanLsn = position.RequestLsn;
+                    keep = i;
+                    break;
+                }
+
+                orphanLsn = request.Aux[orphanAt].Lsn;
+                keep = i + 1;
+                orphanedInside = true;
+                request = request with { Aux = [.. request.Aux.Take(orphanAt)] };
+                position.Aux.RemoveRange(orphanAt, position.Aux.Count - orphanAt);
+                position.AuxRecords?.RemoveAll(r => r.Lsn >= orphanLsn);
+                session.LoggedReplies.Remove(record.Sequence);
+            }
+
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
-            var cutShort = i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence);
+            var cutShort = orphanedInside || (i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence));
             if (cutShort && !session.HoldsReservations)
             {
                 // It may run past its log (live): wait until the sessions that crashed inside an update finished theirs.
                 await runtime.Shared.WhenUnreservedAsync().WaitAsync(cancellationToken).ConfigureAwait(false);
             }
 
-            var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn);
+            var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn) { CompareWrites = check is not null };
             var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, request.Position, cursor);
             execution.Advance(request.Position.RequestLsn);
             var (reply, onCompleted) = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
@@ -73,12 +99,50 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             }
 
             last = reply;
+            if (orphanedInside)
+            {
+                break;
+            }
+        }
+
+        if (orphanLsn != 0)
+        {
+            session.CutPositionStream(keep, keep > 0 ? last : null);
+            SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
+            PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+            AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
         }
 
         runtime.Shared.ReleaseReservations(session.Id);
         session.FinishReplay(last);
         activity?.SetTag("persistentservices.replay.requests", (long)positions.Count);
         return positions.Count;
+    }
+
+    /// <summary>-1 when the request itself arrived as an orphan, the index of its first orphan record, or null.</summary>
+    private static int? FindOrphanRecord(LoadedRequest request, Domain.RecoveredStates recovered)
+    {
+        if (request.Record.Dv is { } incoming && recovered.FindOrphan(Domain.DependencyVector.FromRecord(incoming)) is not null)
+        {
+            return -1;
+        }
+
+        for (var i = 0; i < request.Aux.Count; i++)
+        {
+            var aux = request.Aux[i];
+            var dv = aux.Kind switch
+            {
+                RecordKind.SharedRead => aux.Parse(SharedRead.Parser).Dv,
+                RecordKind.CallReply => aux.Parse(CallReply.Parser).Dv,
+                _ => null,
+            };
+            if (dv is not null && recovered.FindOrphan(Domain.DependencyVector.FromRecord(dv)) is not null)
+            {
+                return i;
+            }
+        }
+
+        return null;
     }
 
     private async Task<LoadedRequest> LoadAsync(LoggedPosition position, CancellationToken cancellationToken)
@@ -138,7 +202,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             cursor.EnsureConsumed();
             if (cursor.Divergence is { } divergence)
             {
-                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence);
+                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence) { ReplayedReply = captured.Reply };
             }
 
             var reply = captured.Reply;
@@ -148,7 +212,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                     $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
                     $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
                     "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
-                    session.TraceTag, lsn, record.Sequence);
+                    session.TraceTag, lsn, record.Sequence) { ReplayedReply = reply };
             }
 
             return captured;

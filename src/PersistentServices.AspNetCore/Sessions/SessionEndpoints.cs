@@ -50,32 +50,14 @@ internal static partial class SessionEndpoints
             return;
         }
 
-        var now = runtime.Time.GetUtcNow();
-        var session = new Session(SessionId.NewRandom(), owner, now, replaying: false, codec: runtime.Codec);
-        var added = false;
-        try
+        var session = new Session(SessionId.NewRandom(), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
         {
-            var lsn = SessionRecords.AppendStarted(runtime.Log, session, now);
-            await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
-            runtime.Sessions.AddReserved(session);
-            added = true;
-            context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
-        }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
-        {
-            AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
         }
-        finally
-        {
-            if (!added)
-            {
-                runtime.Sessions.ReleaseReserved(owner);
-            }
-        }
 
-        AspNetCoreEvents.SessionStarted(logger, session.TraceTag);
+        context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
         var id = session.IdText;
         var response = context.Response;
         response.StatusCode = StatusCodes.Status201Created;

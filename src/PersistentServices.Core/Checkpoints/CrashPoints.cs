@@ -15,6 +15,7 @@ internal static class CrashPoints
     public const string DrainCheckpointed = "drain.checkpointed";
     public const string RecoveryScanned = "recovery.scanned";
     public const string RecoveryReplaying = "recovery.replaying";
+    public const string DomainFlushReceived = "domain.flush.received";
 
     private static readonly string? Armed = Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT");
     private static int _pass = int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var n) ? n : 0;

@@ -25,10 +25,19 @@ internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sess
 /// </summary>
 internal sealed partial class ServiceCheckpointer(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, int idleAfter, ILogger logger) : IDisposable
 {
+    /// <summary>
+    /// Positions listed in the record, each kind (the record must fit in a page whatever the number of sessions; recovery
+    /// needs only the scan start).
+    /// </summary>
+    private const int ListedPositions = 4096;
+
     private readonly SemaphoreSlim _gate = new(1, 1);
     private long _taken;
 
     public void Dispose() => _gate.Dispose();
+
+    /// <summary>Called before a session is checkpointed here (a domain's distributed flush); false skips it this time.</summary>
+    public Func<Session, CancellationToken, Task<bool>>? BeforeSessionCheckpoint { get; set; }
 
     /// <summary>The service's epoch, written in each checkpoint.</summary>
     public long Epoch { get; set; }
@@ -55,11 +64,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // the log is kept from the lowest, but recovery does not scan them.
             var retainFrom = long.MaxValue;
 
-            // The positions are listed while they fit half a record; beyond (tens of thousands of sessions), the lists are
-            // left out: recovery needs only the scan start.
+            // Positions are listed up to ListedPositions of each kind and while they fit half a record (long variable names,
+            // small MaxRecordBytes); the counts say how many there were. Recovery needs only the scan start.
             var listBudget = log.MaxRecordBytes / 2;
             var listed = 0;
-            int sessionCount = 0, variableCount = 0;
+
             foreach (var session in sessions.Enumerate())
             {
                 var lsn = session.RecoveryLsn;
@@ -68,33 +77,33 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                     continue;
                 }
 
-                sessionCount++;
-                scanFrom = Math.Min(scanFrom, lsn);
-                retainFrom = Math.Min(retainFrom, session.RetainLsn);
-                if (!record.PositionsOmitted)
+                if (record.SessionCount++ < ListedPositions && listed < listBudget)
                 {
                     var position = new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn };
-                    record.Sessions.Add(position);
-                    record.PositionsOmitted = (listed += position.CalculateSize() + 4) > listBudget;
+                    listed += position.CalculateSize() + 4;
+                    if (listed < listBudget)
+                    {
+                        record.Sessions.Add(position);
+                    }
                 }
+
+                scanFrom = Math.Min(scanFrom, lsn);
+                retainFrom = Math.Min(retainFrom, session.RetainLsn);
             }
 
             foreach (var (name, lsn) in shared.RecoveryPositions())
             {
-                variableCount++;
-                scanFrom = Math.Min(scanFrom, lsn);
-                if (!record.PositionsOmitted)
+                if (record.VariableCount++ < ListedPositions && listed < listBudget)
                 {
                     var position = new CheckpointPosition { Variable = name, Lsn = lsn };
-                    record.Variables.Add(position);
-                    record.PositionsOmitted = (listed += position.CalculateSize() + 4) > listBudget;
+                    listed += position.CalculateSize() + 4;
+                    if (listed < listBudget)
+                    {
+                        record.Variables.Add(position);
+                    }
                 }
-            }
 
-            if (record.PositionsOmitted)
-            {
-                record.Sessions.Clear();
-                record.Variables.Clear();
+                scanFrom = Math.Min(scanFrom, lsn);
             }
 
             // 0: nothing to recover before this record itself.
@@ -124,7 +133,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
-            var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, sessionCount, variableCount, forcedSessions, forcedVariables,
+            var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started));
             Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
@@ -173,6 +182,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>Checkpoints a session between two of its requests: at once when none runs, else (with <paramref name="wait"/>) after it.</summary>
     private async Task<bool> CheckpointIdleSessionAsync(Session session, bool wait, CancellationToken cancellationToken)
     {
+        if (BeforeSessionCheckpoint is { } before && !await before(session, cancellationToken).ConfigureAwait(false))
+        {
+            return false;
+        }
+
         if (wait)
         {
             await session.ExecutionLock.WaitAsync(cancellationToken).ConfigureAwait(false);

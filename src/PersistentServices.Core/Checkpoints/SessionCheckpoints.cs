@@ -73,6 +73,8 @@ internal static class SessionCheckpoints
             Dv = session.Dv.ToRecord(),
         };
 
+        record.CallCounters.Add(session.CallCounters);
+
         // A reply kept in the log is referenced, not copied: the session's recovery then keeps the log from its first record.
         switch (session.LastReply)
         {

@@ -30,6 +30,18 @@ internal static class PersistentServicesMetrics
     public static readonly Counter<long> Requests = Meter.CreateCounter<long>(
         "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
 
+    public static readonly Counter<long> Forces = Meter.CreateCounter<long>(
+        "persistentservices.log.forces", "{force}", "Times a request waited for the log to be durable, by reason (reply, call, every-message); commits are shared, see log.commits.");
+
+    public static readonly Counter<long> Calls = Meter.CreateCounter<long>(
+        "persistentservices.calls", "{call}", "Calls persistent requests made to other services, by callee role and how they were answered (sent, from-log).");
+
+    public static readonly Counter<long> DomainMessages = Meter.CreateCounter<long>(
+        "persistentservices.domain.messages", "{message}", "Domain messages sent to members, by kind (flush, recovered).");
+
+    public static readonly Counter<long> Orphans = Meter.CreateCounter<long>(
+        "persistentservices.domain.orphans", "{session}", "Sessions found to be orphans and rolled back, and replies held back because they were.");
+
     public static readonly Counter<long> SessionCheckpoints = Meter.CreateCounter<long>(
         "persistentservices.checkpoints.sessions", "{checkpoint}", "Session checkpoints taken.");
 

@@ -9,14 +9,18 @@ internal readonly record struct StateId(long Epoch, long Lsn) : IComparable<Stat
 }
 
 /// <summary>
-/// A service's recovered state number (seed 000 §3.1, §4): after a crash it could recover up to <see cref="State"/> in
+/// A service's recovered state number ([MSP §3.1, §4]): after a crash it could recover up to <see cref="State"/> in
 /// that epoch; everything after it in that epoch is lost, and whatever depends on it is an orphan.
 /// </summary>
 internal readonly record struct RecoveredStateNumber(string Service, StateId State);
 
 /// <summary>
-/// A dependency vector (seed 000 §3.1): for each service, the latest state of it that a session or shared variable
-/// depends on. Immutable: merging returns a new vector. Small (one entry per service of the domain).
+/// A dependency vector ([MSP §3.1]): the latest state of each service a session or shared variable depends on, as
+/// (epoch, LSN). Kept per (service, epoch): a dependency on a service's earlier epoch is not hidden by a later one (a
+/// message from a member's new epoch must not make the receiver forget that it still depends on what the member had
+/// before its crash, until the member's recovered state number for that epoch shows whether it survived). Entries for an
+/// epoch whose recovered state number shows them durable are dropped (<see cref="Prune"/>), so the vector stays small:
+/// about one entry per service of the domain. Immutable: merging returns a new vector.
 /// </summary>
 internal sealed class DependencyVector
 {
@@ -28,30 +32,32 @@ internal sealed class DependencyVector
 
     public IReadOnlyList<KeyValuePair<string, StateId>> Entries => _entries;
 
+    /// <summary>The latest state of <paramref name="service"/> this vector depends on (its newest epoch), or null.</summary>
     public StateId? this[string service]
     {
         get
         {
+            StateId? latest = null;
             foreach (var (name, state) in _entries)
             {
-                if (string.Equals(name, service, StringComparison.Ordinal))
+                if (string.Equals(name, service, StringComparison.Ordinal) && (latest is null || state.CompareTo(latest.Value) > 0))
                 {
-                    return state;
+                    latest = state;
                 }
             }
 
-            return null;
+            return latest;
         }
     }
 
-    /// <summary>This vector with <paramref name="service"/> at least at <paramref name="state"/> (item-wise maximum).</summary>
+    /// <summary>This vector with <paramref name="service"/> at least at <paramref name="state"/> in its epoch (item-wise maximum).</summary>
     public DependencyVector With(string service, StateId state)
     {
         for (var i = 0; i < _entries.Length; i++)
         {
-            if (string.Equals(_entries[i].Key, service, StringComparison.Ordinal))
+            if (string.Equals(_entries[i].Key, service, StringComparison.Ordinal) && _entries[i].Value.Epoch == state.Epoch)
             {
-                if (_entries[i].Value.CompareTo(state) >= 0)
+                if (_entries[i].Value.Lsn >= state.Lsn)
                 {
                     return this;
                 }
@@ -66,7 +72,7 @@ internal sealed class DependencyVector
         return new DependencyVector([.. _entries, new(service, state)]);
     }
 
-    /// <summary>Item-wise maximum of both vectors (seed 000 §3.1 "merged").</summary>
+    /// <summary>Item-wise maximum of both vectors, per (service, epoch) ([MSP §3.1] "merged").</summary>
     public DependencyVector Merge(DependencyVector other)
     {
         var result = this;
@@ -80,7 +86,41 @@ internal sealed class DependencyVector
 
     /// <summary>True when this vector depends on state that <paramref name="recovered"/> says was lost.</summary>
     public bool IsOrphan(RecoveredStateNumber recovered)
-        => this[recovered.Service] is { } state && state.Epoch == recovered.State.Epoch && state.Lsn > recovered.State.Lsn;
+    {
+        foreach (var (service, state) in _entries)
+        {
+            if (string.Equals(service, recovered.Service, StringComparison.Ordinal) && state.Epoch == recovered.State.Epoch && state.Lsn > recovered.State.Lsn)
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    /// <summary>
+    /// Without the entries <paramref name="recovered"/> shows durable (a past epoch recovered at or beyond them): they can
+    /// never make this vector an orphan. Entries it shows lost are kept.
+    /// </summary>
+    public DependencyVector Prune(RecoveredStates recovered)
+    {
+        List<KeyValuePair<string, StateId>>? kept = null;
+        for (var i = 0; i < _entries.Length; i++)
+        {
+            var (service, state) = _entries[i];
+            var durable = recovered.RecoveredLsn(service, state.Epoch) is { } r && state.Lsn <= r;
+            if (durable && kept is null)
+            {
+                kept = [.. _entries.Take(i)];
+            }
+            else if (!durable)
+            {
+                kept?.Add(_entries[i]);
+            }
+        }
+
+        return kept is null ? this : new DependencyVector([.. kept]);
+    }
 
     public LoggedDependencyVector ToRecord()
     {
@@ -94,9 +134,20 @@ internal sealed class DependencyVector
     }
 
     public static DependencyVector FromRecord(LoggedDependencyVector? record)
-        => record is null || record.Entries.Count == 0
-            ? Empty
-            : new DependencyVector([.. record.Entries.Select(e => new KeyValuePair<string, StateId>(e.Service, new StateId(e.Epoch, e.Lsn)))]);
+    {
+        if (record is null || record.Entries.Count == 0)
+        {
+            return Empty;
+        }
+
+        var dv = Empty;
+        foreach (var entry in record.Entries)
+        {
+            dv = dv.With(entry.Service, new StateId(entry.Epoch, entry.Lsn));
+        }
+
+        return dv;
+    }
 
     public override string ToString() => "[" + string.Join(", ", _entries.Select(e => $"{e.Key}:{e.Value.Epoch}/{e.Value.Lsn}")) + "]";
 }

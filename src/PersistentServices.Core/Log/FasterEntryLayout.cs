@@ -27,12 +27,16 @@ internal static class FasterEntryLayout
     public static int ReadLength(ReadOnlySpan<byte> header) => BinaryPrimitives.ReadInt32LittleEndian(header[8..]);
 
     /// <summary>Same XOR as FASTER's Utility.XorBytes over [8, 12 + length).</summary>
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     public static bool ChecksumMatches(ReadOnlySpan<byte> entry, int payloadLength)
     {
         var stored = BinaryPrimitives.ReadUInt64LittleEndian(entry);
         return stored == Xor(entry.Slice(8, payloadLength + 4));
     }
 
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     private static ulong Xor(ReadOnlySpan<byte> bytes)
     {
         ulong result = 0;

@@ -399,6 +399,8 @@ internal sealed class LogRecoveryScanner : IDisposable
         return new LogProblem($"Corrupt committed log entry at address {address} (file '{file}', offset {offset}): {reason}", address, file, offset);
     }
 
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     private void Walk(long start, WalkResult result)
     {
         var pendingRecords = 0;
@@ -530,6 +532,8 @@ internal sealed class LogRecoveryScanner : IDisposable
     }
 
     /// <summary>Searches [from, end of files) at every 4-byte boundary for an intact commit record numbered above <paramref name="afterCommitNum"/>.</summary>
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     private long? FindCommitAfter(long from, long afterCommitNum)
     {
         var end = PhysicalEnd;

@@ -41,6 +41,8 @@ internal static class RecordEnvelope
     private const int LengthOffset = 16;
 
     /// <summary>Writes header and body into <paramref name="destination"/> (exactly HeaderSize + body.Length bytes).</summary>
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     public static void Write(Span<byte> destination, long lsn, RecordKind kind, RecordFlags flags, ReadOnlySpan<byte> body)
     {
         destination[VersionOffset] = CurrentFormatVersion;
@@ -58,6 +60,8 @@ internal static class RecordEnvelope
     /// Returns a reason when it is damaged (null when intact). A record that is intact but of a newer
     /// format than this build reads throws <see cref="LogFormatException"/>.
     /// </summary>
+    // Runs over every record when a log opens: optimized at once, not first as tier-0 code (recovery time).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     public static string? Verify(ReadOnlySpan<byte> entry, long address, out RecordHeader header)
     {
         header = default;

@@ -5,7 +5,7 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Nondeterminism;
 
 /// <summary>
-/// Makes a nondeterministic value replayable (seed 001 footnote 1; seed 002 §2.1): inside a persistent request the value
+/// Makes a nondeterministic value replayable ([Phoenix/App] footnote 1; [Zero-loss VM §2.1]): inside a persistent request the value
 /// is produced and logged; in replay the logged value is returned; outside persistent requests it is simply produced.
 /// </summary>
 internal static class LoggedValues

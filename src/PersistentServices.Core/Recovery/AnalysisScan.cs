@@ -37,7 +37,7 @@ internal static class AnalysisScan
     public const long DefaultKeepBudgetBytes = 512L << 20;
 
     public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
-        long keepBudgetBytes = DefaultKeepBudgetBytes)
+        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null)
     {
         var started = Stopwatch.GetTimestamp();
         long records = 0;
@@ -77,6 +77,7 @@ internal static class AnalysisScan
                         StateNumber = record.Lsn,
                         RecoveryLsn = record.Lsn,
                     };
+                    session.StartNumberingAt(startedRecord.FirstSequence);
                     sessions.TryAdd(session);
                     break;
 
@@ -134,6 +135,16 @@ internal static class AnalysisScan
 
                     break;
 
+                case RecordKind.EndOfSkip:
+                    var skip = record.Parse(EndOfSkip.Parser);
+                    if (sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
+                    {
+                        SkipFrom(skipping, skip.OrphanLsn);
+                        openUpdates.Remove(skipping.Id);
+                    }
+
+                    break;
+
                 case RecordKind.SessionEnded:
                     sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
                     break;
@@ -177,12 +188,22 @@ internal static class AnalysisScan
                     kept += AddToRequest(sessions, value.SessionId, value.Sequence, record, keep);
                     break;
 
+                case RecordKind.CallReply:
+                    var call = record.Parse(CallReply.Parser);
+                    kept += AddToRequest(sessions, call.SessionId, call.Sequence, record, keep);
+                    break;
+
                 case RecordKind.EpochStarted:
                     epoch = Math.Max(epoch, record.Parse(EpochStarted.Parser).Epoch);
                     break;
 
                 case RecordKind.ServiceCheckpoint:
                     epoch = Math.Max(epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
+                    break;
+
+                case RecordKind.RecoveredState:
+                    var state = record.Parse(RecoveredState.Parser);
+                    recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
                     break;
 
                 case RecordKind.LogTruncated:
@@ -255,6 +276,31 @@ internal static class AnalysisScan
         }
 
         return (anchor, scanFrom, checkpoint.CleanShutdown);
+    }
+
+    /// <summary>
+    /// An end-of-skip record: the session's records from <paramref name="orphanLsn"/> on (up to the EOS) are never
+    /// replayed ([MSP §4.1], Fig. 11: nested pairs are covered, since the later skip starts at or before the earlier).
+    /// </summary>
+    private static void SkipFrom(Session session, long orphanLsn)
+    {
+        var positions = session.PositionStream;
+        var keep = positions.FindIndex(p => p.RequestLsn >= orphanLsn);
+        if (keep < 0)
+        {
+            keep = positions.Count;
+        }
+
+        if (keep > 0 && positions[keep - 1] is { } partial && partial.Aux.FindIndex(lsn => lsn >= orphanLsn) is var cut and >= 0)
+        {
+            // The orphan record was inside this request: its records before it stay; the request went on live after the EOS.
+            partial.Aux.RemoveRange(cut, partial.Aux.Count - cut);
+            partial.AuxRecords?.RemoveAll(r => r.Lsn >= orphanLsn);
+            session.LoggedReplies.Remove(partial.Sequence);
+        }
+
+        session.CutPositionStream(keep, lastKeptReply: null);
+        session.ForgetFullRepliesFrom(orphanLsn);
     }
 
     /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream. Returns the bytes kept.</summary>

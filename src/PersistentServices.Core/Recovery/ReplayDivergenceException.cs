@@ -29,4 +29,7 @@ public sealed class ReplayDivergenceException : Exception
 
     /// <summary>LSN of the logged request whose replay diverged.</summary>
     public long Lsn { get; }
+
+    /// <summary>The reply the replay produced, when it ran to the end (the replay check shows it).</summary>
+    internal Sessions.BufferedReply? ReplayedReply { get; init; }
 }

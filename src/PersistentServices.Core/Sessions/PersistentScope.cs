@@ -12,10 +12,10 @@ internal enum ExecutionMode
     /// <summary>A logged request executing for the first time.</summary>
     Live,
 
-    /// <summary>A logged request re-executed from the log during recovery (seed 000 §4.1 "Logged Request Replay").</summary>
+    /// <summary>A logged request re-executed from the log during recovery ([MSP §4.1] "Logged Request Replay").</summary>
     Replay,
 
-    /// <summary>A read-only request (seed 001 §3.3): not logged, changes no session state.</summary>
+    /// <summary>A read-only request ([Phoenix/App §3.3]): not logged, changes no session state.</summary>
     ReadOnly,
 }
 
@@ -43,6 +43,9 @@ internal sealed class PersistentScope
 
     /// <summary>Read-only requests: the highest LSN of shared state the reply shows; the reply waits until it is durable.</summary>
     public long ReadOnlyDependsOn { get; set; }
+
+    /// <summary>Read-only requests in a domain: the DVs of the shared values the reply shows (flushed before it leaves).</summary>
+    public Domain.DependencyVector ReadOnlyDv { get; set; } = Domain.DependencyVector.Empty;
 
     /// <summary>Makes <paramref name="scope"/> current until the returned value is disposed.</summary>
     public static Restore Enter(PersistentScope scope)
@@ -76,6 +79,12 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
 
     public ByteString SessionId => Session.IdBytes;
 
+    /// <summary>Calls: the callees this request called (the multi-call optimization forces again before a second call to one).</summary>
+    public HashSet<string> CalledInThisRequest { get; } = new(StringComparer.Ordinal);
+
+    /// <summary>Calls: whether this request already forced the log before a call.</summary>
+    public bool ForcedBeforeCall { get; set; }
+
     /// <summary>Replay only: the request's logged records still to be consumed.</summary>
     public ReplayCursor? Cursor { get; } = cursor;
 
@@ -89,7 +98,7 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
         return lsn;
     }
 
-    /// <summary>The session's state number and own DV entry move to <paramref name="lsn"/> (seed 000 §3.1: a service depends on itself at its latest record).</summary>
+    /// <summary>The session's state number and own DV entry move to <paramref name="lsn"/> ([MSP §3.1]: a service depends on itself at its latest record).</summary>
     public void Advance(long lsn, long? epoch = null)
     {
         Session.StateNumber = Math.Max(Session.StateNumber, lsn);

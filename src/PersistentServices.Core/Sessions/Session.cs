@@ -39,11 +39,16 @@ internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSeq
 /// A logged request of a session: where it and the records it wrote (shared reads and writes, nondeterministic values)
 /// are in the log. The session's position stream is the list of these (seed 000 §3.2).
 /// </summary>
-internal sealed class LoggedPosition(long requestLsn, long sequence)
+internal sealed class LoggedPosition(long requestLsn, long sequence, byte[]? requestHash = null, int requestHashVersion = RequestIdentity.CurrentVersion)
 {
     public long RequestLsn { get; } = requestLsn;
 
     public long Sequence { get; } = sequence;
+
+    /// <summary>The request's identity (<see cref="RequestIdentity"/>), so numbering can go back to it (orphan recovery).</summary>
+    public byte[]? RequestHash { get; } = requestHash;
+
+    public int RequestHashVersion { get; } = requestHashVersion;
 
     /// <summary>LSNs of the records the request wrote while it ran, in order.</summary>
     public List<long> Aux { get; } = [];
@@ -64,7 +69,7 @@ internal sealed class Session
 {
     private readonly Lock _gate = new();
     private readonly Dictionary<string, SessionStateSlot> _state = new(StringComparer.Ordinal);
-    private readonly TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private TaskCompletionSource<BufferedReply>? _executing;
 
     // The buffered reply and what it costs against the session memory budget of the table the session is in.
@@ -194,6 +199,13 @@ internal sealed class Session
     /// <summary>The budget of the table the session is in (null outside a table).</summary>
     internal SessionMemory? Memory => _table?.Memory;
 
+    /// <summary>
+    /// Per callee (the caller's name for it): the number of this session's last persistent call to it. A call's id is
+    /// (this service, this session, callee, number): deterministic, so replay and retries send the same id ([Phoenix/App
+    /// §2.2] condition 2). Rebuilt by replay; saved in checkpoints.
+    /// </summary>
+    public Dictionary<string, long> CallCounters { get; } = new(StringComparer.Ordinal);
+
     /// <summary>Bytes this session logged since its latest checkpoint (MSP §3.2: a checkpoint is taken when they pass a threshold).</summary>
     public long LoggedBytesSinceCheckpoint { get; set; }
 
@@ -237,6 +249,24 @@ internal sealed class Session
             }
         }
     }
+
+    /// <summary>
+    /// A session created by another service's call: its numbering starts at <paramref name="firstSequence"/> (the
+    /// caller's per-callee call number), so the previous number counts as answered. Before any request.
+    /// </summary>
+    public void StartNumberingAt(long firstSequence)
+    {
+        lock (_gate)
+        {
+            if (LastSequence == 0 && firstSequence > 1)
+            {
+                LastSequence = firstSequence - 1;
+                _numberingBase = LastSequence;
+            }
+        }
+    }
+
+    private long _numberingBase;
 
     /// <summary>True when a retry of <paramref name="sequence"/> must be compared with a hash of an older version (<see cref="RequestIdentity.HashVersion0"/>).</summary>
     public bool NeedsVersion0Hash(long sequence) => sequence == Volatile.Read(ref _lastSequence) && LastRequestHashVersion == 0;
@@ -400,7 +430,7 @@ internal sealed class Session
     /// <summary>Analysis scan: a logged request of this session.</summary>
     public void RecoverRequest(long lsn, long sequence, byte[] requestHash, int requestHashVersion, DateTimeOffset receivedAt)
     {
-        PositionStream.Add(new LoggedPosition(lsn, sequence));
+        PositionStream.Add(new LoggedPosition(lsn, sequence, requestHash, requestHashVersion));
         lock (_gate)
         {
             LastSequence = sequence;
@@ -414,6 +444,18 @@ internal sealed class Session
 
     /// <summary>Analysis scan: the reply of request <paramref name="sequence"/> was logged in full at <paramref name="location"/>.</summary>
     public void RecoverFullReply(long sequence, ReplyLocation location) => _loggedFullReply = (sequence, location);
+
+    /// <summary>
+    /// Analysis scan, at an end-of-skip record: a reply logged in full at or after <paramref name="orphanLsn"/> belongs to
+    /// the skipped records, so replay's reply is kept instead.
+    /// </summary>
+    public void ForgetFullRepliesFrom(long orphanLsn)
+    {
+        if (_loggedFullReply is { } full && (full.Location.FirstLsn >= orphanLsn || full.Location.Lsn >= orphanLsn))
+        {
+            _loggedFullReply = null;
+        }
+    }
 
     /// <summary>
     /// Replay finished: <paramref name="lastReply"/> (the replayed reply of the last request) becomes the buffered reply;
@@ -446,6 +488,99 @@ internal sealed class Session
 
     /// <summary>Replay failed: requests waiting for this session fail with <paramref name="error"/>.</summary>
     public void FailReplay(Exception error) => _ready.TrySetException(error);
+
+    /// <summary>Incremented when the session rolls back (orphan recovery): a request admitted before that no longer applies.</summary>
+    public int Generation => Volatile.Read(ref _generation);
+
+    private int _generation;
+
+    /// <summary>
+    /// Orphan recovery begins ([MSP §4.1]): requests of this session wait (as for a replay) until
+    /// <see cref="FinishReplay"/>; requests already admitted are void (<see cref="Generation"/>).
+    /// </summary>
+    public void BeginRollback()
+    {
+        lock (_gate)
+        {
+            Interlocked.Increment(ref _generation);
+            if (_ready.Task.IsCompleted)
+            {
+                _ready = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            }
+
+            _executing?.TrySetException(new InvalidOperationException("The session rolls back: it depended on state a crash of another service took back."));
+            _executing = null;
+        }
+    }
+
+    /// <summary>
+    /// Back to where the session's recovery starts, before replaying its position stream again (orphan recovery): from
+    /// <paramref name="checkpoint"/>, or, without one, to its start (no state, numbering from <paramref name="firstSequence"/>).
+    /// The position stream is kept: replay follows it.
+    /// </summary>
+    public void ResetToRecoveryPoint(Log.Records.SessionCheckpoint? checkpoint, long firstSequence)
+    {
+        var positions = PositionStream.ToList();
+        if (checkpoint is not null)
+        {
+            ContinueFromCheckpoint(RecoveryLsn, checkpoint);
+        }
+        else
+        {
+            lock (_gate)
+            {
+                LastSequence = firstSequence > 1 ? firstSequence - 1 : 0;
+                LastRequestHash = null;
+                SetLastReplyLocked(null);
+            }
+
+            _state.Clear();
+            CallCounters.Clear();
+            Dv = Domain.DependencyVector.Empty;
+            LoggedReplies.Clear();
+            _loggedFullReply = null;
+        }
+
+        PositionStream.Clear();
+        PositionStream.AddRange(positions);
+        _recoveryPoint = (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply);
+    }
+
+    private (long Sequence, byte[]? Hash, int HashVersion, HeldReply? Reply)? _recoveryPoint;
+
+    /// <summary>
+    /// Replay stopped at an orphan record ([MSP §4.1] "Orphan Recovery End"): the positions from <paramref name="keep"/>
+    /// on are skipped, and the numbering goes back to the last request kept (or to the recovery point).
+    /// </summary>
+    public void CutPositionStream(int keep, BufferedReply? lastKeptReply)
+    {
+        var lastKept = keep > 0 ? PositionStream[keep - 1] : null;
+        foreach (var skipped in PositionStream.Skip(keep))
+        {
+            LoggedReplies.Remove(skipped.Sequence);
+        }
+
+        PositionStream.RemoveRange(keep, PositionStream.Count - keep);
+        lock (_gate)
+        {
+            if (lastKept is not null)
+            {
+                LastSequence = lastKept.Sequence;
+                LastRequestHash = lastKept.RequestHash;
+                LastRequestHashVersion = lastKept.RequestHashVersion;
+
+                // The replayed reply of the last request kept, held like any completed reply (in memory: replay does not
+                // know whether the log holds it in full; it was within the budget when it was first written).
+                SetLastReplyLocked(lastKeptReply is null ? null : Hold(lastKeptReply));
+            }
+            else
+            {
+                HeldReply? reply;
+                (LastSequence, LastRequestHash, LastRequestHashVersion, reply) = _recoveryPoint ?? (_numberingBase, null, RequestIdentity.CurrentVersion, null);
+                SetLastReplyLocked(reply);
+            }
+        }
+    }
 
     /// <summary>The divergence that quarantined this session (its requests get <c>session-diverged</c>); null otherwise.</summary>
     public Recovery.ReplayDivergenceException? Diverged { get; private set; }
@@ -573,6 +708,13 @@ internal sealed class Session
 
         LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(restore.LastActivityUnixMs);
         Dv = Domain.DependencyVector.FromRecord(restore.Dv);
+        _recoveryPoint = (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply);
+        CallCounters.Clear();
+        foreach (var (callee, number) in restore.CallCounters)
+        {
+            CallCounters[callee] = number;
+        }
+
         _state.Clear();
         foreach (var value in restore.State)
         {

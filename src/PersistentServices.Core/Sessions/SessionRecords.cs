@@ -20,6 +20,7 @@ internal static class SessionRecords
             Owner = ByteString.CopyFrom(session.Owner),
             StartedAtUnixMs = startedAt.ToUnixTimeMilliseconds(),
             OwnerVersion = (uint)session.OwnerVersion,
+            FirstSequence = session.LastSequence > 0 ? session.LastSequence + 1 : 0,
         });
         session.StateNumber = lsn;
         session.RecoveryLsn = lsn;
@@ -34,7 +35,7 @@ internal static class SessionRecords
     {
         var lsn = log.Append(RecordKind.Request, record);
         session.LoggedBytesSinceCheckpoint += recordSize;
-        var position = new LoggedPosition(lsn, record.Sequence);
+        var position = new LoggedPosition(lsn, record.Sequence, record.RequestHash.ToByteArray(), (int)record.RequestHashVersion);
         session.PositionStream.Add(position);
         session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
         return position;
@@ -68,6 +69,17 @@ internal static class SessionRecords
             Diagnostics.PersistentServicesMetrics.RepliesLoggedInFull.Add(1, new KeyValuePair<string, object?>("reason", reason));
         }
 
+        return lsn;
+    }
+
+    /// <summary>
+    /// End of skip ([MSP §4.1]): the session's orphan recovery ended; its records from <paramref name="orphanLsn"/> up to
+    /// this one are skipped by every later recovery. Not forced: if it is lost, the next recovery skips them all again.
+    /// </summary>
+    public static long AppendEndOfSkip(DurableLog log, Session session, long orphanLsn)
+    {
+        var lsn = log.Append(RecordKind.EndOfSkip, new EndOfSkip { SessionId = session.IdBytes, OrphanLsn = orphanLsn });
+        session.StateNumber = Math.Max(session.StateNumber, lsn);
         return lsn;
     }
 

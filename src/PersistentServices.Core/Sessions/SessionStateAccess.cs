@@ -21,7 +21,7 @@ public static class SessionStateAccess
         if (scope?.Mode == ExecutionMode.ReadOnly)
         {
             throw new InvalidOperationException(
-                $"Session state '{key.Name}' cannot be changed by a [ReadOnly] request: read-only methods change no session state (seed 001 §3.3).");
+                $"Session state '{key.Name}' cannot be changed by a [ReadOnly] request: read-only methods change no session state ([Phoenix/App §3.3]).");
         }
 
         RequireSession(key.Name).SetState(key, value);

@@ -77,7 +77,7 @@ internal sealed class SessionTable
     /// <summary>
     /// Reserves a slot for a session <paramref name="owner"/> is starting: refused when the service holds
     /// <paramref name="maxSessions"/> sessions, or an authenticated owner <paramref name="maxPerOwner"/>. A reserved slot is
-    /// then used by <see cref="AddReserved"/> or given back by <see cref="ReleaseReserved"/>.
+    /// then used by <see cref="TryAddReserved"/> or given back by <see cref="ReleaseReserved"/>.
     /// </summary>
     public StartRefusal TryReserve(byte[] owner, int maxSessions, int? maxPerOwner)
     {
@@ -121,16 +121,20 @@ internal sealed class SessionTable
         return StartRefusal.None;
     }
 
-    /// <summary>Adds a session whose slot <see cref="TryReserve"/> reserved.</summary>
-    public void AddReserved(Session session)
+    /// <summary>
+    /// Adds a session whose slot <see cref="TryReserve"/> reserved; false (the slot stays reserved: give it back with
+    /// <see cref="ReleaseReserved"/>) when a session with its id is already live (a concurrent start of a caller's session).
+    /// </summary>
+    public bool TryAddReserved(Session session)
     {
         if (!_sessions.TryAdd(session.Id, session))
         {
-            throw new InvalidOperationException("A new session id is already live.");
+            return false;
         }
 
         AddToOwner(session, reserved: true);
         session.Attach(this);
+        return true;
     }
 
     /// <summary>The start failed: its reserved slot is free again.</summary>

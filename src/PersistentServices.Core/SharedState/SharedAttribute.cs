@@ -2,7 +2,7 @@ namespace PersistentServices;
 
 /// <summary>
 /// Marks a <c>partial</c> property as a shared variable: one value shared by all sessions, value-logged on every read
-/// and write (seed 000 §3.3). Allowed as a static member of a <c>[Persistent]</c> controller or as a member of a
+/// and write ([MSP §3.3]). Allowed as a static member of a <c>[Persistent]</c> controller or as a member of a
 /// <see cref="SharedStateAttribute"/> class registered as a singleton. Values are immutable from the library's point of
 /// view: a write replaces the value.
 /// </summary>

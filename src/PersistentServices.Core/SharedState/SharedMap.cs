@@ -4,7 +4,7 @@ namespace PersistentServices.SharedState;
 
 /// <summary>
 /// Keyed shared state: a map whose entries are independent shared variables, each read, written, logged, locked
-/// and checkpointed on its own like a <see cref="SharedAttribute"/> property (seed 000 §3.3). Entry <c>k</c> of a
+/// and checkpointed on its own like a <see cref="SharedAttribute"/> property ([MSP §3.3]). Entry <c>k</c> of a
 /// map named <c>N</c> is the variable <c>N[k]</c>. Declare one as a static field with a unique, stable name:
 /// <code>public static readonly SharedMap&lt;string, int&gt; Stock = new("Bookstore.Stock");</code>
 /// </summary>

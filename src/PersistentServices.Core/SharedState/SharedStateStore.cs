@@ -11,7 +11,7 @@ using PersistentServices.Sessions;
 namespace PersistentServices.SharedState;
 
 /// <summary>
-/// The service's shared variables (seed 000 §3.3) and how they are read and written:
+/// The service's shared variables ([MSP §3.3]) and how they are read and written:
 /// <list type="bullet">
 /// <item>a read inside a persistent request logs the value and the variable's DV, merges that DV into the reader
 ///   session's DV and advances its state number (Fig. 8, read);</item>
@@ -42,6 +42,12 @@ internal sealed partial class SharedStateStore
         _logger = logger ?? NullLogger.Instance;
         Codec = codec ?? JsonValueCodec.Instance;
     }
+
+    /// <summary>
+    /// In a service domain: makes everything a DV depends on durable at every member (the distributed flush); a
+    /// variable's checkpoint waits for it (MSP §3.3). Null outside a domain: the local log is enough.
+    /// </summary>
+    public Func<DependencyVector, CancellationToken, Task>? DistributedFlush { get; set; }
 
     /// <summary>How values are written to the log (and read back in the format they were written in).</summary>
     public ValueCodec Codec { get; }
@@ -87,6 +93,9 @@ internal sealed partial class SharedStateStore
 
     public bool TryGetCell(string name, out SharedCell cell) => _cells.TryGetValue(name, out cell!);
 
+    /// <summary>The names of every variable this store holds.</summary>
+    public IEnumerable<string> VariableNames() => _cells.Keys;
+
     public T Read<T>(string name)
     {
         var cell = Cell(name);
@@ -107,6 +116,7 @@ internal sealed partial class SharedStateStore
             if (scope?.Mode == ExecutionMode.ReadOnly)
             {
                 scope.ReadOnlyDependsOn = Math.Max(scope.ReadOnlyDependsOn, cell.StateNumber);
+                scope.ReadOnlyDv = scope.ReadOnlyDv.Merge(cell.Dv);
             }
 
             return cell.GetValue<T>(Codec);
@@ -118,7 +128,8 @@ internal sealed partial class SharedStateStore
         var execution = RequireWriter(name);
         if (execution.Cursor?.Take(RecordKind.SharedWrite, name) is { } logged)
         {
-            // Replay: the write is skipped; the variable recovers on its own (roll forward), seed 000 §4.1.
+            // Replay: the write is skipped; the variable recovers on its own (roll forward), [MSP §4.1.]
+            execution.Cursor.CompareWrite(logged, name, value, Codec);
             execution.Advance(logged.Lsn);
             return;
         }
@@ -299,7 +310,7 @@ internal sealed partial class SharedStateStore
     /// <summary>
     /// Completes when no variable is reserved any more. Live requests (and other sessions' replays running past their
     /// log) wait for it before they execute, so they never block a thread on a reserved variable while the reserving
-    /// session's replay needs threads to finish (the thread-pool deadlock of seed 000 §3.3). No lock on the usual path.
+    /// session's replay needs threads to finish (the thread-pool deadlock of [MSP §3.3]). No lock on the usual path.
     /// </summary>
     public Task WhenUnreservedAsync() => _unreserved.Task;
 
@@ -313,7 +324,7 @@ internal sealed partial class SharedStateStore
         return done;
     }
 
-    /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value (seed 000 §4.3).</summary>
+    /// <summary>Analysis scan: a write or checkpoint record moves the variable forward to its value ([MSP §4.3]).</summary>
     public void RollForward(string name, ByteString value, ValueFormat format, DependencyVector dv, long lsn, bool checkpoint)
     {
         var cell = Cell(name);
@@ -332,7 +343,7 @@ internal sealed partial class SharedStateStore
     }
 
     /// <summary>
-    /// Shared state orphan recovery (seed 000 §4.2): when the variable's DV depends on state that
+    /// Shared state orphan recovery ([MSP §4.2]): when the variable's DV depends on state that
     /// <paramref name="recovered"/> says was lost, follows its backward chain of write records to the latest one whose
     /// DV is not an orphan (or to a checkpoint, which never is) and makes that the variable's value. Returns true when
     /// the variable was rolled back.
@@ -387,7 +398,7 @@ internal sealed partial class SharedStateStore
         {
             if (cell.ChainHead != head)
             {
-                return false; // written again meanwhile: a write replaces an orphan value (seed 000 §3.3)
+                return false; // written again meanwhile: a write replaces an orphan value ([MSP §3.3])
             }
 
             cell.SetBytes(value, format);
@@ -472,7 +483,7 @@ internal sealed partial class SharedStateStore
     }
 
     /// <summary>
-    /// A shared-variable checkpoint (seed 000 §3.3): once everything the variable depends on is durable (for one
+    /// A shared-variable checkpoint ([MSP §3.3]): once everything the variable depends on is durable (for one
     /// service, its latest write), its value is logged; that value can never be an orphan and the chain ends there.
     /// </summary>
     private async Task CheckpointAsync(SharedCell cell)
@@ -482,12 +493,18 @@ internal sealed partial class SharedStateStore
             while (true)
             {
                 long stateNumber;
+                DependencyVector dv;
                 lock (cell.Gate)
                 {
                     stateNumber = cell.StateNumber;
+                    dv = cell.Dv;
                 }
 
                 await Log.WaitUntilDurableAsync(stateNumber).ConfigureAwait(false);
+                if (DistributedFlush is { } flush)
+                {
+                    await flush(dv, CancellationToken.None).ConfigureAwait(false);
+                }
                 lock (cell.Gate)
                 {
                     if (cell.StateNumber != stateNumber)
@@ -513,8 +530,10 @@ internal sealed partial class SharedStateStore
                 }
             }
         }
-        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        catch (Exception ex) when (ex is not OutOfMemoryException)
         {
+            // The log faulted, or (in a domain) the distributed flush could not be done: the checkpoint is retried with
+            // the variable's next writes or the next service checkpoint. The variable's chain still reaches its last one.
             lock (cell.Gate)
             {
                 cell.CheckpointPending = false;

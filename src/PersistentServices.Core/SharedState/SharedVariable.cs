@@ -1,7 +1,7 @@
 namespace PersistentServices.SharedState;
 
 /// <summary>
-/// One shared variable (seed 000 §3.3): a value shared by all sessions, value-logged on every read and write inside a
+/// One shared variable ([MSP §3.3]): a value shared by all sessions, value-logged on every read and write inside a
 /// persistent request. Generated code creates one for each <see cref="SharedAttribute"/> property; declare one yourself
 /// (a static field with a unique, stable name) when you need <see cref="Update"/>.
 /// </summary>

@@ -27,6 +27,10 @@ internal sealed class PersistentCode
         {
             switch (current)
             {
+                case IAnonymousFunctionOperation lambda when IsOnCompletedCallback(lambda):
+                    // Response.OnCompleted callbacks run once a reply reached a client, never in replay
+                    // (docs/protocol.md, "Response callbacks"): what they do is not replayed.
+                    return null;
                 case IAnonymousFunctionOperation lambda:
                     readOnly |= KnownSymbols.HasAttribute(lambda.Symbol, ReadOnlyAttribute);
                     if (KnownSymbols.HasAttribute(lambda.Symbol, KnownSymbols.PersistentAttribute) || IsPassedToPersistentEndpoint(lambda))
@@ -70,7 +74,9 @@ internal sealed class PersistentCode
 
     private static bool ComputeIsPersistentType(INamedTypeSymbol type)
     {
-        if (KnownSymbols.HasPersistentAttribute(type) || KnownSymbols.HasAttribute(type, KnownSymbols.SharedStateAttribute))
+        // [Subordinate] (Phoenix/App §3.2.1): an in-process component whose methods run inside its parent's persistent requests.
+        if (KnownSymbols.HasPersistentAttribute(type) || KnownSymbols.HasAttribute(type, KnownSymbols.SharedStateAttribute) ||
+            KnownSymbols.HasAttribute(type, KnownSymbols.SubordinateAttribute))
         {
             return true;
         }
@@ -124,6 +130,20 @@ internal sealed class PersistentCode
     /// True when <paramref name="lambda"/> is an argument of an invocation in a fluent chain (receivers and the calls
     /// made on the result) that includes <c>WithMetadata(..., new PersistentAttribute(), ...)</c>.
     /// </summary>
+    private static bool IsOnCompletedCallback(IAnonymousFunctionOperation lambda)
+    {
+        IOperation? current = lambda.Parent;
+        while (current is IDelegateCreationOperation or IConversionOperation)
+        {
+            current = current.Parent;
+        }
+
+        return current is IArgumentOperation { Parent: IInvocationOperation invocation } &&
+               invocation.TargetMethod.Name == "OnCompleted" &&
+               invocation.TargetMethod.ContainingType is { Name: "HttpResponse" } type &&
+               type.ContainingNamespace?.ToDisplayString() == "Microsoft.AspNetCore.Http";
+    }
+
     private static bool IsPassedToPersistentEndpoint(IAnonymousFunctionOperation lambda)
     {
         var current = lambda.Parent;

@@ -23,7 +23,7 @@ public sealed class SessionTableTests
                 if (table.TryReserve(Anonymous, 100, null) == StartRefusal.None)
                 {
                     Interlocked.Increment(ref granted);
-                    table.AddReserved(NewSession());
+                    Assert.True(table.TryAddReserved(NewSession()));
                 }
             }
         }, TestContext.Current.CancellationToken)));
@@ -43,7 +43,7 @@ public sealed class SessionTableTests
 
         Assert.Equal(StartRefusal.None, table.TryReserve(alice, 10, 2));
         var first = NewSession(alice);
-        table.AddReserved(first);
+        Assert.True(table.TryAddReserved(first));
         Assert.Equal(StartRefusal.None, table.TryReserve(alice, 10, 2));
         Assert.Equal(StartRefusal.OwnerFull, table.TryReserve(alice, 10, 2));
         Assert.Equal(StartRefusal.None, table.TryReserve(bob, 10, 2));

@@ -10,7 +10,7 @@ using PersistentServices.Tests.TestSupport;
 
 namespace PersistentServices.Tests.SharedState;
 
-/// <summary>Shared variables with value logging (seed 000 §3.3, Fig. 8–9; §4.2–4.3) against a real log.</summary>
+/// <summary>Shared variables with value logging ([MSP §3.3, Fig. 8–9]; §4.2–4.3) against a real log.</summary>
 [Collection(nameof(SharedStateTestGroup))]
 public sealed class SharedStateStoreTests : IAsyncLifetime
 {

@@ -1,0 +1,314 @@
+using System.Diagnostics;
+using System.Net.Http.Headers;
+using System.Security.Cryptography;
+using System.Text;
+using Google.Protobuf;
+using Microsoft.Extensions.Hosting;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Http;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Calls;
+
+/// <summary>
+/// The caller's side of calls between persistent services (Phoenix/App §2–3; docs/calls.md), an
+/// <see cref="DelegatingHandler"/> on a named <c>HttpClient</c> (<c>AddPersistentCalls()</c>). Inside a persistent
+/// request:
+/// <list type="bullet">
+/// <item>a call to a persistent (or not yet known) callee carries a deterministic id: the session it calls on, derived
+///   from this service, the calling session and the callee, and the call's number in it (condition 2); before it is sent
+///   the caller's log is forced as <see cref="PersistentCallOptions.Logging"/> says (condition 1; the send itself is not
+///   logged); it is retried with the same id until a reply arrives (condition 4); the reply is logged, not forced;</item>
+/// <item>a call to a read-only callee carries no id and forces nothing; its reply is logged (Algorithm 5); a call to a
+///   functional callee is neither forced nor logged (Algorithm 4);</item>
+/// <item>in replay the call is not sent: its reply comes from the log (condition 5); a functional call is made again;
+///   when the log holds no reply (the crash came first), the call is made live, with the same id.</item>
+/// </list>
+/// Outside persistent requests the handler passes calls through untouched.
+/// </summary>
+internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, IHostApplicationLifetime lifetime, string callee) : DelegatingHandler
+{
+    protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
+    {
+        if (PersistentScope.Current?.Execution is not { } execution)
+        {
+            return await base.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        }
+
+        // The body is read once: it is signed, and every retry resends the same bytes.
+        var body = request.Content is null ? [] : await request.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+        ReplaceContent(request, body);
+        var method = request.Method.Method;
+        var path = request.RequestUri?.PathAndQuery ?? "";
+
+        if (execution.Cursor is { } cursor)
+        {
+            if (cursor.TakeIf(RecordKind.CallReply, r => Matches(r.Parse(CallReply.Parser), method, path)) is { } logged)
+            {
+                return FromLog(execution, logged.Parse(CallReply.Parser), request);
+            }
+
+            // No reply logged for it: the call went to a functional callee (Algorithm 4), so it is made again; unless this
+            // request runs live past its log (the crash came before the reply was logged): then it is made as before.
+            if (!(cursor.AllowLiveTail && cursor.IsExhausted))
+            {
+                var (response, role) = await SendAsync(request, execution, number: 0, cancellationToken).ConfigureAwait(false);
+                if (role != CalleeRole.Functional)
+                {
+                    response.Dispose();
+                    throw cursor.Diverge($"it called {method} {path} on '{callee}', which answered as {role}, but the log holds no reply for that call");
+                }
+
+                Count(CalleeRole.Functional, "sent");
+                return response;
+            }
+        }
+
+        var known = runtime.Options.Calls.UseRoles ? roles.Get(callee, method, path) : CalleeRole.Unknown;
+        if (known is CalleeRole.Functional or CalleeRole.ReadOnly)
+        {
+            // No id, no force (Algorithms 4 and 5). If the callee says otherwise now, its answer cannot have changed
+            // anything (a persistent endpoint refuses a call without a session): call again as persistent.
+            var (response, role) = await SendAsync(request, execution, number: 0, cancellationToken).ConfigureAwait(false);
+            if (role == known)
+            {
+                return await CompleteAsync(execution, request, response, role, number: 0, method, path).ConfigureAwait(false);
+            }
+
+            response.Dispose();
+            roles.Learn(callee, method, path, CalleeRole.Unknown);
+        }
+
+        var next = execution.Session.CallCounters.GetValueOrDefault(callee) + 1;
+        await ForceBeforeCallAsync(execution, cancellationToken).ConfigureAwait(false);
+        var (reply, replyRole) = await SendAsync(request, execution, next, cancellationToken).ConfigureAwait(false);
+        return await CompleteAsync(execution, request, reply, replyRole, next, method, path).ConfigureAwait(false);
+    }
+
+    /// <summary>The session a caller's session uses at this callee: derived, so every retry and every replay names it again.</summary>
+    public static SessionId DeriveSession(string service, SessionId callerSession, string callee)
+    {
+        var bytes = Encoding.UTF8.GetBytes($"ps-call\n{service}\n{callerSession}\n{callee}");
+        return SessionId.FromBytes(SHA256.HashData(bytes).AsSpan(0, 16));
+    }
+
+    private static bool Matches(CallReply logged, string method, string path)
+        => logged.Method == method && logged.Path == path;
+
+    /// <summary>Sends (retried until a reply, by the pipeline inside this handler); the call number 0 means no id.</summary>
+    private async Task<(HttpResponseMessage Response, CalleeRole Role)> SendAsync(HttpRequestMessage request, RequestExecution execution, long number, CancellationToken cancellationToken)
+    {
+        var headers = request.Headers;
+        headers.Remove(ProtocolHeaders.Session);
+        headers.Remove(ProtocolHeaders.Sequence);
+        headers.TryAddWithoutValidation(ProtocolHeaders.Caller, runtime.Options.ServiceName);
+        headers.Remove(ProtocolHeaders.Role);
+        headers.TryAddWithoutValidation(ProtocolHeaders.Role, CallRoles.Persistent);
+        headers.Remove(ProtocolHeaders.Dv);
+        if (runtime.Domain.IsMember(callee) && runtime.Domain.IsMember(runtime.Options.ServiceName))
+        {
+            // Inside the domain: the session's DV travels with the call ([MSP Fig. 7]), nothing is forced.
+            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered)));
+        }
+        if (number > 0)
+        {
+            headers.TryAddWithoutValidation(ProtocolHeaders.Session, DeriveSession(runtime.Options.ServiceName, execution.Session.Id, callee).ToString());
+            headers.TryAddWithoutValidation(ProtocolHeaders.Sequence, number.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        // Retried until a reply arrives or the host stops (condition 4); the endpoint's own token never fires.
+        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, lifetime.ApplicationStopping);
+        HttpResponseMessage response;
+        try
+        {
+            response = await base.SendAsync(request, stopping.Token).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (lifetime.ApplicationStopping.IsCancellationRequested && ex is OperationCanceledException or HttpRequestException)
+        {
+            throw new CallAbandonedException($"The host stopped before '{callee}' answered {request.Method} {request.RequestUri}; the request is retried after the restart.", ex);
+        }
+
+        var role = CallRoles.Parse(response.Headers.TryGetValues(ProtocolHeaders.Role, out var values) ? values.FirstOrDefault() : null);
+        return (response, role);
+    }
+
+    /// <summary>
+    /// A member's reply carries its session's DV: a reply that depends on state a crash took back is discarded (the
+    /// calling request is abandoned, [MSP Fig. 7]); otherwise it is merged into the calling session's DV.
+    /// </summary>
+    private Domain.DependencyVector ReplyDv(RequestExecution execution, HttpResponseMessage response)
+    {
+        var domain = runtime.Domain;
+        if (!domain.IsMember(callee) || !response.Headers.TryGetValues(ProtocolHeaders.Dv, out var values))
+        {
+            return Domain.DependencyVector.Empty;
+        }
+
+        var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out var error)
+                 ?? throw new HttpRequestException($"'{callee}' answered with an unusable DV: {error}.");
+        if (domain.Recovered.FindOrphan(dv) is { } lost)
+        {
+            response.Dispose();
+            throw new Domain.OrphanException(lost);
+        }
+
+        execution.Session.Dv = execution.Session.Dv.Merge(dv).Prune(domain.Recovered);
+        return dv;
+    }
+
+    /// <summary>What the reply's role asks for: the number consumed and the reply logged (persistent), logged (read-only), or neither (functional).</summary>
+    private async Task<HttpResponseMessage> CompleteAsync(RequestExecution execution, HttpRequestMessage request, HttpResponseMessage response, CalleeRole role, long number, string method, string path)
+    {
+        var options = runtime.Options.Calls;
+        if (options.UseRoles)
+        {
+            roles.Learn(callee, method, path, role);
+        }
+
+        if (role == CalleeRole.Functional && options.UseRoles)
+        {
+            Count(role, "sent");
+            return response;
+        }
+
+        var persistent = role is CalleeRole.Persistent or CalleeRole.Unknown || !options.UseRoles;
+        if (persistent && number > 0)
+        {
+            execution.Session.CallCounters[callee] = number;
+            execution.CalledInThisRequest.Add(callee);
+        }
+
+        var body = response.Content is null ? [] : await response.Content.ReadAsByteArrayAsync().ConfigureAwait(false);
+        var logged = new LoggedReply { StatusCode = (int)response.StatusCode, Body = ByteString.CopyFrom(body) };
+        foreach (var (name, values) in response.Headers.Concat(response.Content?.Headers ?? Enumerable.Empty<KeyValuePair<string, IEnumerable<string>>>()))
+        {
+            var header = new LoggedHeader { Name = name };
+            header.Values.Add(values);
+            logged.Headers.Add(header);
+        }
+
+        var replyDv = ReplyDv(execution, response);
+        var lsn = execution.Append(RecordKind.CallReply, new CallReply
+        {
+            Dv = replyDv.Entries.Count > 0 ? replyDv.ToRecord() : null,
+            SessionId = execution.SessionId,
+            Sequence = execution.Position.Sequence,
+            Callee = callee,
+            CallNumber = persistent ? number : 0,
+            Role = role,
+            Reply = logged,
+            Method = method,
+            Path = path,
+        });
+        Count(role, "sent");
+        if (options.Logging == CallLogging.ForceEveryMessage)
+        {
+            await ForceAsync(execution, lsn, "every-message").ConfigureAwait(false);
+        }
+
+        var copy = ToResponse(logged, request);
+        response.Dispose();
+        return copy;
+    }
+
+    private HttpResponseMessage FromLog(RequestExecution execution, CallReply logged, HttpRequestMessage request)
+    {
+        if (logged.Callee != callee)
+        {
+            throw execution.Cursor!.Diverge($"it called '{callee}' where the log holds a call to '{logged.Callee}'");
+        }
+
+        if (logged.CallNumber > 0)
+        {
+            execution.Session.CallCounters[callee] = logged.CallNumber;
+            execution.CalledInThisRequest.Add(callee);
+        }
+
+        if (logged.Dv is { } dv)
+        {
+            execution.Session.Dv = execution.Session.Dv.Merge(Domain.DependencyVector.FromRecord(dv));
+        }
+
+        Count(logged.Role, "from-log");
+        return ToResponse(logged.Reply, request);
+    }
+
+    /// <summary>
+    /// Condition 1: the caller's state as of the send is durable before a persistent callee acts on the call. With the
+    /// multi-call optimization only before the request's first such call and before calling a callee again.
+    /// </summary>
+    private async Task ForceBeforeCallAsync(RequestExecution execution, CancellationToken cancellationToken)
+    {
+        var domain = runtime.Domain;
+        if (domain.IsMember(runtime.Options.ServiceName))
+        {
+            // In a domain: a call to a member forces nothing (its DV travels with it); a call that leaves the domain needs a
+            // distributed flush of the session's DV first ([MSP §3.1]).
+            if (!domain.IsMember(callee))
+            {
+                await domain.FlushAsync(execution.Session.Dv, cancellationToken).ConfigureAwait(false);
+            }
+
+            return;
+        }
+
+        var logging = runtime.Options.Calls.Logging;
+        if (logging == CallLogging.MultiCall && execution.ForcedBeforeCall && !execution.CalledInThisRequest.Contains(callee))
+        {
+            return;
+        }
+
+        execution.ForcedBeforeCall = true;
+        await ForceAsync(execution, execution.Session.StateNumber, "call").ConfigureAwait(false);
+    }
+
+    private static async Task ForceAsync(RequestExecution execution, long lsn, string reason)
+    {
+        PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", reason));
+        if (lsn >= execution.Log.DurableUntil)
+        {
+            await execution.Log.WaitUntilDurableAsync(lsn).ConfigureAwait(false);
+        }
+    }
+
+    private static HttpResponseMessage ToResponse(LoggedReply logged, HttpRequestMessage request)
+    {
+        var response = new HttpResponseMessage((System.Net.HttpStatusCode)logged.StatusCode)
+        {
+            RequestMessage = request,
+            Content = new ByteArrayContent(logged.Body.ToByteArray()),
+        };
+        foreach (var header in logged.Headers)
+        {
+            if (!response.Headers.TryAddWithoutValidation(header.Name, header.Values))
+            {
+                response.Content.Headers.TryAddWithoutValidation(header.Name, header.Values);
+            }
+        }
+
+        return response;
+    }
+
+    private static void ReplaceContent(HttpRequestMessage request, byte[] body)
+    {
+        if (request.Content is null)
+        {
+            return;
+        }
+
+        var content = new ByteArrayContent(body);
+        foreach (var (name, values) in request.Content.Headers)
+        {
+            content.Headers.TryAddWithoutValidation(name, values);
+        }
+
+        request.Content.Dispose();
+        request.Content = content;
+    }
+
+    private static void Count(CalleeRole role, string how)
+        => PersistentServicesMetrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
+}

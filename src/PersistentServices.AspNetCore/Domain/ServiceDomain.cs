@@ -1,0 +1,261 @@
+using System.Globalization;
+using System.Net;
+using System.Text;
+using System.Text.Json;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Calls;
+using PersistentServices.Diagnostics;
+using PersistentServices.Hosting;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+
+namespace PersistentServices.Domain;
+
+/// <summary>
+/// This service's place in its service domain ([MSP §3.1, §4]; docs/domains.md): who the members are, the recovered
+/// state numbers it knows, the distributed log flush, and the signed messages it sends members (flush, recovered state
+/// numbers). One per service; inactive when <see cref="DomainOptions.Members"/> is empty.
+/// </summary>
+internal sealed partial class ServiceDomain : IDisposable
+{
+    public const string FlushPath = "/ps/domain/flush";
+    public const string RecoveredPath = "/ps/domain/recovered";
+
+    private readonly PersistentRuntime _runtime;
+    private readonly ILogger _logger;
+    private readonly HttpClient _http;
+    private readonly byte[] _key;
+
+    public ServiceDomain(PersistentRuntime runtime, ILogger logger)
+    {
+        _runtime = runtime;
+        _logger = logger;
+        var options = runtime.Options;
+        _key = Encoding.UTF8.GetBytes(options.Calls.PeerKey ?? "");
+        _http = new HttpClient(new SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) }) { Timeout = options.Domain.FlushTimeout };
+    }
+
+    /// <summary>Whether this service belongs to a domain.</summary>
+    public bool Enabled => _runtime.Options.Domain.Members.Count > 0;
+
+    public string Self => _runtime.Options.ServiceName;
+
+    public IDictionary<string, Uri> Members => _runtime.Options.Domain.Members;
+
+    /// <summary>The recovered state numbers this service knows, its own among them.</summary>
+    public RecoveredStates Recovered { get; } = new();
+
+    /// <summary>Called with each recovered state number learned while running (orphan checks of sessions and shared variables).</summary>
+    public Func<RecoveredStateNumber, Task>? OnLearned { get; set; }
+
+    public bool IsMember(string service) => Enabled && Members.ContainsKey(service);
+
+    public void Dispose() => _http.Dispose();
+
+    /// <summary>
+    /// The distributed log flush ([MSP §3.1]): before a message leaves the domain (a reply to an end client, a call out of
+    /// the domain, a checkpoint), every service in <paramref name="dv"/> makes its log durable up to its entry, in parallel;
+    /// this service locally. Throws <see cref="OrphanException"/> when a dependency was lost, <see cref="DomainUnavailableException"/>
+    /// when a member cannot be reached in time: the message is then not sent.
+    /// </summary>
+    public async Task FlushAsync(DependencyVector dv, CancellationToken cancellationToken)
+    {
+        if (Recovered.FindOrphan(dv) is { } known)
+        {
+            throw new OrphanException(known);
+        }
+
+        List<Task>? remote = null;
+        foreach (var (service, state) in dv.Entries)
+        {
+            if (service == Self)
+            {
+                if (state.Epoch == _runtime.Epoch && state.Lsn >= _runtime.Log.DurableUntil)
+                {
+                    PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
+                    await _runtime.Log.WaitUntilDurableAsync(state.Lsn, cancellationToken).ConfigureAwait(false);
+                }
+            }
+            else if (IsMember(service))
+            {
+                (remote ??= []).Add(FlushRemoteAsync(service, state, cancellationToken));
+            }
+        }
+
+        if (remote is not null)
+        {
+            await Task.WhenAll(remote).ConfigureAwait(false);
+        }
+    }
+
+    private async Task FlushRemoteAsync(string service, StateId state, CancellationToken cancellationToken)
+    {
+        PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "flush"));
+        var body = Encoding.UTF8.GetBytes($"{state.Epoch.ToString(CultureInfo.InvariantCulture)}.{state.Lsn.ToString(CultureInfo.InvariantCulture)}");
+        using var response = await SendAsync(service, HttpMethod.Post, FlushPath, body, cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode == HttpStatusCode.OK)
+        {
+            return;
+        }
+
+        if (response.StatusCode == HttpStatusCode.Conflict &&
+            long.TryParse(await response.Content.ReadAsStringAsync(cancellationToken).ConfigureAwait(false), NumberStyles.None, CultureInfo.InvariantCulture, out var recovered))
+        {
+            var lost = new RecoveredStateNumber(service, new StateId(state.Epoch, recovered));
+            await LearnAsync([lost], cancellationToken).ConfigureAwait(false);
+            throw new OrphanException(lost);
+        }
+
+        throw new DomainUnavailableException($"Member '{service}' answered the distributed flush with {(int)response.StatusCode}.");
+    }
+
+    /// <summary>
+    /// Answers a member's flush request for this service's state <paramref name="epoch"/>.<paramref name="lsn"/>: null
+    /// when it is durable (after waiting), the recovered LSN when that state was lost in a crash.
+    /// </summary>
+    public async Task<long?> FlushLocalAsync(long epoch, long lsn, CancellationToken cancellationToken)
+    {
+        if (epoch == _runtime.Epoch)
+        {
+            if (lsn >= _runtime.Log.DurableUntil && lsn < _runtime.Log.TailAddress)
+            {
+                PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
+                await _runtime.Log.WaitUntilDurableAsync(lsn, cancellationToken).ConfigureAwait(false);
+            }
+
+            return null;
+        }
+
+        var recovered = Recovered.RecoveredLsn(Self, epoch);
+        return recovered is { } r && lsn > r ? r : null;
+    }
+
+    /// <summary>
+    /// Learns recovered state numbers: each new one is logged and forced (a member must not forget it in a crash), then
+    /// <see cref="OnLearned"/> checks sessions and shared variables. Returns how many were new.
+    /// </summary>
+    public async Task<int> LearnAsync(IEnumerable<RecoveredStateNumber> numbers, CancellationToken cancellationToken)
+    {
+        var learned = new List<RecoveredStateNumber>();
+        long last = 0;
+        foreach (var number in numbers)
+        {
+            if (Recovered.Learn(number))
+            {
+                last = _runtime.Log.Append(RecordKind.RecoveredState, new RecoveredState { Service = number.Service, Epoch = number.State.Epoch, Lsn = number.State.Lsn });
+                learned.Add(number);
+                LearnedRecovered(_logger, number.Service, number.State.Epoch, number.State.Lsn);
+            }
+        }
+
+        if (learned.Count == 0)
+        {
+            return 0;
+        }
+
+        await _runtime.Log.WaitUntilDurableAsync(last, cancellationToken).ConfigureAwait(false);
+        if (OnLearned is { } onLearned)
+        {
+            foreach (var number in learned)
+            {
+                await onLearned(number).ConfigureAwait(false);
+            }
+        }
+
+        return learned.Count;
+    }
+
+    /// <summary>Sends <paramref name="numbers"/> to a member; true once it acknowledged them.</summary>
+    public async Task<bool> SendRecoveredAsync(string member, IReadOnlyList<RecoveredStateNumber> numbers, CancellationToken cancellationToken)
+    {
+        PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "recovered"));
+        var body = JsonSerializer.SerializeToUtf8Bytes(numbers.Select(n => new RecoveredWire(n.Service, n.State.Epoch, n.State.Lsn)).ToArray());
+        try
+        {
+            using var response = await SendAsync(member, HttpMethod.Post, RecoveredPath, body, cancellationToken).ConfigureAwait(false);
+            return response.IsSuccessStatusCode;
+        }
+        catch (DomainUnavailableException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>The recovered state numbers a member knows (asked at start: the broadcasts sent while this service was down).</summary>
+    public async Task<IReadOnlyList<RecoveredStateNumber>?> PullRecoveredAsync(string member, CancellationToken cancellationToken)
+    {
+        try
+        {
+            using var response = await SendAsync(member, HttpMethod.Get, RecoveredPath, [], cancellationToken).ConfigureAwait(false);
+            if (!response.IsSuccessStatusCode)
+            {
+                return null;
+            }
+
+            var wire = await JsonSerializer.DeserializeAsync<RecoveredWire[]>(await response.Content.ReadAsStreamAsync(cancellationToken).ConfigureAwait(false),
+                cancellationToken: cancellationToken).ConfigureAwait(false) ?? [];
+            return [.. wire.Where(w => IsMember(w.Service)).Select(w => new RecoveredStateNumber(w.Service, new StateId(w.Epoch, w.Lsn)))];
+        }
+        catch (Exception ex) when (ex is DomainUnavailableException or JsonException)
+        {
+            return null;
+        }
+    }
+
+    /// <summary>Verifies a domain message from a member (signed with the peer key); the member's name, or null with <paramref name="error"/>.</summary>
+    public string? VerifyMember(Microsoft.AspNetCore.Http.HttpContext context, ReadOnlySpan<byte> body, out string? error)
+    {
+        var request = context.Request;
+        var caller = request.Headers[Http.ProtocolHeaders.Caller].ToString();
+        if (!IsMember(caller))
+        {
+            error = $"a caller '{(caller.Length > DvHeader.MaxServiceNameLength ? caller[..DvHeader.MaxServiceNameLength] : caller)}' that is not a member of this domain";
+            return null;
+        }
+
+        error = PeerSignature.Verify(_key, request.Headers[Http.ProtocolHeaders.Signature].ToString() is { Length: > 0 } s ? s : null, _runtime.Time.GetUtcNow(),
+            _runtime.Options.Calls.SignatureWindow, request.Method, request.Path.Value + request.QueryString.Value, caller, "", "", "domain", "", body);
+        return error is null ? caller : null;
+    }
+
+    private async Task<HttpResponseMessage> SendAsync(string member, HttpMethod method, string path, byte[] body, CancellationToken cancellationToken)
+    {
+        if (!Members.TryGetValue(member, out var address))
+        {
+            throw new DomainUnavailableException($"'{member}' is not a member of this domain.");
+        }
+
+        using var request = new HttpRequestMessage(method, new Uri(address, path));
+        if (body.Length > 0 || method == HttpMethod.Post)
+        {
+            request.Content = new ByteArrayContent(body);
+        }
+
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Caller, Self);
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Signature, PeerSignature.Sign(_key, _runtime.Time.GetUtcNow().ToUnixTimeMilliseconds(),
+            method.Method, path, Self, "", "", "domain", "", body));
+        try
+        {
+            return await _http.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException && !cancellationToken.IsCancellationRequested)
+        {
+            throw new DomainUnavailableException($"Member '{member}' at {address} could not be reached: {ex.Message}", ex);
+        }
+    }
+
+    private sealed record RecoveredWire(string Service, long Epoch, long Lsn);
+
+    [LoggerMessage(1370, LogLevel.Warning, "Learned that service '{Service}' recovered epoch {Epoch} only up to LSN {Lsn}: whatever depended on later state of it is an orphan")]
+    private static partial void LearnedRecovered(ILogger logger, string service, long epoch, long lsn);
+}
+
+/// <summary>A message, session or value depends on state a crash of a member took back (<see cref="Lost"/>).</summary>
+internal sealed class OrphanException(RecoveredStateNumber lost)
+    : Http.RequestAbandonedException($"It depends on state of '{lost.Service}' that its crash took back (epoch {lost.State.Epoch}, recovered to LSN {lost.State.Lsn}).")
+{
+    public RecoveredStateNumber Lost { get; } = lost;
+}
+
+/// <summary>A member needed for a distributed flush or a domain message could not be reached in time.</summary>
+internal sealed class DomainUnavailableException(string message, Exception? inner = null) : Http.RequestAbandonedException(message, inner);

@@ -1,0 +1,250 @@
+using System.Net;
+using System.Text;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>
+/// Two services of one domain (A calls B) as real processes: optimistic logging inside the domain, the distributed
+/// flush before a reply leaves it, recovery broadcasts and orphan recovery, checked from the end client's side.
+/// </summary>
+[Trait("Category", "Process")]
+public sealed class DomainTests : IDisposable
+{
+    private const string PeerKey = "test-peer-key-of-this-deployment-0123456789";
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    [Fact]
+    public async Task MemberCrashesAfterReplyingUnforced_TheCallerNeverShowsTheOrphanReply_RollsBack_AndTheCreditRunsOnce()
+    {
+        var aPort = ServiceProcess.FreePort();
+        var bPort = ServiceProcess.FreePort();
+        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var bEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PERSISTENTSERVICES_CRASH_POINT"] = "domain.flush.received",
+        };
+        var aEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
+        };
+        var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        await using var a = await ServiceProcess.StartAsync(aEnv, aPort);
+        try
+        {
+            var session = await a.StartSessionAsync();
+
+            // B credits and answers A without forcing (inside the domain); A's reply needs B's part flushed, and B dies the
+            // moment the flush request arrives, before flushing (?light=true: A calls B nothing more that could force it).
+            // A's reply needs B's part flushed: B is gone, so the client gets 503, never a reply a crash took back.
+            var pay = a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            Assert.True(await b.WaitForExitAsync(TimeSpan.FromSeconds(30)), "B did not die at the flush:\n" + b.Output);
+            await b.DisposeAsync();
+            bEnv.Remove("PERSISTENTSERVICES_CRASH_POINT");
+            b = await ServiceProcess.StartAsync(bEnv, bPort);
+
+            var (first, _, _) = await pay;
+            Assert.Equal(HttpStatusCode.ServiceUnavailable, first);
+
+            // B tells A what it recovered; A's session is an orphan and rolls back: it calls B again with the same id.
+            (HttpStatusCode Status, System.Text.Json.JsonElement Body, HttpResponseMessage Response) retry = default;
+            for (var attempt = 0; attempt < 100; attempt++)
+            {
+                retry = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+                if (retry.Status == HttpStatusCode.OK)
+                {
+                    break;
+                }
+
+                Assert.Equal(HttpStatusCode.ServiceUnavailable, retry.Status);
+                await Task.Delay(200, TestContext.Current.CancellationToken);
+            }
+
+            Assert.True(retry.Status == HttpStatusCode.OK, "A never answered after B recovered:\nA:\n" + a.Output + "\nB:\n" + b.Output);
+            Assert.Equal(90, retry.Body.GetProperty("balance").GetInt64());
+            Assert.Equal(1, retry.Body.GetProperty("payments").GetInt64());
+            var (_, count, _) = await b.SendAsync(HttpMethod.Get, "/bank/credits/op-1", null, null);
+            Assert.Equal(1, count.GetProperty("count").GetInt32());
+            Assert.Contains("was an orphan", a.Output, StringComparison.Ordinal);
+
+            // And the next payment goes through without a hitch.
+            var (next, nextBody, _) = await a.SendAsync(HttpMethod.Post, "/pay", session, 2, new { account = "op-2", amount = 100 });
+            Assert.Equal(HttpStatusCode.OK, next);
+            Assert.Equal(180, nextBody.GetProperty("balance").GetInt64());
+        }
+        finally
+        {
+            await b.DisposeAsync();
+        }
+    }
+
+    public static TheoryData<int, bool> KillPlans => new()
+    {
+        { 2, false }, // A -> B, one service killed at a time
+        { 3, false }, // A -> B -> C, one at a time
+        { 3, true },  // A -> B -> C, two at once
+    };
+
+    [Theory]
+    [MemberData(nameof(KillPlans))]
+    [Trait("Category", "Crash")]
+    public async Task Payments_WhileMembersAreKilledAtRandom_NothingLostNothingTwice_NoClientSeesAnOrphan(int services, bool twoAtOnce)
+    {
+        var names = new[] { "A", "B", "C" }[..services];
+        var ports = names.ToDictionary(n => n, _ => ServiceProcess.FreePort());
+        var domain = string.Join(",", names.Select(n => $"{n}=http://127.0.0.1:{ports[n]}"));
+        var env = new Dictionary<string, Dictionary<string, string>>();
+        for (var i = 0; i < services; i++)
+        {
+            var name = names[i];
+            env[name] = new Dictionary<string, string>
+            {
+                ["PS_LOG_DIR"] = _dir.File(name), ["PS_SERVICE_NAME"] = name, ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            };
+            if (i + 1 < services)
+            {
+                env[name]["PS_CALLEE_URL"] = $"http://127.0.0.1:{ports[names[i + 1]]}";
+                env[name]["PS_CALLEE_NAME"] = names[i + 1];
+                env[name]["PS_RELAY"] = i > 0 ? "1" : "0";
+            }
+        }
+
+        var running = new System.Collections.Concurrent.ConcurrentDictionary<string, ServiceProcess>();
+        foreach (var name in names.Reverse())
+        {
+            running[name] = await ServiceProcess.StartAsync(env[name], ports[name]);
+        }
+
+        var kills = int.TryParse(Environment.GetEnvironmentVariable("PS_DOMAIN_KILLS"), out var k) ? k : 6;
+        var random = new Random(services * 10 + (twoAtOnce ? 1 : 0));
+        var acknowledged = new List<(string Op, long Balance)>();
+        var orphanRollbacks = 0;
+        var unavailable = 0;
+        try
+        {
+            var session = await running["A"].StartSessionAsync();
+            var seq = 1L;
+            var stopKilling = new CancellationTokenSource();
+            var killer = Task.Run(async () =>
+            {
+                for (var kill = 0; kill < kills && !stopKilling.IsCancellationRequested; kill++)
+                {
+                    await Task.Delay(random.Next(300, 1200), TestContext.Current.CancellationToken);
+                    var victims = names.OrderBy(_ => random.Next()).Take(twoAtOnce && kill % 2 == 1 ? 2 : 1).ToList();
+                    foreach (var victim in victims)
+                    {
+                        await running[victim].KillAsync();
+                        Interlocked.Add(ref orphanRollbacks, CountOrphans(running[victim].Output));
+                    }
+
+                    await Task.Delay(random.Next(0, 300), TestContext.Current.CancellationToken);
+                    foreach (var victim in victims)
+                    {
+                        await running[victim].DisposeAsync();
+                        running[victim] = await ServiceProcess.StartAsync(env[victim], ports[victim]);
+                    }
+                }
+            }, TestContext.Current.CancellationToken);
+
+            var deadline = DateTime.UtcNow.AddSeconds(int.TryParse(Environment.GetEnvironmentVariable("PS_DOMAIN_SECONDS"), out var s) ? s : 90);
+            var op = 0;
+            while (!killer.IsCompleted && DateTime.UtcNow < deadline)
+            {
+                var name = $"op-{op}";
+                try
+                {
+                    var reply = await running["A"].SendAsync(HttpMethod.Post, "/pay", session, seq, new { account = name, amount = 100 });
+                    if (reply.Status == HttpStatusCode.OK)
+                    {
+                        acknowledged.Add((name, reply.Body.GetProperty("balance").GetInt64()));
+                        seq++;
+                        op++;
+                        continue;
+                    }
+
+                    Assert.Equal(HttpStatusCode.ServiceUnavailable, reply.Status);
+                    unavailable++;
+                }
+                catch (HttpRequestException)
+                {
+                }
+                catch (TaskCanceledException)
+                {
+                }
+                catch (ObjectDisposedException)
+                {
+                    // A was just killed and is being replaced: retry the same request with the same number.
+                }
+
+                await Task.Delay(100, TestContext.Current.CancellationToken);
+            }
+
+            await stopKilling.CancelAsync();
+            await killer;
+            Assert.True(acknowledged.Count > 0, "nothing was acknowledged");
+
+            // Every acknowledged payment's credit ran exactly once at every member that applies it, and nothing a client
+            // was told was taken back: each reply's balance is the sum of the credits before it (one serial order).
+            foreach (var member in names.Skip(1))
+            {
+                foreach (var (name, _) in acknowledged)
+                {
+                    var (status, count, _) = await running[member].SendAsync(HttpMethod.Get, $"/bank/credits/{name}", null, null);
+                    Assert.True(status == HttpStatusCode.OK && count.GetProperty("count").GetInt32() == 1,
+                        $"{member}: credit {name} applied {(status == HttpStatusCode.OK ? count.GetProperty("count").GetInt32() : -1)} times");
+                }
+            }
+
+            Assert.Equal(acknowledged.Select((_, i) => (i + 1) * 90L), acknowledged.Select(a => a.Balance));
+            orphanRollbacks += running.Values.Sum(r => CountOrphans(r.Output));
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"services {services}, two at once {twoAtOnce}: kills {kills}, payments acknowledged {acknowledged.Count}, 503 answers {unavailable}, " +
+                $"orphan session rollbacks {orphanRollbacks}, lost 0, duplicated 0, orphans seen by the client 0");
+        }
+        finally
+        {
+            foreach (var service in running.Values)
+            {
+                await service.DisposeAsync();
+            }
+        }
+    }
+
+    private static int CountOrphans(string output)
+    {
+        var count = 0;
+        for (var at = output.IndexOf("was an orphan", StringComparison.Ordinal); at >= 0; at = output.IndexOf("was an orphan", at + 1, StringComparison.Ordinal))
+        {
+            count++;
+        }
+
+        return count;
+    }
+
+    [Fact]
+    public async Task DvHeaderFromOutsideTheDomain_IsRefusedAndLogged()
+    {
+        var bPort = ServiceProcess.FreePort();
+        await using var b = await ServiceProcess.StartAsync(new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = $"B=http://127.0.0.1:{bPort}",
+        }, bPort);
+        var session = await b.StartSessionAsync();
+        using var forged = new HttpRequestMessage(HttpMethod.Post, "/bank/credit")
+        {
+            Content = new StringContent("""{"account":"x","amount":1}""", Encoding.UTF8, "application/json"),
+        };
+        forged.Headers.TryAddWithoutValidation("PS-Session", session);
+        forged.Headers.TryAddWithoutValidation("PS-Seq", "1");
+        forged.Headers.TryAddWithoutValidation("PS-DV", "B=9.999999");
+        using var response = await b.Client.SendAsync(forged, TestContext.Current.CancellationToken);
+
+        Assert.Equal(HttpStatusCode.Unauthorized, response.StatusCode);
+        Assert.Contains("dv-not-trusted", await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken), StringComparison.Ordinal);
+        await Task.Delay(200, TestContext.Current.CancellationToken);
+        Assert.Contains("Refused a DV header", b.Output, StringComparison.Ordinal);
+    }
+}
