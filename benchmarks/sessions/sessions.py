@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Memory per session by reply size, and exact retries before and after kill -9 (docs/capacity.md). Usage:
-   sessions.py APP_DLL SIZE_BYTES SESSIONS [--port P] [--budget BYTES] [--no-restart] [--env K=V ...]"""
+   sessions.py APP_DLL SIZE_BYTES SESSIONS [--port P] [--no-restart] [--env K=V ...]"""
 import hashlib, http.client, json, os, signal, subprocess, sys, time, statistics, shutil, tempfile
 
 def arg(name, default=None):
