@@ -93,11 +93,11 @@ internal static class Descriptors
     public static readonly DiagnosticDescriptor NondeterministicApi = new(
         id: "PS0201",
         title: "Nondeterministic API used in persistent code",
-        messageFormat: "'{0}'{1} is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.",
+        messageFormat: "'{0}'{1} is nondeterministic: a replayed request would see a different value. Use an injected PersistentTimeProvider, IPersistentRandom or IPersistentIdGenerator instead (each logs what it returns).",
         category: Category,
         defaultSeverity: DiagnosticSeverity.Warning,
         isEnabledByDefault: true,
-        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks, random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash. Uses in methods called from persistent code (in the same project) are reported at the call, with the chain of calls.",
+        description: "Recovery re-executes logged requests and expects them to compute the same results. Clocks (also a plain TimeProvider: the one registered by default is TimeProvider.System, which logs nothing), random numbers, new GUIDs and stopwatches give different values on replay, so the recovered state would differ from the state before the crash. Uses in methods called from persistent code (in the same project) are reported at the call, with the chain of calls.",
         helpLinkUri: HelpLinkBase + "ps0201");
 
     public static readonly DiagnosticDescriptor ExternalInput = new(
@@ -107,11 +107,11 @@ internal static class Descriptors
         category: Category,
         defaultSeverity: DiagnosticSeverity.Warning,
         isEnabledByDefault: true,
-        description: "Recovery re-executes logged requests. Calls to other services, files, databases and sockets are performed again on replay, and their answers may differ from the first time; process facts (process id, machine name, thread id) differ after a restart. The replayed request would then compute a different reply or state.",
+        description: "Recovery re-executes logged requests. Calls to other services (except through HTTP clients registered with AddPersistentCalls(), whose replies are logged), files, databases and sockets are performed again on replay, and their answers may differ from the first time; process facts (process id, machine name, thread id) differ after a restart. The replayed request would then compute a different reply or state.",
         helpLinkUri: HelpLinkBase + "ps0202");
 
-    /// <summary>PS0202's explanation for calls to other services over HTTP (one place, to change when the logged call API exists).</summary>
-    public const string HttpCallExplanation = "calls another service: a replayed request sends the call again, and the answer may differ (and the other service may apply it twice)";
+    /// <summary>PS0202's explanation for calls to other services over HTTP through a client without <c>AddPersistentCalls()</c>.</summary>
+    public const string HttpCallExplanation = "calls another service through a client without AddPersistentCalls(): a replayed request sends the call again, and the answer may differ (and the other service may apply it twice); register the client with .AddPersistentCalls() (docs/calls.md)";
 
     /// <summary>PS0202's explanation for the file system.</summary>
     public const string FileExplanation = "reads or writes the file system: a replayed request does it again, and the files may have changed since";

@@ -15,7 +15,7 @@ public sealed class CallFollowingTests
 
         """;
 
-    private const string Nondeterministic = " is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.";
+    private const string Nondeterministic = " is nondeterministic: a replayed request would see a different value. Use an injected PersistentTimeProvider, IPersistentRandom or IPersistentIdGenerator instead (each logs what it returns).";
 
     public static TheoryData<string, string, string, string> Reported => new()
     {
@@ -231,9 +231,9 @@ public sealed class CallFollowingTests
     public static TheoryData<string, string> NotReported => new()
     {
         {
-            "helpers that use the injected TimeProvider and the library's sources",
+            "helpers that use the injected PersistentTimeProvider and the library's sources",
             """
-            public sealed class Clock(TimeProvider time, PersistentServices.Nondeterminism.IPersistentIdGenerator ids)
+            public sealed class Clock(PersistentServices.Nondeterminism.PersistentTimeProvider time, PersistentServices.Nondeterminism.IPersistentIdGenerator ids)
             {
                 public DateTimeOffset Now() => time.GetUtcNow();
 

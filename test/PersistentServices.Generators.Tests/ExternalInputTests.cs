@@ -24,7 +24,7 @@ public sealed class ExternalInputTests
 
         """;
 
-    private const string Http = "calls another service: a replayed request sends the call again, and the answer may differ (and the other service may apply it twice)";
+    private const string Http = "calls another service through a client without AddPersistentCalls(): a replayed request sends the call again, and the answer may differ (and the other service may apply it twice); register the client with .AddPersistentCalls() (docs/calls.md)";
     private const string Files = "reads or writes the file system: a replayed request does it again, and the files may have changed since";
     private const string Database = "talks to a database: a replayed request runs the command again, and the data may have changed since (or a change is applied twice)";
     private const string Network = "uses the network: a replayed request sends and receives again, and the answers may differ";

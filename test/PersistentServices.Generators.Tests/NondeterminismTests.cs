@@ -52,8 +52,44 @@ public sealed class NondeterminismTests
         var diagnostic = DiagnosticAssert.Single(diagnostics, "PS0201", expression);
         Assert.Equal(DiagnosticSeverity.Warning, diagnostic.Severity);
         Assert.Equal(
-            $"'{api}' is nondeterministic: a replayed request would see a different value. Use the injected TimeProvider, random or id source from PersistentServices instead.",
+            $"'{api}' is nondeterministic: a replayed request would see a different value. Use an injected PersistentTimeProvider, IPersistentRandom or IPersistentIdGenerator instead (each logs what it returns).",
             diagnostic.GetMessage(System.Globalization.CultureInfo.InvariantCulture));
+    }
+
+    [Theory]
+    [InlineData("time.GetUtcNow()", "time.GetUtcNow()")]
+    [InlineData("time.GetLocalNow()", "time.GetLocalNow()")]
+    [InlineData("time.GetTimestamp()", "time.GetTimestamp()")]
+    [InlineData("TimeProvider.System.GetUtcNow()", "TimeProvider.System")]
+    public async Task Analyze_ClockReadingOnAPlainTimeProvider_ReportsPS0201(string expression, string spanText)
+    {
+        // The TimeProvider in the container is TimeProvider.System unless the application registered another: not logged.
+        var source = Usings + $$"""
+            [Persistent]
+            public class OrdersController
+            {
+                public object Create(TimeProvider time) => {{expression}};
+            }
+            """;
+
+        DiagnosticAssert.Single(await TestCompiler.AnalyzeValidProgramAsync(source), "PS0201", spanText);
+    }
+
+    [Theory]
+    [InlineData("time.GetUtcNow()")]
+    [InlineData("time.GetLocalNow()")]
+    [InlineData("time.GetTimestamp()")]
+    public async Task Analyze_ClockReadingOnPersistentTimeProvider_ReportsNothing(string expression)
+    {
+        var source = Usings + $$"""
+            [Persistent]
+            public class OrdersController
+            {
+                public object Create(PersistentServices.Nondeterminism.PersistentTimeProvider time) => {{expression}};
+            }
+            """;
+
+        DiagnosticAssert.None(await TestCompiler.AnalyzeValidProgramAsync(source));
     }
 
     [Fact]
@@ -360,10 +396,10 @@ public sealed class NondeterminismTests
             """
         },
         {
-            "TimeProvider in a persistent controller",
+            "PersistentTimeProvider in a persistent controller",
             """
             [Persistent]
-            public class Orders(TimeProvider time)
+            public class Orders(PersistentServices.Nondeterminism.PersistentTimeProvider time)
             {
                 public DateTimeOffset Create() => time.GetUtcNow();
 

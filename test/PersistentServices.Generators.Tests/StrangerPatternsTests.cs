@@ -59,8 +59,8 @@ public sealed class StrangerPatternsTests
         app.MapPost("/crypto", [Persistent] () => RandomNumberGenerator.GetInt32(100));
 
         // The right ways: none of these is reported.
-        // a. the injected TimeProvider (and the library's random and id sources)
-        app.MapPost("/ok/time", [Persistent] (TimeProvider time, IPersistentRandom random, IPersistentIdGenerator ids)
+        // a. the injected PersistentTimeProvider (and the library's random and id sources)
+        app.MapPost("/ok/time", [Persistent] (PersistentTimeProvider time, IPersistentRandom random, IPersistentIdGenerator ids)
             => new { at = time.GetUtcNow(), n = random.Next(10), id = ids.NewGuid() });
         // b. [SessionState] (and [Shared])
         app.MapPost("/ok/session", [Persistent] (Visits visits, Totals totals) => new { visits = visits.Record(), total = totals.Total += 1 });

@@ -56,6 +56,13 @@ internal sealed class ServiceProcess : IAsyncDisposable
 
     public bool HasExited => _process.HasExited;
 
+    /// <summary>The last <paramref name="chars"/> characters of <see cref="Output"/>, for failure messages.</summary>
+    public string RecentOutput(int chars = 6000)
+    {
+        var output = Output;
+        return output.Length <= chars ? output : output[^chars..];
+    }
+
     public int ExitCode => _process.ExitCode;
 
     public static Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)

@@ -271,7 +271,6 @@ app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFa
     tally.Count += 1;
     return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
 });
-#pragma warning restore PS0202
 
 app.MapHealthChecks("/health/ready");
 app.Run();

@@ -6,12 +6,19 @@ namespace PersistentServices.Recovery;
 /// The recovered sessions waiting for their replay, in log order, except that a session whose client is waiting for it
 /// goes first (<see cref="Prioritize"/>): recovery serves the clients that are there before the ones that are not.
 /// </summary>
-internal sealed class ReplayQueue(IEnumerable<Session> sessions)
+internal sealed class ReplayQueue
 {
     private readonly Lock _gate = new();
-    private readonly Queue<Session> _waiting = new(sessions);
+    private readonly HashSet<Session> _members;
+    private readonly Queue<Session> _waiting;
     private readonly Queue<Session> _urgent = new();
     private readonly HashSet<Session> _taken = [];
+
+    public ReplayQueue(IEnumerable<Session> sessions)
+    {
+        _waiting = new Queue<Session>(sessions);
+        _members = [.. _waiting];
+    }
 
     public int Count
     {
@@ -24,12 +31,16 @@ internal sealed class ReplayQueue(IEnumerable<Session> sessions)
         }
     }
 
-    /// <summary>A client waits for <paramref name="session"/>: it is replayed next, unless its replay already started.</summary>
+    /// <summary>
+    /// A client waits for <paramref name="session"/>: it is replayed next, unless its replay already started. Sessions
+    /// this queue does not hold (those that hold reservations replay on a thread of their own) are left alone: a second
+    /// replay of a session running beside its first would execute its requests twice.
+    /// </summary>
     public void Prioritize(Session session)
     {
         lock (_gate)
         {
-            if (!_taken.Contains(session))
+            if (_members.Contains(session) && !_taken.Contains(session))
             {
                 _urgent.Enqueue(session);
             }

@@ -59,7 +59,11 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     /// </summary>
     public static void DeferWrites() => t_deferring = true;
 
-    /// <summary>Performs, on this thread and in order, the writes deferred since <see cref="DeferWrites"/>.</summary>
+    /// <summary>
+    /// Performs the writes deferred since <see cref="DeferWrites"/>, in order: on this thread when the log's thread has
+    /// no write queued or running, else queued behind those (a write never overtakes an earlier one: the recovery scan
+    /// takes an intact commit record as proof that everything before it was written, docs/log-format.md).
+    /// </summary>
     public static void RunDeferredWrites()
     {
         t_deferring = false;
@@ -71,9 +75,27 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 
         var operations = deferred.ToArray();
         deferred.Clear();
-        foreach (var operation in operations)
+        var io = operations[0].Device._io;
+        var done = 0;
+        lock (io.WriteOrder)
         {
-            operation.Execute();
+            if (io.Pending == 0)
+            {
+                for (; done < operations.Length; done++)
+                {
+                    operations[done].Transfer();
+                }
+            }
+        }
+
+        for (var i = 0; i < done; i++)
+        {
+            operations[i].Complete();
+        }
+
+        for (var i = done; i < operations.Length; i++)
+        {
+            io.Post(operations[i]);
         }
     }
 
@@ -155,10 +177,31 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
         DirectFileDevice device, bool write, IntPtr buffer, int segment, ulong offset, uint length, DeviceIOCompletionCallback callback, object context)
         : IThreadPoolWorkItem
     {
+        private uint _errorCode;
+        private int _transferred;
+
+        public DirectFileDevice Device => device;
+
         public void Execute()
         {
-            uint errorCode = 0;
-            var transferred = 0;
+            if (write)
+            {
+                lock (device._io.WriteOrder)
+                {
+                    Transfer();
+                }
+            }
+            else
+            {
+                Transfer();
+            }
+
+            Complete();
+        }
+
+        /// <summary>The write or read itself; a write runs under <see cref="LogIoThread.WriteOrder"/>.</summary>
+        public void Transfer()
+        {
             try
             {
                 ObjectDisposedException.ThrowIf(device._disposed, device);
@@ -166,25 +209,26 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
                 if (write)
                 {
                     RandomAccess.Write(device.GetHandle(segment, create: true)!, span, (long)offset);
-                    transferred = (int)length;
+                    _transferred = (int)length;
                 }
                 else if (device.GetHandle(segment, create: false) is { } handle)
                 {
                     // A short read at the end of a file is fine: FASTER reads whole sectors past a partial tail.
                     int read;
-                    while (transferred < span.Length && (read = RandomAccess.Read(handle, span[transferred..], (long)offset + transferred)) > 0)
+                    while (_transferred < span.Length && (read = RandomAccess.Read(handle, span[_transferred..], (long)offset + _transferred)) > 0)
                     {
-                        transferred += read;
+                        _transferred += read;
                     }
                 }
             }
             catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ObjectDisposedException)
             {
-                errorCode = ex is IOException { HResult: var hr } && (hr & 0xFFFF) != 0 ? (uint)(hr & 0xFFFF) : uint.MaxValue;
-                transferred = 0;
+                _errorCode = ex is IOException { HResult: var hr } && (hr & 0xFFFF) != 0 ? (uint)(hr & 0xFFFF) : uint.MaxValue;
+                _transferred = 0;
             }
-
-            callback(errorCode, (uint)transferred, context);
         }
+
+        /// <summary>Tells FASTER (outside the write lock: its callback may issue the next I/O).</summary>
+        public void Complete() => callback(_errorCode, (uint)_transferred, context);
     }
 }

@@ -540,7 +540,8 @@ internal sealed class DurableLog : IAsyncDisposable
 
     /// <summary>
     /// Issues one FASTER commit of everything appended so far. Called by the waiter that found no commit in flight, or
-    /// from the thread pool when waiters remain after a commit; <see cref="_commitInFlight"/> is already set.
+    /// on the log's I/O thread (<see cref="LogIoThread"/>) when waiters remain after a commit; <see cref="_commitInFlight"/>
+    /// is already set.
     /// </summary>
     private void IssueCommit()
     {

@@ -16,6 +16,7 @@ internal sealed class LogIoThread : IDisposable
     private readonly AutoResetEvent _signal = new(false);
     private readonly Thread _thread;
     private volatile bool _stopping;
+    private int _pending;
 
     public LogIoThread(string name)
     {
@@ -23,8 +24,19 @@ internal sealed class LogIoThread : IDisposable
         _thread.Start();
     }
 
+    /// <summary>
+    /// Held around every segment write, on this thread and by a commit's leader writing inline
+    /// (<see cref="DirectFileDevice.RunDeferredWrites"/>): no two writes run at once, so a kill -9 never leaves a later
+    /// write (a commit record) on disk while an earlier one (the records it covers) is missing or half done.
+    /// </summary>
+    public Lock WriteOrder { get; } = new();
+
+    /// <summary>Items posted and not yet finished: an inline write may start only when this is 0 (under <see cref="WriteOrder"/>).</summary>
+    public int Pending => Volatile.Read(ref _pending);
+
     public void Post(IThreadPoolWorkItem item)
     {
+        Interlocked.Increment(ref _pending);
         _queue.Enqueue(item);
         _signal.Set();
     }
@@ -44,7 +56,14 @@ internal sealed class LogIoThread : IDisposable
             _signal.WaitOne();
             while (_queue.TryDequeue(out var item))
             {
-                item.Execute();
+                try
+                {
+                    item.Execute();
+                }
+                finally
+                {
+                    Interlocked.Decrement(ref _pending);
+                }
             }
 
             if (_stopping && _queue.IsEmpty)

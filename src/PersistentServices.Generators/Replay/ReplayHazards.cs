@@ -67,7 +67,8 @@ internal static class ReplayHazards
             findings.Add(ReplayFinding.Nondeterministic(api, operation.Syntax.GetLocation()));
         }
 
-        if (DescribeExternal(operation, out var explanation) is { } external && DescribeExternal(GetReceiverOf(operation), out _) is null)
+        if (DescribeExternal(operation, out var explanation) is { } external && DescribeExternal(GetReceiverOf(operation), out _) is null
+            && !IsPersistentCall(operation, explanation, analysis, cancellationToken))
         {
             findings.Add(ReplayFinding.External(external, explanation, operation.Syntax.GetLocation()));
         }
@@ -88,7 +89,9 @@ internal static class ReplayHazards
             case IFieldReferenceOperation reference:
                 return IsNondeterministicMember(reference.Field) ? reference.Field.ContainingType.Name + "." + reference.Field.Name : null;
             case IInvocationOperation invocation:
-                return IsNondeterministicMember(invocation.TargetMethod) ? invocation.TargetMethod.ContainingType.Name + "." + invocation.TargetMethod.Name + "()" : null;
+                return IsNondeterministicMember(invocation.TargetMethod) || IsUnloggedClockReading(invocation)
+                    ? invocation.TargetMethod.ContainingType.Name + "." + invocation.TargetMethod.Name + "()"
+                    : null;
             case IMethodReferenceOperation reference:
                 return IsNondeterministicMember(reference.Method) ? reference.Method.ContainingType.Name + "." + reference.Method.Name + "()" : null;
             case IObjectCreationOperation creation when creation.Type is { } type && IsAlwaysNondeterministicType(type):
@@ -132,8 +135,26 @@ internal static class ReplayHazards
             return name is "TickCount" or "TickCount64";
         }
 
+        if (KnownSymbols.Is(type, "System", "TimeProvider"))
+        {
+            return member.IsStatic && name is "System";
+        }
+
         return false;
     }
+
+    /// <summary>
+    /// A clock reading on a receiver typed <c>System.TimeProvider</c> itself: the TimeProvider the container holds is
+    /// <c>TimeProvider.System</c> unless the application registered another, and nothing logs it. Readings through
+    /// <c>PersistentTimeProvider</c> (or any type derived from TimeProvider) are not reported; a reading on
+    /// <c>TimeProvider.System</c> directly is reported once, at <c>TimeProvider.System</c>.
+    /// </summary>
+    private static bool IsUnloggedClockReading(IInvocationOperation invocation)
+        => invocation.TargetMethod is { IsStatic: false, Name: "GetUtcNow" or "GetLocalNow" or "GetTimestamp" } method
+           && KnownSymbols.Is(method.ContainingType, "System", "TimeProvider")
+           && invocation.Instance is { Type: { } receiver } instance
+           && KnownSymbols.Is(receiver, "System", "TimeProvider")
+           && instance is not IPropertyReferenceOperation { Property: { IsStatic: true, Name: "System" } };
 
     /// <summary>Types every use of which is nondeterministic: Random, RandomNumberGenerator, Stopwatch (and derived types).</summary>
     private static bool IsAlwaysNondeterministicType(ITypeSymbol type)
@@ -165,6 +186,26 @@ internal static class ReplayHazards
             IObjectCreationOperation { Constructor: { } constructor } => DescribeExternalCreation(constructor, out explanation),
             _ => null,
         };
+    }
+
+    /// <summary>
+    /// True for a send through a client registered with <c>AddPersistentCalls()</c> (docs/calls.md): it is a persistent
+    /// call, deduplicated at the callee and answered from the log in replay, not external input.
+    /// </summary>
+    private static bool IsPersistentCall(IOperation operation, string explanation, ReplayAnalysis analysis, CancellationToken cancellationToken)
+    {
+        if (!string.Equals(explanation, Descriptors.HttpCallExplanation, StringComparison.Ordinal))
+        {
+            return false;
+        }
+
+        var receiver = operation switch
+        {
+            IInvocationOperation invocation => Operations.GetReceiver(invocation),
+            IMethodReferenceOperation reference => Operations.SkipConversions(reference.Instance),
+            _ => null,
+        };
+        return receiver is not null && analysis.GetRegistry(cancellationToken).CallClients.IsPersistentClient(receiver, analysis.Source, cancellationToken);
     }
 
     private static string? DescribeExternalMethod(IMethodSymbol method, out string explanation)

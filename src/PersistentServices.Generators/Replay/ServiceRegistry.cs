@@ -15,7 +15,8 @@ namespace PersistentServices.Generators.Replay;
 /// <c>AddSingleton</c>/<c>AddScoped</c>/<c>AddTransient</c> (generic, <c>typeof</c>, instance and factory forms),
 /// their <c>TryAdd</c> and <c>Keyed</c> variants, <c>ServiceDescriptor.Singleton/Scoped/Transient</c>, and
 /// <c>AddHostedService</c>, and typed HTTP clients (<c>AddHttpClient&lt;TClient, TImplementation&gt;</c>, transient).
-/// [SharedState] classes count as singletons too.
+/// [SharedState] classes count as singletons too. It also reads which HTTP clients have <c>AddPersistentCalls()</c>
+/// (<see cref="CallClients"/>).
 /// </summary>
 internal sealed class ServiceRegistry
 {
@@ -25,7 +26,7 @@ internal sealed class ServiceRegistry
         "AddScoped", "TryAddScoped", "AddKeyedScoped", "TryAddKeyedScoped",
         "AddTransient", "TryAddTransient", "AddKeyedTransient", "TryAddKeyedTransient",
         "Singleton", "Scoped", "Transient", "KeyedSingleton", "KeyedScoped", "KeyedTransient",
-        "AddHttpClient",
+        "AddHttpClient", "AddPersistentCalls",
     };
 
     private readonly HashSet<INamedTypeSymbol> _singletons = new(SymbolEqualityComparer.Default);
@@ -35,6 +36,9 @@ internal sealed class ServiceRegistry
     private ServiceRegistry()
     {
     }
+
+    /// <summary>The HTTP clients registered with <c>AddPersistentCalls()</c>: their sends are persistent calls (PS0202 is silent).</summary>
+    public PersistentCallClients CallClients { get; } = new();
 
     /// <summary>Reads the registrations of every (non-generated) tree of the compilation.</summary>
     public static ServiceRegistry Scan(SourceIndex source, CancellationToken cancellationToken)
@@ -55,7 +59,14 @@ internal sealed class ServiceRegistry
                     model ??= source.GetModel(tree);
                     if (model.GetOperation(invocation, cancellationToken) is IInvocationOperation operation)
                     {
-                        registry.Add(operation);
+                        if (name == "AddPersistentCalls")
+                        {
+                            registry.CallClients.Add(operation);
+                        }
+                        else
+                        {
+                            registry.Add(operation);
+                        }
                     }
                 }
             }

@@ -26,4 +26,20 @@ public sealed class ReplayQueueTests
 
         Assert.Equal([sessions[4], sessions[1], sessions[2], sessions[3]], order);
     }
+
+    [Fact]
+    public void Prioritize_ASessionTheQueueDoesNotHold_IsNeverTaken()
+    {
+        // A session holding reservations replays on a thread of its own, outside the queue: its waiting client must not
+        // make a worker replay it a second time beside the first (CI: a holder's requests executed twice, replay diverged).
+        var queued = NewSession();
+        var holder = NewSession();
+        var queue = new ReplayQueue([queued]);
+
+        queue.Prioritize(holder);
+
+        Assert.True(queue.TryTake(out var taken));
+        Assert.Same(queued, taken);
+        Assert.False(queue.TryTake(out _));
+    }
 }

@@ -1,0 +1,234 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+
+namespace Bookstore.Launcher;
+
+/// <summary>What a component process is doing, as the launcher sees it.</summary>
+internal enum ComponentState
+{
+    Starting,
+    Ready,
+    Down,
+    Stopped,
+}
+
+/// <summary>
+/// One service of the deployment as a child process of the launcher (this executable with <c>serve &lt;component&gt;</c>):
+/// on its own loopback port, with its own directory (the log in <c>log/</c>, its console output in <c>service.log</c>,
+/// appended across restarts). Killed with SIGKILL, restarted on the same port and directory.
+/// </summary>
+internal sealed class ComponentProcess(string name, string component, string kind, int port, string directory, IReadOnlyDictionary<string, string> environment)
+{
+    private const string Setsid = "/usr/bin/setsid";
+
+    private readonly object _gate = new();
+    private Process? _process;
+    private StreamWriter? _output;
+
+    public string Name => name;
+
+    public string Component => component;
+
+    /// <summary>Its role in the paper's terms (persistent, read-only, functional), for the display.</summary>
+    public string Kind => kind;
+
+    public int Port => port;
+
+    public Uri Url { get; } = new($"http://127.0.0.1:{port.ToString(CultureInfo.InvariantCulture)}");
+
+    public string Directory => directory;
+
+    public ComponentState State { get; private set; } = ComponentState.Stopped;
+
+    public int ProcessId { get; private set; }
+
+    /// <summary>Starts after the first (restarts after a kill or a crash).</summary>
+    public int Restarts { get; private set; }
+
+    /// <summary>How long its last start took until ready (log opened and scanned).</summary>
+    public TimeSpan LastStart { get; private set; }
+
+    /// <summary>CPU time the current process has used (user and system).</summary>
+    public TimeSpan ProcessorTime
+    {
+        get
+        {
+            var process = _process;
+            if (process is null)
+            {
+                return TimeSpan.Zero;
+            }
+
+            process.Refresh();
+            return process.TotalProcessorTime;
+        }
+    }
+
+    /// <summary>Starts the process; returns once it is ready, or throws when it exits or is not ready within a minute.</summary>
+    public async Task StartAsync(CancellationToken cancellationToken)
+    {
+        var clock = Stopwatch.StartNew();
+        Process process;
+        lock (_gate)
+        {
+            if (_process is not null)
+            {
+                Restarts++;
+            }
+
+            // In a session of its own (setsid): a Ctrl+C in the terminal reaches only the launcher, which then stops the
+            // services itself, after the buyer's current loop.
+            var (file, prefix) = SelfCommand();
+            if (File.Exists(Setsid))
+            {
+                prefix = [file, .. prefix];
+                file = Setsid;
+            }
+
+            var start = new ProcessStartInfo(file)
+            {
+                RedirectStandardOutput = true,
+                RedirectStandardError = true,
+                RedirectStandardInput = true,
+                UseShellExecute = false,
+            };
+            foreach (var argument in prefix.Concat(["serve", component]))
+            {
+                start.ArgumentList.Add(argument);
+            }
+
+            foreach (var (key, value) in environment)
+            {
+                start.Environment[key] = value;
+            }
+
+            start.Environment["ASPNETCORE_URLS"] = Url.ToString();
+            start.Environment["DOTNET_NOLOGO"] = "1";
+            start.Environment["ASPNETCORE_ENVIRONMENT"] = "Production";
+            System.IO.Directory.CreateDirectory(directory);
+            _output ??= new StreamWriter(new FileStream(Path.Combine(directory, "service.log"), FileMode.Append, FileAccess.Write, FileShare.ReadWrite)) { AutoFlush = true };
+            _output.WriteLine($"---- {DateTimeOffset.Now:yyyy-MM-dd HH:mm:ss.fff} launcher: starting {name} ({component}) on {Url}");
+            process = Process.Start(start) ?? throw new InvalidOperationException($"could not start {name}");
+            process.OutputDataReceived += (_, e) => Write(e.Data);
+            process.ErrorDataReceived += (_, e) => Write(e.Data);
+            process.BeginOutputReadLine();
+            process.BeginErrorReadLine();
+            _process = process;
+            ProcessId = process.Id;
+            State = ComponentState.Starting;
+        }
+
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(2) };
+        var deadline = clock.Elapsed + TimeSpan.FromMinutes(1);
+        while (clock.Elapsed < deadline)
+        {
+            if (process.HasExited)
+            {
+                State = ComponentState.Down;
+                throw new InvalidOperationException($"{name} exited with {process.ExitCode} before it was ready: see {Path.Combine(directory, "service.log")}");
+            }
+
+            try
+            {
+                using var response = await http.GetAsync(new Uri(Url, "/health/ready"), cancellationToken);
+                if (response.StatusCode == HttpStatusCode.OK)
+                {
+                    LastStart = clock.Elapsed;
+                    State = ComponentState.Ready;
+                    return;
+                }
+            }
+            catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException && !cancellationToken.IsCancellationRequested)
+            {
+            }
+
+            await Task.Delay(50, cancellationToken);
+        }
+
+        throw new TimeoutException($"{name} was not ready within a minute: see {Path.Combine(directory, "service.log")}");
+    }
+
+    /// <summary>Completes when the current process exits (by itself, a kill, or a stop); its exit code.</summary>
+    public async Task<int> WaitForExitAsync(CancellationToken cancellationToken)
+    {
+        var process = _process ?? throw new InvalidOperationException("not started");
+        await process.WaitForExitAsync(cancellationToken);
+        lock (_gate)
+        {
+            if (ReferenceEquals(process, _process) && State != ComponentState.Stopped)
+            {
+                State = ComponentState.Down;
+            }
+        }
+
+        return process.ExitCode;
+    }
+
+    /// <summary>SIGKILL: no shutdown code runs (the crash the library recovers from).</summary>
+    public async Task KillAsync()
+    {
+        var process = _process;
+        if (process is null || process.HasExited)
+        {
+            return;
+        }
+
+        Write($"---- {DateTimeOffset.Now:HH:mm:ss.fff} launcher: SIGKILL");
+        process.Kill();
+        await process.WaitForExitAsync();
+    }
+
+    /// <summary>SIGTERM (a graceful stop: the service drains and checkpoints), then SIGKILL after <paramref name="grace"/>.</summary>
+    public async Task StopAsync(TimeSpan grace)
+    {
+        State = ComponentState.Stopped;
+        var process = _process;
+        if (process is not null && !process.HasExited)
+        {
+            try
+            {
+                using var kill = Process.Start("kill", ["-TERM", process.Id.ToString(CultureInfo.InvariantCulture)]);
+                await kill.WaitForExitAsync();
+                using var timeout = new CancellationTokenSource(grace);
+                await process.WaitForExitAsync(timeout.Token);
+            }
+            catch (Exception ex) when (ex is OperationCanceledException or System.ComponentModel.Win32Exception or InvalidOperationException)
+            {
+                if (!process.HasExited)
+                {
+                    process.Kill();
+                    await process.WaitForExitAsync();
+                }
+            }
+        }
+
+        lock (_gate)
+        {
+            _output?.Dispose();
+            _output = null;
+        }
+    }
+
+    /// <summary>How to start this executable again: its apphost, or <c>dotnet Bookstore.dll</c> when run that way.</summary>
+    private static (string File, string[] Prefix) SelfCommand()
+    {
+        var host = Environment.ProcessPath ?? "dotnet";
+        return Path.GetFileNameWithoutExtension(host) == "dotnet"
+            ? (host, [typeof(ComponentProcess).Assembly.Location])
+            : (host, []);
+    }
+
+    private void Write(string? line)
+    {
+        if (line is null)
+        {
+            return;
+        }
+
+        lock (_gate)
+        {
+            _output?.WriteLine(line);
+        }
+    }
+}

@@ -1,0 +1,101 @@
+using System.Globalization;
+
+namespace Bookstore.Launcher;
+
+/// <summary>The launcher's command line (README.md lists it).</summary>
+internal sealed class LauncherOptions
+{
+    public int Loops { get; private set; } = 200;
+
+    public double? Seconds { get; private set; }
+
+    public int Stores { get; private set; } = 3;
+
+    public LoggingConfiguration Configuration { get; private set; } = LoggingConfiguration.Parse("d");
+
+    public bool Chaos { get; private set; }
+
+    public (double Min, double Max) ChaosInterval { get; private set; } = (1.0, 3.0);
+
+    public int Seed { get; private set; } = Environment.TickCount;
+
+    public bool Plain { get; private set; }
+
+    public bool Keep { get; private set; }
+
+    public string? DataDirectory { get; private set; }
+
+    /// <summary>For testing the reconciliation itself: a service that died restarts with its log deleted (it forgets); chaos then kills only stores.</summary>
+    public bool WipeOnRestart { get; private set; }
+
+    // table8
+    /// <summary>Loops before measuring: enough for every endpoint of six processes to be JIT-compiled at tier 1 (tens of calls each).</summary>
+    public int Warmup { get; private set; } = 60;
+
+    public int Rounds { get; private set; } = 3;
+
+    public static LauncherOptions Parse(IReadOnlyList<string> args, string command)
+    {
+        var options = new LauncherOptions();
+        if (command == "table8")
+        {
+            options.Loops = 100;
+        }
+
+        for (var i = 0; i < args.Count; i++)
+        {
+            string Value() => i + 1 < args.Count ? args[++i] : throw new ArgumentException($"{args[i]} needs a value");
+            int Int() => int.Parse(Value(), NumberStyles.None, CultureInfo.InvariantCulture);
+            switch (args[i])
+            {
+                case "--loops":
+                    options.Loops = Int();
+                    break;
+                case "--seconds":
+                    options.Seconds = double.Parse(Value(), CultureInfo.InvariantCulture);
+                    break;
+                case "--stores":
+                    options.Stores = Math.Clamp(Int(), 1, 20);
+                    break;
+                case "--config":
+                    options.Configuration = LoggingConfiguration.Parse(Value());
+                    break;
+                case "--chaos":
+                    options.Chaos = true;
+                    break;
+                case "--chaos-interval":
+                    var parts = Value().Split('-', 2);
+                    var min = double.Parse(parts[0], CultureInfo.InvariantCulture);
+                    options.ChaosInterval = (min, parts.Length > 1 ? double.Parse(parts[1], CultureInfo.InvariantCulture) : min);
+                    options.Chaos = true;
+                    break;
+                case "--seed":
+                    options.Seed = Int();
+                    break;
+                case "--plain":
+                    options.Plain = true;
+                    break;
+                case "--keep":
+                    options.Keep = true;
+                    break;
+                case "--data":
+                    options.DataDirectory = Path.GetFullPath(Value());
+                    options.Keep = true;
+                    break;
+                case "--wipe-on-restart":
+                    options.WipeOnRestart = true;
+                    break;
+                case "--warmup":
+                    options.Warmup = Int();
+                    break;
+                case "--rounds":
+                    options.Rounds = Math.Max(1, Int());
+                    break;
+                default:
+                    throw new ArgumentException($"unknown option {args[i]}");
+            }
+        }
+
+        return options;
+    }
+}

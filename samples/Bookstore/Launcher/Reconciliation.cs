@@ -1,0 +1,93 @@
+using System.Net.Http.Json;
+using System.Text.Json;
+using Bookstore.Buyer;
+
+namespace Bookstore.Launcher;
+
+/// <summary>
+/// Checks the services' state against what the buyer was told, from the client side: BookSeller's basket equals the
+/// buyer's; at every store, for every book, the books sold, returned and on the shelf changed by exactly what the buyer
+/// was told; every store executed exactly the calls of the requests the buyer got replies for, and BookSeller exactly
+/// those requests (each store's and BookSeller's execution ledger); no ledger saw a request executed twice.
+/// </summary>
+internal sealed class Reconciliation
+{
+    private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.Web);
+
+    private Reconciliation(IReadOnlyDictionary<string, InventoryView> stores, LedgerTotals seller)
+    {
+        Stores = stores;
+        Seller = seller;
+    }
+
+    public IReadOnlyDictionary<string, InventoryView> Stores { get; }
+
+    public LedgerTotals Seller { get; }
+
+    /// <summary>The state now: each store's inventory and ledger, and BookSeller's ledger (read-only requests).</summary>
+    public static async Task<Reconciliation> ReadAsync(Deployment deployment, CancellationToken cancellationToken)
+    {
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(30) };
+        var stores = new Dictionary<string, InventoryView>(StringComparer.Ordinal);
+        foreach (var store in deployment.Stores)
+        {
+            stores[store.Name] = (await http.GetFromJsonAsync<InventoryView>(new Uri(store.Url, "/inventory"), Json, cancellationToken))!;
+        }
+
+        var seller = (await http.GetFromJsonAsync<LedgerTotals>(new Uri(deployment.Seller.Url, "/ledger"), Json, cancellationToken))!;
+        return new Reconciliation(stores, seller);
+    }
+
+    /// <summary>Every difference between <paramref name="after"/> − <paramref name="before"/> and what <paramref name="buyer"/> was told.</summary>
+    public static async Task<Result> CheckAsync(Reconciliation before, Reconciliation after, BookBuyer buyer, CancellationToken cancellationToken)
+    {
+        var mismatches = new List<string>();
+        var basket = await buyer.ReadBasketAsync(cancellationToken);
+        if (!basket.SequenceEqual(buyer.Basket))
+        {
+            mismatches.Add($"basket: BookSeller holds [{string.Join(", ", basket.Select(i => i.Store + "/" + i.BookId))}], the buyer was told [{string.Join(", ", buyer.Basket.Select(i => i.Store + "/" + i.BookId))}]");
+        }
+
+        long storeExecutions = 0;
+        long duplicates = after.Seller.Duplicates - before.Seller.Duplicates;
+        foreach (var (name, view) in after.Stores)
+        {
+            var old = before.Stores[name].Books.ToDictionary(b => b.BookId, StringComparer.Ordinal);
+            foreach (var book in view.Books)
+            {
+                var sold = book.Sold - old[book.BookId].Sold;
+                var returned = book.Returned - old[book.BookId].Returned;
+                var toldSold = buyer.Sold.GetValueOrDefault((name, book.BookId));
+                var toldReturned = buyer.Returned.GetValueOrDefault((name, book.BookId));
+                if (sold != toldSold || returned != toldReturned || book.InStock != book.Initial - book.Sold + book.Returned)
+                {
+                    mismatches.Add($"{name}/{book.BookId}: sold {sold} (told {toldSold}), returned {returned} (told {toldReturned}), in stock {book.InStock} of {book.Initial}");
+                }
+            }
+
+            var executions = view.Ledger.Executions - before.Stores[name].Ledger.Executions;
+            storeExecutions += executions;
+            duplicates += view.Ledger.Duplicates - before.Stores[name].Ledger.Duplicates;
+            var calls = buyer.StoreCalls.GetValueOrDefault(name);
+            if (executions != calls)
+            {
+                mismatches.Add($"{name}: executed {executions} reserve/release calls, the buyer's acknowledged requests made {calls}");
+            }
+        }
+
+        var sellerExecutions = after.Seller.Executions - before.Seller.Executions;
+        if (sellerExecutions != buyer.SellerRequests)
+        {
+            mismatches.Add($"bookseller: executed {sellerExecutions} basket requests, the buyer got {buyer.SellerRequests} replies");
+        }
+
+        if (buyer.Surprises > 0)
+        {
+            mismatches.Add($"the buyer saw {buyer.Surprises} replies that contradicted earlier ones");
+        }
+
+        return new Result(mismatches, duplicates, storeExecutions, sellerExecutions);
+    }
+
+    public sealed record Result(IReadOnlyList<string> Mismatches, long Duplicates, long StoreExecutions, long SellerExecutions);
+}

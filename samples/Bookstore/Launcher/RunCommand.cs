@@ -1,0 +1,264 @@
+using System.Globalization;
+using System.Net.Http.Json;
+using Bookstore.Buyer;
+
+namespace Bookstore.Launcher;
+
+/// <summary>
+/// The one command (README.md): every service as its own process, BookBuyer's loops, optionally a chaos monkey that
+/// SIGKILLs one service at a time; at the end the services' state is reconciled with what the buyer was told, and
+/// every service is stopped. Prints <c>RESULT loops=… kills=… mismatches=… duplicates=…</c> last.
+/// </summary>
+internal static class RunCommand
+{
+    public static async Task<int> RunAsync(LauncherOptions options)
+    {
+        var fresh = options.DataDirectory is null;
+        var root = options.DataDirectory ?? Path.Combine(Path.GetTempPath(), "bookstore-" + DateTime.Now.ToString("yyyyMMdd-HHmmss", CultureInfo.InvariantCulture) + "-" + Environment.ProcessId.ToString(CultureInfo.InvariantCulture));
+        Directory.CreateDirectory(root);
+        var configuration = options.Configuration;
+        var status = new RunStatus($"configuration {configuration.Key}: {configuration.Title}{(options.Chaos ? " · chaos: one service SIGKILLed at a time" : "")}", root, options.Seconds is null ? options.Loops : null);
+
+        // Ctrl+C: finish the current loop, reconcile, stop; a second Ctrl+C stops at once.
+        using var abort = new CancellationTokenSource();
+        using var finish = new CancellationTokenSource();
+        ConsoleCancelEventHandler onCancel = (_, e) =>
+        {
+            e.Cancel = true;
+            if (finish.IsCancellationRequested)
+            {
+                abort.Cancel();
+            }
+            else
+            {
+                finish.Cancel();
+                status.Event("Ctrl+C: stopping after this loop (Ctrl+C again: at once)");
+            }
+        };
+        Console.CancelKeyPress += onCancel;
+
+        Deployment? deployment = null;
+        var outcome = new Outcome();
+        var work = RunCoreAsync(options, root, status, d => deployment = d, outcome, finish.Token, abort.Token);
+        await Display.ShowWhileAsync(work, status, () => deployment, options.Plain);
+        Console.CancelKeyPress -= onCancel;
+        try
+        {
+            await work;
+        }
+        catch (OperationCanceledException) when (abort.IsCancellationRequested)
+        {
+            outcome.Interrupted = true;
+        }
+        catch (Exception ex) when (ex is InvalidOperationException or TimeoutException or HttpRequestException)
+        {
+            outcome.Error = ex.Message;
+        }
+        finally
+        {
+            if (deployment is not null)
+            {
+                Console.WriteLine("stopping the services …");
+                await deployment.DisposeAsync();
+            }
+        }
+
+        Report(options, root, status, outcome);
+        if (fresh && !options.Keep && outcome.Error is null && outcome.Result is { Mismatches.Count: 0, Duplicates: 0 })
+        {
+            Directory.Delete(root, recursive: true);
+            Console.WriteLine($"(deleted {root}; --keep keeps a run's logs)");
+        }
+        else
+        {
+            Console.WriteLine($"logs kept in {root} (each service: log/ and service.log)");
+        }
+
+        return outcome.Error is not null || outcome.Interrupted ? 1
+            : outcome.Result is { Mismatches.Count: 0, Duplicates: 0 } ? 0 : 3;
+    }
+
+    private static async Task RunCoreAsync(LauncherOptions options, string root, RunStatus status, Action<Deployment> started, Outcome outcome, CancellationToken finish, CancellationToken abort)
+    {
+        status.Event($"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each its own process …");
+        var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort);
+        deployment.WipeOnRestart = options.WipeOnRestart;
+        started(deployment);
+        foreach (var service in deployment.Services)
+        {
+            status.Event($"{service.Name} ({service.Kind}) on {service.Url.Authority}, pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+        }
+
+        status.Event($"all {deployment.Services.Count} services ready in {status.Clock.Elapsed.TotalSeconds:0.0} s");
+
+        using var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url);
+        using var seller = new SessionClient("bookseller", deployment.Seller.Url);
+        var buyer = new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]);
+        await buyer.StartAsync(abort);
+        var before = await Reconciliation.ReadAsync(deployment, abort);
+        var forcesBefore = await deployment.ReadForcesAsync(abort);
+        outcome.Buyer = buyer;
+
+        status.Phase = "running";
+        using var background = CancellationTokenSource.CreateLinkedTokenSource(abort);
+        var polling = PollForcesAsync(deployment, status, background.Token);
+        var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, status, background.Token) : Task.CompletedTask;
+        var deadline = options.Seconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
+        var loopsStarted = status.Clock.Elapsed;
+        try
+        {
+            while (!finish.IsCancellationRequested
+                   && (deadline is { } d ? status.Clock.Elapsed - loopsStarted < d : buyer.Loops < options.Loops)
+                   && chaos is not { IsFaulted: true })
+            {
+                await buyer.RunLoopAsync(status.Step, abort);
+                status.Retries = buyer.Retries;
+            }
+        }
+        finally
+        {
+            await background.CancelAsync();
+            await Task.WhenAll(chaos, polling).ContinueWith(_ => { }, CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Default);
+        }
+
+        outcome.LoopTime = status.Clock.Elapsed - loopsStarted;
+        status.Phase = "reconciling";
+        var waited = System.Diagnostics.Stopwatch.StartNew();
+        while (!deployment.AllReady && waited.Elapsed < TimeSpan.FromMinutes(1))
+        {
+            await Task.Delay(100, abort);
+        }
+
+        var after = await Reconciliation.ReadAsync(deployment, abort);
+        outcome.Result = await Reconciliation.CheckAsync(before, after, buyer, abort);
+        var forcesAfter = await deployment.ReadForcesAsync(abort);
+        outcome.Forces = forcesAfter.Zip(forcesBefore, (a, b) => (a.Service, Forces: a.TotalForces - b.TotalForces, Commits: a.Commits - b.Commits)).ToList();
+        outcome.Crashes = deployment.Crashes;
+        status.Phase = "done";
+        status.Event(outcome.Result.Mismatches.Count == 0 && outcome.Result.Duplicates == 0
+            ? $"reconciled: the services' state is exactly what the buyer was told ({buyer.Loops} loops)"
+            : $"reconciliation found {outcome.Result.Mismatches.Count} mismatches and {outcome.Result.Duplicates} duplicate executions");
+    }
+
+    /// <summary>Refreshes the display's force counters once a second (a service that is down keeps its last figures).</summary>
+    private static async Task PollForcesAsync(Deployment deployment, RunStatus status, CancellationToken cancellationToken)
+    {
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(1) };
+        using var timer = new PeriodicTimer(TimeSpan.FromSeconds(1));
+        try
+        {
+            while (await timer.WaitForNextTickAsync(cancellationToken))
+            {
+                var forces = new Dictionary<string, ForceCounts>(status.Forces);
+                foreach (var service in deployment.Services.Where(s => s.State == ComponentState.Ready))
+                {
+                    try
+                    {
+                        forces[service.Name] = (await http.GetFromJsonAsync<ForceCounts>(new Uri(service.Url, "/diagnostics/forces"), cancellationToken))!;
+                    }
+                    catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException && !cancellationToken.IsCancellationRequested)
+                    {
+                    }
+                }
+
+                status.Forces = forces;
+            }
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+        }
+    }
+
+    /// <summary>Kills one ready service at a time, at random, while the buyer runs; the supervisor brings it back.</summary>
+    private static async Task ChaosAsync(Deployment deployment, Random random, (double Min, double Max) interval, RunStatus status, CancellationToken cancellationToken)
+    {
+        try
+        {
+            while (!cancellationToken.IsCancellationRequested)
+            {
+                // The interval counts from the moment every service is up again: a restart takes seconds here, and a
+                // kill right after it would leave the buyer no time to get anything done between kills.
+                await WhenAllReadyAsync(deployment, cancellationToken);
+                await Task.Delay(TimeSpan.FromSeconds(interval.Min + (random.NextDouble() * (interval.Max - interval.Min))), cancellationToken);
+                await WhenAllReadyAsync(deployment, cancellationToken);
+
+                // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
+                var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
+                var victim = candidates[random.Next(candidates.Count)];
+                status.Killed();
+                status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
+                await victim.KillAsync();
+            }
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+        }
+    }
+
+    private static async Task WhenAllReadyAsync(Deployment deployment, CancellationToken cancellationToken)
+    {
+        while (!deployment.AllReady)
+        {
+            await Task.Delay(50, cancellationToken);
+        }
+    }
+
+    private static void Report(LauncherOptions options, string root, RunStatus status, Outcome outcome)
+    {
+        var buyer = outcome.Buyer;
+        Console.WriteLine();
+        if (outcome.Error is not null)
+        {
+            Console.WriteLine($"error: {outcome.Error}");
+            Console.WriteLine($"(each service's output is in {root}/<service>/service.log)");
+        }
+
+        if (outcome.Interrupted)
+        {
+            Console.WriteLine("interrupted during an operation: not reconciled (its outcome is unknown to the buyer).");
+        }
+
+        if (buyer is not null && buyer.Loops > 0)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"BookBuyer: {buyer.Loops} loops in {outcome.LoopTime.TotalSeconds:0.0} s ({outcome.LoopTime.TotalMilliseconds / buyer.Loops:0.0} ms per loop), {buyer.Retries} resends, {status.Kills} services killed, {outcome.Crashes} restarted"));
+        }
+
+        if (outcome.Forces is { } forces && buyer is { Loops: > 0 } && outcome.Crashes == 0)
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"log forces per loop (configuration {options.Configuration.Key}): {forces.Sum(f => f.Forces) / (double)buyer.Loops:0.0} = {string.Join(" + ", forces.Select(f => $"{f.Service} {f.Forces / (double)buyer.Loops:0.#}"))}; physical commits {forces.Sum(f => f.Commits) / (double)buyer.Loops:0.0}"));
+        }
+
+        if (outcome.Result is { } result)
+        {
+            foreach (var mismatch in result.Mismatches)
+            {
+                Console.WriteLine($"MISMATCH {mismatch}");
+            }
+
+            Console.WriteLine(result.Mismatches.Count == 0 && result.Duplicates == 0
+                ? $"reconciled: baskets, stock, sold and returned counts match what the buyer was told; {result.StoreExecutions} store calls and {result.SellerExecutions} BookSeller requests each executed once"
+                : $"NOT reconciled: {result.Mismatches.Count} mismatches, {result.Duplicates} duplicate executions");
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"RESULT loops={buyer?.Loops ?? 0} kills={status.Kills} restarts={outcome.Crashes} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={buyer?.Retries ?? 0}"));
+        }
+    }
+
+    private sealed class Outcome
+    {
+        public BookBuyer? Buyer { get; set; }
+
+        public Reconciliation.Result? Result { get; set; }
+
+        public IReadOnlyList<(string Service, long Forces, long Commits)>? Forces { get; set; }
+
+        public TimeSpan LoopTime { get; set; }
+
+        public int Crashes { get; set; }
+
+        public bool Interrupted { get; set; }
+
+        public string? Error { get; set; }
+    }
+}

@@ -1,0 +1,27 @@
+namespace Bookstore.Services;
+
+/// <summary>
+/// What a component process is told by the launcher (configuration section <c>Bookstore</c>, from environment variables
+/// <c>Bookstore__…</c>). The library's own options come from the section <c>PersistentServices</c> (service name, log
+/// directory, peer key, <c>Calls:Logging</c>, <c>Calls:UseRoles</c>).
+/// </summary>
+internal sealed class ComponentSettings
+{
+    /// <summary>The stores, <c>store-1=http://127.0.0.1:5601;store-2=…</c> (PriceGrabber and BookSeller call them).</summary>
+    public string Stores { get; set; } = "";
+
+    /// <summary>The TaxCalculator's base address (BookSeller calls it).</summary>
+    public string? TaxUrl { get; set; }
+
+    /// <summary>The launcher's process id: the component stops when the launcher is gone (no orphans after a kill of the launcher).</summary>
+    public int ParentPid { get; set; }
+
+    /// <summary>The stores as (name, address) pairs.</summary>
+    public IReadOnlyList<(string Name, Uri Url)> ParseStores()
+        => Stores.Split(';', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
+            .Select(entry => entry.Split('=', 2))
+            .Select(parts => parts.Length == 2
+                ? (parts[0], new Uri(parts[1]))
+                : throw new InvalidOperationException($"Bookstore:Stores: '{string.Join('=', parts)}' is not name=url"))
+            .ToList();
+}

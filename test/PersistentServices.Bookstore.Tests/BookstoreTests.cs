@@ -1,0 +1,69 @@
+using System.Globalization;
+
+[assembly: CollectionBehavior(DisableTestParallelization = true)]
+
+namespace PersistentServices.Bookstore.Tests;
+
+/// <summary>
+/// The bookstore sample's one command end to end (six service processes on loopback, the buyer's loops, the
+/// reconciliation with what the buyer was told). The crash test SIGKILLs one service at a time, at random, for
+/// <c>BOOKSTORE_CRASH_SECONDS</c> (default 45) of buyer loops, in logging configuration <c>BOOKSTORE_CRASH_CONFIG</c>
+/// (default d; a, b, c as in the sample's README).
+/// </summary>
+public sealed class BookstoreTests
+{
+    private static string CrashConfig => Environment.GetEnvironmentVariable("BOOKSTORE_CRASH_CONFIG") is { Length: 1 } c ? c : "d";
+
+    private static int CrashSeconds => int.TryParse(Environment.GetEnvironmentVariable("BOOKSTORE_CRASH_SECONDS"), NumberStyles.None, CultureInfo.InvariantCulture, out var s) && s > 0 ? s : 45;
+
+    [Fact]
+    [Trait("Category", "Process")]
+    public async Task Run_WithoutKills_ReconcilesAndStopsEveryService()
+    {
+        var run = await BookstoreRun.RunAsync(["--loops", "5"], TimeSpan.FromMinutes(3));
+
+        Assert.Equal(0, run.ExitCode);
+        Assert.Equal(5, run["loops"]);
+        Assert.Equal(0, run["mismatches"]);
+        Assert.Equal(0, run["duplicates"]);
+        Assert.Equal(5 * 6, run["store_executions"]);  // 3 reserves and 3 releases per loop
+        Assert.Equal(5 * 4, run["seller_executions"]); // 3 adds and 1 empty per loop
+        Assert.Equal(6, run.ServicePids.Count);
+        Assert.Empty(run.LiveServices());
+        Assert.Contains(run.Output, l => l.StartsWith("log forces per loop (configuration d): 14.0 ", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    [Trait("Category", "Crash")]
+    public async Task Run_RandomServiceKilledDuringLoops_StateReconcilesAndNoCallRunsTwice()
+    {
+        var seed = Environment.TickCount & 0xFFFF;
+        var run = await BookstoreRun.RunAsync(
+            ["--chaos", "--chaos-interval", "0.3-2.5", "--seconds", CrashSeconds.ToString(CultureInfo.InvariantCulture), "--seed", seed.ToString(CultureInfo.InvariantCulture), "--config", CrashConfig],
+            TimeSpan.FromSeconds(CrashSeconds + 150));
+
+        Assert.True(run.Result.Count > 0, "no RESULT line");
+        Assert.Equal(0, run["mismatches"]);
+        Assert.Equal(0, run["duplicates"]);
+        Assert.Equal(0, run.ExitCode);
+        Assert.True(run["kills"] >= 3, $"only {run["kills"]} kills (seed {seed})");
+        Assert.True(run["loops"] >= 1, $"no loop finished (seed {seed})");
+        Assert.Equal(run["kills"], run["restarts"]);
+        Assert.Empty(run.LiveServices());
+    }
+
+    [Fact]
+    [Trait("Category", "Crash")]
+    public async Task Run_ServicesRestartWithTheirLogDeleted_ReconciliationReportsMismatches()
+    {
+        // The checker itself: services that forget (their log deleted at each restart) must be noticed.
+        var run = await BookstoreRun.RunAsync(
+            ["--chaos", "--chaos-interval", "1-2", "--seconds", "12", "--seed", "7", "--wipe-on-restart"],
+            TimeSpan.FromMinutes(3));
+
+        Assert.True(run["kills"] >= 1);
+        Assert.True(run["mismatches"] > 0, "the reconciliation did not notice services that forgot what they had acknowledged");
+        Assert.Equal(3, run.ExitCode);
+        Assert.Empty(run.LiveServices());
+    }
+}
