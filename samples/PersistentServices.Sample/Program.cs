@@ -1,5 +1,8 @@
+using System.Globalization;
 using System.Text.Json;
+using System.Threading.RateLimiting;
 using Microsoft.AspNetCore.Diagnostics.HealthChecks;
+using Microsoft.AspNetCore.RateLimiting;
 using PersistentServices;
 using PersistentServices.Sample;
 
@@ -18,8 +21,36 @@ builder.Services.AddPersistentServices(options =>
     }
 });
 
+// Session starts per client (docs/capacity.md): a burst of 20, then 5 a second. A client flooding POST /ps/sessions gets
+// 429 from here (with Retry-After) long before the service's MaxSessions fills up, so other clients still get sessions.
+// The client is its authenticated name, else its address (behind a proxy, add UseForwardedHeaders so this is the
+// client's address, not the proxy's).
+builder.Services.AddRateLimiter(limiter =>
+{
+    limiter.RejectionStatusCode = StatusCodes.Status429TooManyRequests;
+    limiter.OnRejected = (context, _) =>
+    {
+        if (context.Lease.TryGetMetadata(MetadataName.RetryAfter, out var retryAfter))
+        {
+            context.HttpContext.Response.Headers.RetryAfter = ((int)Math.Ceiling(retryAfter.TotalSeconds)).ToString(CultureInfo.InvariantCulture);
+        }
+
+        return ValueTask.CompletedTask;
+    };
+    limiter.AddPolicy("per-client", context => RateLimitPartition.GetTokenBucketLimiter(
+        context.User.Identity is { IsAuthenticated: true, Name: { } name } ? "user:" + name : "ip:" + context.Connection.RemoteIpAddress,
+        _ => new TokenBucketRateLimiterOptions
+        {
+            TokenLimit = 20,
+            TokensPerPeriod = 5,
+            ReplenishmentPeriod = TimeSpan.FromSeconds(1),
+            QueueLimit = 0,
+        }));
+});
+
 var app = builder.Build();
-app.UsePersistentServices();
+app.UseRateLimiter();
+app.UsePersistentServices(sessions => sessions.RequireRateLimiting("per-client"));
 app.MapControllers();
 
 // A persistent minimal API and its read-only twin.

@@ -17,8 +17,38 @@ public sealed class PersistentServicesOptions
     /// <summary>A session with no request for this long ends and releases its memory. Default 1 hour.</summary>
     public TimeSpan SessionIdleRetention { get; set; } = TimeSpan.FromHours(1);
 
-    /// <summary>Most live sessions; starting more gets 429. Default 100,000.</summary>
+    /// <summary>
+    /// A session that has not received its first request this long after it started ends, freeing its slot, so sessions
+    /// opened and never used (a flood of starts) do not hold slots for <see cref="SessionIdleRetention"/>. Default 1 minute;
+    /// at most <see cref="SessionIdleRetention"/>.
+    /// </summary>
+    public TimeSpan UnusedSessionRetention { get; set; } = TimeSpan.FromMinutes(1);
+
+    /// <summary>Most live sessions (never-used ones included); starting more gets 429 with <c>Retry-After</c>. Default 100,000.</summary>
     public int MaxSessions { get; set; } = 100_000;
+
+    /// <summary>
+    /// Most live sessions one authenticated principal may hold; starting more gets 429. Null (the default): no cap per
+    /// principal. Anonymous sessions are not counted here: limit them per client with rate limiting on the session
+    /// endpoints (docs/capacity.md).
+    /// </summary>
+    public int? MaxSessionsPerOwner { get; set; }
+
+    /// <summary>
+    /// Bytes of buffered replies that sessions may hold in memory between requests (docs/capacity.md). A reply that would
+    /// take them above it is kept in the log instead, and a duplicate reads it back from there. Null (the default): an
+    /// eighth of the memory the process may use (<see cref="GCMemoryInfo.TotalAvailableMemoryBytes"/>, which is the
+    /// container's memory limit when there is one), at least 16 MiB.
+    /// </summary>
+    public long? SessionMemoryBudgetBytes { get; set; }
+
+    /// <summary>
+    /// A reply costing more memory than this (body, headers and about 160 bytes of objects) is never held in memory: it is
+    /// logged in full and a duplicate reads it back from the log ([Phoenix/App §4.4]). Default 16 KiB; 0 keeps every reply
+    /// in the log; at most half of <see cref="MaxRequestBodyBytes"/> + <see cref="MaxLoggedHeaderBytes"/> (a held reply is
+    /// copied into session checkpoints).
+    /// </summary>
+    public int MaxBufferedReplyBytes { get; set; } = 16 << 10;
 
     /// <summary>Path of the session resource: <c>POST</c> starts a session, <c>DELETE {path}/{id}</c> ends one. Default <c>/ps/sessions</c>.</summary>
     public string SessionsPath { get; set; } = "/ps/sessions";
@@ -79,6 +109,12 @@ public sealed class PersistentServicesOptions
 
     /// <summary>Advanced settings of the log (page and segment sizes, metadata interval). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();
+
+    /// <summary>The session memory budget in effect: <see cref="SessionMemoryBudgetBytes"/>, or its default.</summary>
+    internal long EffectiveSessionMemoryBudgetBytes => SessionMemoryBudgetBytes ?? DefaultSessionMemoryBudgetBytes();
+
+    /// <summary>An eighth of the memory the process may use (the container's limit when there is one), at least 16 MiB.</summary>
+    internal static long DefaultSessionMemoryBudgetBytes() => Math.Max(16L << 20, GC.GetGCMemoryInfo().TotalAvailableMemoryBytes / 8);
 
     internal LogOptions BuildLogOptions()
     {

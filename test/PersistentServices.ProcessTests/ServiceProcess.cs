@@ -40,6 +40,20 @@ internal sealed class ServiceProcess : IAsyncDisposable
         }
     }
 
+    /// <summary>The process's resident set size now (VmRSS), in bytes.</summary>
+    public long ResidentBytes()
+    {
+        foreach (var line in File.ReadLines($"/proc/{_process.Id}/status"))
+        {
+            if (line.StartsWith("VmRSS:", StringComparison.Ordinal))
+            {
+                return long.Parse(line.Split(' ', StringSplitOptions.RemoveEmptyEntries)[1], System.Globalization.CultureInfo.InvariantCulture) * 1024;
+            }
+        }
+
+        return 0;
+    }
+
     public bool HasExited => _process.HasExited;
 
     /// <summary>The last <paramref name="chars"/> characters of <see cref="Output"/>, for failure messages.</summary>

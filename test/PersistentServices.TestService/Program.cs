@@ -20,6 +20,7 @@ using PersistentServices.SharedState;
 //   PS_RELAY                 "1": /bank/credit also credits its own callee (a chain A -> B -> C)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
+//   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
@@ -50,6 +51,26 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_DIVERGENCE") is { Length: > 0 } divergence)
     {
         options.OnDivergence = Enum.Parse<DivergencePolicy>(divergence);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_MAX_BUFFERED_REPLY_BYTES") is { Length: > 0 } replyBytes)
+    {
+        options.MaxBufferedReplyBytes = int.Parse(replyBytes, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_SESSION_MEMORY_BUDGET_BYTES") is { Length: > 0 } budget)
+    {
+        options.SessionMemoryBudgetBytes = long.Parse(budget, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_UNUSED_SESSION_SECONDS") is { Length: > 0 } unused)
+    {
+        options.UnusedSessionRetention = TimeSpan.FromSeconds(double.Parse(unused, System.Globalization.CultureInfo.InvariantCulture));
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_MAX_SESSIONS") is { Length: > 0 } maxSessions)
+    {
+        options.MaxSessions = int.Parse(maxSessions, System.Globalization.CultureInfo.InvariantCulture);
     }
 
     if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
@@ -109,6 +130,13 @@ app.MapPost("/tally", [Persistent] (Deposit body, Tally tally) =>
     tally.Count += body.Amount;
     tally.Ops = (tally.Ops ?? []).Add(body.Account);
     return Results.Ok(new { count = tally.Count, ops = tally.Ops.Count });
+});
+// A reply of any size (a catalog page): bytes that depend only on the op id, the session's tally and the size, so a
+// replay reproduces them and a client can check every byte of a retried reply.
+app.MapPost("/page", [Persistent] (Page body, Tally tally) =>
+{
+    tally.Count += 1;
+    return Results.Bytes(Page.Content(body.OpId, tally.Count, body.Size), "application/octet-stream");
 });
 app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.Count, ops = tally.Ops?.Count ?? 0 }));
 
@@ -260,6 +288,25 @@ internal sealed partial class Tally
 }
 
 internal sealed record Note(string Text);
+
+internal sealed record Page(string OpId, int Size)
+{
+    /// <summary>xorshift64 from a hash of the inputs: the same bytes in every process (the tests compute them too).</summary>
+    public static byte[] Content(string opId, long count, int size)
+    {
+        var bytes = new byte[size];
+        var state = BitConverter.ToUInt64(System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(opId + "/" + count))) | 1;
+        for (var i = 0; i < size; i++)
+        {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            bytes[i] = (byte)state;
+        }
+
+        return bytes;
+    }
+}
 
 /// <summary>Plain static state, never logged (see /k).</summary>
 internal static class Plain

@@ -5,10 +5,10 @@ namespace PersistentServices.Diagnostics;
 /// <summary>Log messages of the ASP.NET Core integration (event ids 1100–1299).</summary>
 internal static partial class AspNetCoreEvents
 {
-    [LoggerMessage(1100, LogLevel.Information, "Started session {SessionTag}")]
+    [LoggerMessage(1100, LogLevel.Debug, "Started session {SessionTag}")]
     public static partial void SessionStarted(ILogger logger, string sessionTag);
 
-    [LoggerMessage(1101, LogLevel.Information, "Ended session {SessionTag} ({Reason})")]
+    [LoggerMessage(1101, LogLevel.Debug, "Ended session {SessionTag} ({Reason})")]
     public static partial void SessionEnded(ILogger logger, string sessionTag, string reason);
 
     [LoggerMessage(1102, LogLevel.Debug, "Refused request {Sequence} of session {SessionTag}: {Outcome}")]

@@ -5,21 +5,38 @@ namespace PersistentServices.Diagnostics;
 
 /// <summary>
 /// Ready once the log is open and the analysis scan is done (new sessions are accepted while old ones replay);
-/// degraded while some sessions are quarantined after a divergent replay; unhealthy while scanning, while draining, when
-/// recovery failed, or when the log faulted (the service must restart). Tagged
+/// degraded while some sessions are quarantined after a divergent replay, and near a cap: live sessions at
+/// <see cref="NearCapFraction"/> of <see cref="PersistentServicesOptions.MaxSessions"/> (starts are about to get 429), or
+/// buffered replies at that fraction of the session memory budget (replies are about to go to the log); unhealthy while
+/// scanning, while draining, when recovery failed, or when the log faulted (the service must restart). Tagged
 /// <c>ready</c> and <c>live</c>.
 /// </summary>
 internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) : IHealthCheck
 {
+    /// <summary>How close to a cap health turns degraded.</summary>
+    public const double NearCapFraction = 0.9;
+
     public Task<HealthCheckResult> CheckHealthAsync(HealthCheckContext context, CancellationToken cancellationToken = default)
     {
+        var sessions = runtime.Sessions;
+        var live = sessions.Count;
+        var maxSessions = runtime.Options.MaxSessions;
+        var held = sessions.Memory.HeldBytes;
+        var budget = sessions.Memory.BudgetBytes;
         var data = new Dictionary<string, object>
         {
             ["stage"] = runtime.Stage.ToString(),
-            ["sessions"] = runtime.Sessions.Count,
-            ["replayingSessions"] = runtime.Sessions.All.Count(s => !s.Ready.IsCompleted),
+            ["sessions"] = live,
+            ["maxSessions"] = maxSessions,
+            ["neverUsedSessions"] = sessions.NeverUsed,
+            ["heldReplyBytes"] = held,
+            ["memoryBudgetBytes"] = budget,
+            ["replyLogBytes"] = sessions.Memory.LogHeldBytes,
+            ["replayingSessions"] = sessions.Enumerate().Count(s => !s.Ready.IsCompleted),
             ["quarantinedSessions"] = runtime.QuarantinedSessions,
         };
+        var nearMaxSessions = live >= NearCapFraction * maxSessions;
+        var nearBudget = held >= NearCapFraction * budget;
         var result = runtime.Stage switch
         {
             // The failure was logged once, with its details; every probe repeating its stack trace would bury that message.
@@ -28,6 +45,10 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) :
             RecoveryStage.Draining => HealthCheckResult.Unhealthy("Stopping: running requests finish, new ones get 503.", data: data),
             _ when runtime.QuarantinedSessions > 0 => HealthCheckResult.Degraded(
                 $"{runtime.QuarantinedSessions} sessions diverged on replay and are quarantined; every other session serves (docs/upgrades.md).", data: data),
+            _ when nearMaxSessions => HealthCheckResult.Degraded(
+                $"{live} live sessions of at most {maxSessions} ({sessions.NeverUsed} never used): new sessions are about to get 429 (docs/capacity.md).", data: data),
+            _ when nearBudget => HealthCheckResult.Degraded(
+                $"Buffered replies hold {held} of the {budget}-byte session memory budget: new replies are about to be kept in the log (duplicates read them from disk; docs/capacity.md).", data: data),
             RecoveryStage.Replaying => HealthCheckResult.Healthy("Accepting requests; recovered sessions are replaying.", data),
             RecoveryStage.Ready => HealthCheckResult.Healthy("Recovered.", data),
             _ => HealthCheckResult.Unhealthy("Opening the log and scanning it.", data: data),

@@ -42,7 +42,8 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         Time = time;
         _logger = logger;
         Codec = codec ?? new Serialization.OrleansValueCodec();
-        PersistentServicesMetrics.Meter.CreateObservableGauge("persistentservices.sessions.live", () => Sessions.Count, "{session}", "Live sessions.");
+        Sessions = new SessionTable(new SessionMemory(Options.EffectiveSessionMemoryBudgetBytes, Options.MaxBufferedReplyBytes));
+        PersistentServicesMetrics.ObserveSessions(Sessions);
     }
 
     public PersistentServicesOptions Options { get; }
@@ -130,7 +131,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public TimeProvider Time { get; }
 
-    public SessionTable Sessions { get; } = new();
+    public SessionTable Sessions { get; }
 
     public RecoveryStage Stage => _stage;
 

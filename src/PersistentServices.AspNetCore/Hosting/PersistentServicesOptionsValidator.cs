@@ -34,6 +34,28 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.MaxSessions must be positive (was {options.MaxSessions}).");
         }
 
+        if (options.UnusedSessionRetention < TimeSpan.FromSeconds(1) || options.UnusedSessionRetention > options.SessionIdleRetention)
+        {
+            failures.Add($"PersistentServicesOptions.UnusedSessionRetention must be at least one second and at most SessionIdleRetention ({options.SessionIdleRetention}) (was {options.UnusedSessionRetention}).");
+        }
+
+        if (options.MaxSessionsPerOwner is < 1)
+        {
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerOwner must be positive, or null for no cap per principal (was {options.MaxSessionsPerOwner}).");
+        }
+
+        var available = GC.GetGCMemoryInfo().TotalAvailableMemoryBytes;
+        if (options.SessionMemoryBudgetBytes is { } budget && (budget < 1 << 20 || budget > available))
+        {
+            failures.Add($"PersistentServicesOptions.SessionMemoryBudgetBytes must be at least 1 MiB and at most the memory the process may use ({available} bytes); was {budget}. Leave it null for an eighth of that memory.");
+        }
+
+        var maxHeld = ((long)options.MaxRequestBodyBytes + options.MaxLoggedHeaderBytes) / 2;
+        if (options.MaxBufferedReplyBytes < 0 || options.MaxBufferedReplyBytes > maxHeld)
+        {
+            failures.Add($"PersistentServicesOptions.MaxBufferedReplyBytes must be between 0 and half of MaxRequestBodyBytes + MaxLoggedHeaderBytes ({maxHeld}): a reply held in memory is copied into session checkpoints (was {options.MaxBufferedReplyBytes}).");
+        }
+
         if (!options.SessionsPath.StartsWith('/') || options.SessionsPath.EndsWith('/'))
         {
             failures.Add($"PersistentServicesOptions.SessionsPath must start with '/' and not end with one (was '{options.SessionsPath}').");

@@ -24,7 +24,7 @@ namespace PersistentServices.Http;
 /// Only a log fault (or shutdown) before the force abandons a request (503, retry the same request); anything the
 /// endpoint does wrong is its 500 reply, logged like any reply.
 /// </summary>
-internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentRuntime runtime, ILogger logger)
+internal sealed partial class PersistentRequestHandler(RequestDelegate next, PersistentRuntime runtime, ILogger logger)
 {
     private static readonly KeyValuePair<string, object?> Executed = new("outcome", "executed");
     private static readonly KeyValuePair<string, object?> Duplicate = new("outcome", "duplicate");
@@ -74,14 +74,9 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
 
                 return;
 
-            case AdmitOutcome.Duplicate when admission.Reply is { } buffered:
+            case AdmitOutcome.Duplicate when admission.Reply is { } held:
                 PersistentServicesMetrics.Requests.Add(1, Duplicate);
-                if (!await DuplicateSafeAsync(request).ConfigureAwait(false))
-                {
-                    return;
-                }
-
-                await ReplyWriter.WriteAsync(context, buffered, buffered.TakeDeferredOnCompleted(), request.EchoSession, request.Sequence, replayed: true).ConfigureAwait(false);
+                await SendDuplicateAsync(request, held).ConfigureAwait(false);
                 return;
 
             case AdmitOutcome.Duplicate:
@@ -108,7 +103,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
                     return;
                 }
 
-                await ReplyWriter.WriteAsync(context, reply, reply.TakeDeferredOnCompleted(), request.Session, request.Sequence, replayed: true).ConfigureAwait(false);
+                await ReplyWriter.WriteAsync(context, reply, reply.TakeDeferredOnCompleted(), request.EchoSession, request.Sequence, replayed: true).ConfigureAwait(false);
                 return;
 
             default:
@@ -117,6 +112,41 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
                 await ProtocolProblems.RefusedAsync(context, admission, request.Sequence).ConfigureAwait(false);
                 return;
         }
+    }
+
+    /// <summary>
+    /// A duplicate of an answered request: its buffered reply again, from memory or read back from the log when the session
+    /// keeps it there ([Phoenix/App §4.4]), once the domain allows it to leave (<see cref="DuplicateSafeAsync"/>); executes
+    /// nothing.
+    /// </summary>
+    private async Task SendDuplicateAsync(PersistentRequest request, HeldReply held)
+    {
+        var reply = held.Reply;
+        if (reply is null)
+        {
+            var started = Stopwatch.GetTimestamp();
+            try
+            {
+                reply = await request.Session.ReadHeldReplyAsync(runtime.Log, held, CancellationToken.None).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is LogFaultedException or LogCorruptionException or ObjectDisposedException or ArgumentOutOfRangeException)
+            {
+                // Nothing executes; the reply cannot be read now (the log faulted or closed, or a damaged record): 503, retry.
+                ReplyReadFailed(logger, request.Sequence, request.Session.TraceTag, held.Location.Lsn, ex);
+                await ProtocolProblems.UnavailableAsync(request.HttpContext).ConfigureAwait(false);
+                return;
+            }
+
+            PersistentServicesMetrics.ReplyReadDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+        }
+
+        // Read first (a read from the log holds the log's truncation back until it ends), then the domain's check.
+        if (!await DuplicateSafeAsync(request).ConfigureAwait(false))
+        {
+            return;
+        }
+
+        await ReplyWriter.WriteAsync(request.HttpContext, reply, held.TakeDeferredOnCompleted(), request.EchoSession, request.Sequence, replayed: true).ConfigureAwait(false);
     }
 
     /// <summary>Step 1: everything checked before anything is logged, then the session's decision. False when refused (the refusal was written).</summary>
@@ -520,4 +550,7 @@ internal sealed class PersistentRequestHandler(RequestDelegate next, PersistentR
             reader.AdvanceTo(buffer.Start, buffer.End);
         }
     }
+
+    [LoggerMessage(1113, LogLevel.Error, "Could not read the buffered reply of request {Sequence} of session {SessionTag} back from the log (LSN {Lsn}); the duplicate gets 503")]
+    private static partial void ReplyReadFailed(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);
 }

@@ -18,7 +18,7 @@ namespace PersistentServices.Sessions;
 /// <c>UsePersistentServices()</c> as one route group, so an application adds conventions to it like to any endpoint
 /// (rate limiting, authorization).
 /// </summary>
-internal static class SessionEndpoints
+internal static partial class SessionEndpoints
 {
     public static RouteGroupBuilder Map(IEndpointRouteBuilder endpoints, string sessionsPath)
     {
@@ -42,21 +42,22 @@ internal static class SessionEndpoints
         }
 
         var options = runtime.Options;
-        if (runtime.Sessions.Count >= options.MaxSessions)
+        var owner = SessionOwner.Of(context.User);
+        var refusal = runtime.Sessions.TryReserve(owner, options.MaxSessions, options.MaxSessionsPerOwner);
+        if (refusal != StartRefusal.None)
         {
-            context.Response.Headers.RetryAfter = "1";
-            await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
-                $"The service holds its maximum of {options.MaxSessions} live sessions; end unused sessions or retry later.").ConfigureAwait(false);
+            await RefuseAsync(context, runtime, refusal, owner, logger).ConfigureAwait(false);
             return;
         }
 
-        var session = new Session(SessionId.NewRandom(), SessionOwner.Of(context.User), runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
-        if (!await SessionStart.StartAsync(runtime, session, logger).ConfigureAwait(false))
+        var session = new Session(SessionId.NewRandom(), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
         }
 
+        context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
         var id = session.IdText;
         var response = context.Response;
         response.StatusCode = StatusCodes.Status201Created;
@@ -68,7 +69,30 @@ internal static class SessionEndpoints
             sessionId = id,
             nextSequence = 1,
             idleRetentionSeconds = (long)options.SessionIdleRetention.TotalSeconds,
+            unusedRetentionSeconds = (long)options.UnusedSessionRetention.TotalSeconds,
         }), CancellationToken.None).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// 429 at a cap (docs/protocol.md, "Limits"), with a <c>Retry-After</c> that says when a slot really frees: when the
+    /// earliest-expiring session (the caller's own, at the per-principal cap) expires.
+    /// </summary>
+    private static Task RefuseAsync(HttpContext context, PersistentRuntime runtime, StartRefusal refusal, byte[] owner, ILogger logger)
+    {
+        var options = runtime.Options;
+        var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
+        var ownerFull = refusal == StartRefusal.OwnerFull;
+        var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), ownerFull ? owner : null);
+        context.Response.Headers.RetryAfter = retryAfter.ToString(System.Globalization.CultureInfo.InvariantCulture);
+        PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", ownerFull ? "max_sessions_per_owner" : "max_sessions"));
+        SessionRefused(logger, ownerFull ? "MaxSessionsPerOwner" : "MaxSessions", retryAfter);
+        return ownerFull
+            ? ProtocolProblems.WriteAsync(context, 429, "too-many-owner-sessions", "Too many sessions for this principal",
+                $"You hold the maximum of {options.MaxSessionsPerOwner} live sessions per principal: end one (DELETE {options.SessionsPath}/{{id}}) or retry in {retryAfter} s, " +
+                "when your earliest session expires.")
+            : ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
+                $"The service holds its maximum of {options.MaxSessions} live sessions; a slot frees in {retryAfter} s, when the next idle or never-used session expires " +
+                "(or sooner, when a client ends its session).");
     }
 
     private static async Task EndAsync(HttpContext context, string id)
@@ -132,6 +156,9 @@ internal static class SessionEndpoints
         return ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
             $"POST {options.SessionsPath} starts a session; DELETE {options.SessionsPath}/{{id}} ends one.");
     }
+
+    [LoggerMessage(1112, LogLevel.Debug, "Refused a session start: {Cap} reached; Retry-After {RetryAfterSeconds} s")]
+    private static partial void SessionRefused(ILogger logger, string cap, long retryAfterSeconds);
 
     private static ILogger Logger(HttpContext context)
         => context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Sessions");

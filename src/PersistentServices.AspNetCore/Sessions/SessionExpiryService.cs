@@ -8,13 +8,31 @@ using PersistentServices.Log.Records;
 namespace PersistentServices.Sessions;
 
 /// <summary>
-/// Ends sessions idle for longer than <see cref="PersistentServicesOptions.SessionIdleRetention"/>, releasing their
-/// memory. The end is logged (not forced: if it is lost in a crash, the recovered session is idle as before and
-/// expires again). Time comes from the injected <see cref="TimeProvider"/>.
+/// Ends sessions that expired, releasing their slots and memory: a session idle for longer than
+/// <see cref="PersistentServicesOptions.SessionIdleRetention"/>, and one that never received a request within
+/// <see cref="PersistentServicesOptions.UnusedSessionRetention"/> (so a flood of starts holds slots for minutes, not an
+/// hour). Sweeps every tenth of the shorter retention (at least every second, at most every minute). An end is logged
+/// (not forced: if it is lost in a crash, the recovered session is as old as before and expires again). Each sweep also
+/// notes when the next session will expire, which is what a <c>429</c>'s <c>Retry-After</c> says. Time comes from the
+/// injected <see cref="TimeProvider"/>.
 /// </summary>
-internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<SessionExpiryService> logger) : BackgroundService
+internal sealed partial class SessionExpiryService(PersistentRuntime runtime, ILogger<SessionExpiryService> logger) : BackgroundService
 {
-    /// <summary>Ends every idle session; returns how many ended.</summary>
+    private long _lastSweepTicks;
+    private long _nextExpiryTicks = long.MaxValue;
+
+    /// <summary>Time between two sweeps.</summary>
+    public TimeSpan Period
+    {
+        get
+        {
+            var options = runtime.Options;
+            var shorter = options.UnusedSessionRetention < options.SessionIdleRetention ? options.UnusedSessionRetention : options.SessionIdleRetention;
+            return TimeSpan.FromTicks(Math.Clamp(shorter.Ticks / 10, TimeSpan.TicksPerSecond, TimeSpan.TicksPerMinute));
+        }
+    }
+
+    /// <summary>Ends every expired session; returns how many ended.</summary>
     public int ExpireIdleSessions()
     {
         if (!runtime.IsAvailable)
@@ -23,15 +41,30 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
         }
 
         var now = runtime.Time.GetUtcNow();
-        var retention = runtime.Options.SessionIdleRetention;
-        var expired = 0;
-        foreach (var session in runtime.Sessions.All)
+        var idle = runtime.Options.SessionIdleRetention;
+        var unused = runtime.Options.UnusedSessionRetention;
+        var next = DateTimeOffset.MaxValue;
+        int expiredUnused = 0, expiredIdle = 0;
+        foreach (var session in runtime.Sessions.Enumerate())
         {
+            var expiresAt = session.ExpiresAt(idle, unused);
+
             // Quarantined sessions (their replay diverged) expire like idle ones, so their records stop holding the log back.
             // Key sessions (Idempotency-Key) keep their own retention: ending one here would forget its key (Http/IdempotencyKeys/).
-            if (Http.IdempotencyKeys.IdempotencyKey.IsKeySession(session) ||
-                (!session.Ready.IsCompletedSuccessfully && session.Diverged is null) || now - session.LastActivity < retention || !session.TryEnd())
+            if (Http.IdempotencyKeys.IdempotencyKey.IsKeySession(session))
             {
+                continue;
+            }
+
+            var mayEnd = session.Ready.IsCompletedSuccessfully || session.Diverged is not null;
+            var neverUsed = session.NeverUsed;
+            if (!mayEnd || now < expiresAt || !session.TryEnd())
+            {
+                if (expiresAt < next && !session.Ended)
+                {
+                    next = expiresAt;
+                }
+
                 continue;
             }
 
@@ -41,21 +74,98 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
             }
             catch (LogFaultedException)
             {
-                return expired;
+                break;
             }
 
             runtime.Sessions.Remove(session.Id);
-            AspNetCoreEvents.SessionEnded(logger, session.TraceTag, "idle for longer than the retention");
-            expired++;
+            SessionExpired(logger, session.TraceTag, neverUsed ? "never used" : "idle");
+            if (neverUsed)
+            {
+                expiredUnused++;
+            }
+            else
+            {
+                expiredIdle++;
+            }
         }
 
-        return expired;
+        Volatile.Write(ref _nextExpiryTicks, next.UtcTicks);
+        Volatile.Write(ref _lastSweepTicks, now.UtcTicks);
+        if (expiredUnused + expiredIdle > 0)
+        {
+            PersistentServicesMetrics.SessionsExpired.Add(expiredUnused, new KeyValuePair<string, object?>("kind", "never_used"));
+            PersistentServicesMetrics.SessionsExpired.Add(expiredIdle, new KeyValuePair<string, object?>("kind", "idle"));
+            Swept(logger, expiredUnused, expiredIdle, runtime.Sessions.Count);
+        }
+
+        return expiredUnused + expiredIdle;
+    }
+
+    /// <summary>A session started: it may be the next to expire (when no other session was live at the last sweep).</summary>
+    public void NoteStarted(Session session)
+    {
+        var expiresAt = session.ExpiresAt(runtime.Options.SessionIdleRetention, runtime.Options.UnusedSessionRetention).UtcTicks;
+        var next = Volatile.Read(ref _nextExpiryTicks);
+        while (expiresAt < next)
+        {
+            var seen = Interlocked.CompareExchange(ref _nextExpiryTicks, expiresAt, next);
+            if (seen == next)
+            {
+                return;
+            }
+
+            next = seen;
+        }
+    }
+
+    /// <summary>
+    /// Seconds until a slot really frees by expiry, for <c>Retry-After</c>: until the sweep that ends the earliest-expiring
+    /// session (of <paramref name="owner"/> when given, else of the service), as the last sweep saw them. At least 1. A
+    /// client ending its session (<c>DELETE</c>) frees one sooner.
+    /// </summary>
+    public long RetryAfterSeconds(DateTimeOffset now, byte[]? owner = null)
+    {
+        long expiry;
+        if (owner is null)
+        {
+            expiry = Volatile.Read(ref _nextExpiryTicks);
+        }
+        else
+        {
+            var idle = runtime.Options.SessionIdleRetention;
+            var unused = runtime.Options.UnusedSessionRetention;
+            expiry = long.MaxValue;
+            foreach (var session in runtime.Sessions.SessionsOf(owner))
+            {
+                expiry = Math.Min(expiry, session.ExpiresAt(idle, unused).UtcTicks);
+            }
+        }
+
+        var period = Period.Ticks;
+        var lastSweep = Volatile.Read(ref _lastSweepTicks);
+        if (lastSweep == 0)
+        {
+            lastSweep = now.UtcTicks;
+        }
+
+        long freesAt;
+        if (expiry == long.MaxValue)
+        {
+            freesAt = lastSweep + period;
+        }
+        else
+        {
+            // The first sweep at or after the expiry (sweeps run every period from the last one).
+            var periods = expiry <= lastSweep ? 1 : (expiry - lastSweep + period - 1) / period;
+            freesAt = lastSweep + periods * period;
+        }
+
+        return Math.Max(1, (long)Math.Ceiling(TimeSpan.FromTicks(freesAt - now.UtcTicks).TotalSeconds));
     }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        var period = TimeSpan.FromTicks(Math.Clamp(runtime.Options.SessionIdleRetention.Ticks / 10, TimeSpan.TicksPerSecond, TimeSpan.TicksPerMinute));
-        using var timer = new PeriodicTimer(period, runtime.Time);
+        using var timer = new PeriodicTimer(Period, runtime.Time);
         try
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
@@ -67,4 +177,10 @@ internal sealed class SessionExpiryService(PersistentRuntime runtime, ILogger<Se
         {
         }
     }
+
+    [LoggerMessage(1110, LogLevel.Debug, "Ended session {SessionTag} (expired: {Kind})")]
+    private static partial void SessionExpired(ILogger logger, string sessionTag, string kind);
+
+    [LoggerMessage(1111, LogLevel.Information, "Expired {NeverUsed} never-used and {Idle} idle sessions; {Live} live")]
+    private static partial void Swept(ILogger logger, int neverUsed, int idle, int live);
 }

@@ -1,4 +1,5 @@
 using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
@@ -10,21 +11,33 @@ namespace PersistentServices.Sessions;
 /// <summary>Starting a session: its start is logged and forced before anyone learns of it, then it joins the table.</summary>
 internal static class SessionStart
 {
-    /// <summary>Logs and forces <paramref name="session"/>'s start and adds it; false when the log could not make it durable.</summary>
-    public static async ValueTask<bool> StartAsync(PersistentRuntime runtime, Session session, ILogger logger)
+    /// <summary>
+    /// Logs and forces <paramref name="session"/>'s start and adds it; false when the log could not make it durable. With
+    /// <paramref name="reserved"/>, its slot was taken by <see cref="SessionTable.TryReserve"/> and is given back unless
+    /// the session joins the table.
+    /// </summary>
+    public static async ValueTask<bool> StartAsync(PersistentRuntime runtime, Session session, ILogger logger, bool reserved = false)
     {
+        var added = false;
         try
         {
             var lsn = SessionRecords.AppendStarted(runtime.Log, session, session.StartedAt);
             await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+            added = reserved ? runtime.Sessions.TryAddReserved(session) : runtime.Sessions.TryAdd(session);
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
         {
             AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
             return false;
         }
+        finally
+        {
+            if (reserved && !added)
+            {
+                runtime.Sessions.ReleaseReserved(session.Owner);
+            }
+        }
 
-        runtime.Sessions.TryAdd(session);
         AspNetCoreEvents.SessionStarted(logger, session.TraceTag);
         return true;
     }
@@ -36,26 +49,32 @@ internal static class SessionStart
     /// </summary>
     public static async ValueTask<Session?> StartForCallerAsync(PersistentRuntime runtime, HttpContext context, SessionId id, long firstSequence, ILogger logger)
     {
-        if (runtime.Sessions.Count >= runtime.Options.MaxSessions)
-        {
-            context.Response.Headers.RetryAfter = "1";
-            await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
-                $"The service holds its maximum of {runtime.Options.MaxSessions} live sessions.").ConfigureAwait(false);
-            return null;
-        }
-
-        var session = new Session(id, SessionOwner.Of(context.User), runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
-        session.StartNumberingAt(firstSequence);
         if (runtime.Sessions.TryGet(id, out var existing))
         {
             return SessionLookup.TryFindOwned(runtime, context, id, out existing) ? existing : null;
         }
 
-        if (!await StartAsync(runtime, session, logger).ConfigureAwait(false))
+        // A calling service counts against MaxSessions like any client (not against MaxSessionsPerOwner: one caller
+        // session per session of the calling service is its normal use).
+        var session = new Session(id, SessionOwner.Of(context.User), runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        if (runtime.Sessions.TryReserve(session.Owner, runtime.Options.MaxSessions, maxPerOwner: null) != StartRefusal.None)
+        {
+            var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
+            context.Response.Headers.RetryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), null).ToString(System.Globalization.CultureInfo.InvariantCulture);
+            PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", "max_sessions"));
+            await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
+                $"The service holds its maximum of {runtime.Options.MaxSessions} live sessions.").ConfigureAwait(false);
+            return null;
+        }
+
+        session.StartNumberingAt(firstSequence);
+        if (!await StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return null;
         }
+
+        context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
 
         return SessionLookup.TryFindOwned(runtime, context, id, out var owned) ? owned : null;
     }

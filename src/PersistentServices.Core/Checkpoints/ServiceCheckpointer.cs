@@ -59,7 +59,17 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             var record = new ServiceCheckpoint { Epoch = Epoch, CleanShutdown = cleanShutdown };
             var scanFrom = long.MaxValue;
-            foreach (var session in sessions.All)
+
+            // Replies kept in the log that sessions may still need lie below their recovery position (docs/capacity.md):
+            // the log is kept from the lowest, but recovery does not scan them.
+            var retainFrom = long.MaxValue;
+
+            // Positions are listed up to ListedPositions of each kind and while they fit half a record (long variable names,
+            // small MaxRecordBytes); the counts say how many there were. Recovery needs only the scan start.
+            var listBudget = log.MaxRecordBytes / 2;
+            var listed = 0;
+
+            foreach (var session in sessions.Enumerate())
             {
                 var lsn = session.RecoveryLsn;
                 if (session.Ended || lsn == 0)
@@ -67,19 +77,30 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                     continue;
                 }
 
-                if (record.SessionCount++ < ListedPositions)
+                if (record.SessionCount++ < ListedPositions && listed < listBudget)
                 {
-                    record.Sessions.Add(new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn });
+                    var position = new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn };
+                    listed += position.CalculateSize() + 4;
+                    if (listed < listBudget)
+                    {
+                        record.Sessions.Add(position);
+                    }
                 }
 
                 scanFrom = Math.Min(scanFrom, lsn);
+                retainFrom = Math.Min(retainFrom, session.RetainLsn);
             }
 
             foreach (var (name, lsn) in shared.RecoveryPositions())
             {
-                if (record.VariableCount++ < ListedPositions)
+                if (record.VariableCount++ < ListedPositions && listed < listBudget)
                 {
-                    record.Variables.Add(new CheckpointPosition { Variable = name, Lsn = lsn });
+                    var position = new CheckpointPosition { Variable = name, Lsn = lsn };
+                    listed += position.CalculateSize() + 4;
+                    if (listed < listBudget)
+                    {
+                        record.Variables.Add(position);
+                    }
                 }
 
                 scanFrom = Math.Min(scanFrom, lsn);
@@ -88,7 +109,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // 0: nothing to recover before this record itself.
             record.ScanFromLsn = scanFrom == long.MaxValue ? 0 : scanFrom;
             var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
-            var truncateTo = record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn;
+            var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
@@ -112,7 +133,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
-            var result = new ServiceCheckpointResult(checkpointLsn, truncateTo, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
+            var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started));
             Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
@@ -182,7 +203,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 return false;
             }
 
-            return SessionCheckpoints.Take(log, session) != 0;
+            // An idle session's reply kept in the log is copied forward so it stops holding the log back; the drain
+            // (wait) references it where it is: it truncates nothing further, and copying every reply would slow it.
+            return (wait ? SessionCheckpoints.Take(log, session) : await SessionCheckpoints.TakeIdleAsync(log, session, cancellationToken).ConfigureAwait(false)) != 0;
         }
         finally
         {

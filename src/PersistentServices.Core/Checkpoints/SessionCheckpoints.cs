@@ -34,6 +34,30 @@ internal static class SessionCheckpoints
         return lsn;
     }
 
+    /// <summary>
+    /// <see cref="Take"/> for a session idle for a while (the service checkpoint's turn, [MSP §3.4]). A buffered reply kept
+    /// in the log that lies far behind the log's tail is first copied forward (<see cref="ReplyStore.RelocateAsync"/>), so
+    /// it stops holding the log back: "far" is twice the log bytes all live sessions' replies take there, at least
+    /// <see cref="SessionMemory.MinRelocationWindowBytes"/>. So the log keeps at most about three times those bytes for
+    /// them, and copying writes at most about half a byte per byte the log grows. The caller holds the session's execution lock.
+    /// </summary>
+    public static async Task<long> TakeIdleAsync(DurableLog log, Session session, CancellationToken cancellationToken)
+    {
+        if (!session.IsBetweenRequests)
+        {
+            return 0;
+        }
+
+        var memory = session.Memory;
+        var window = memory is null ? 0 : Math.Max(memory.MinRelocationWindowBytes, 2 * memory.LogHeldBytes);
+        if (session.LastReply is { InLog: true } held && held.Location.FirstLsn < log.TailAddress - window)
+        {
+            session.RelocateReply(await ReplyStore.RelocateAsync(log, held.Location, cancellationToken).ConfigureAwait(false));
+        }
+
+        return Take(log, session);
+    }
+
     public static SessionCheckpoint Capture(Session session)
     {
         var record = new SessionCheckpoint
@@ -46,10 +70,24 @@ internal static class SessionCheckpoints
             LastSequence = session.LastSequence,
             LastRequestHash = session.LastRequestHash is { } hash ? ByteString.CopyFrom(hash) : ByteString.Empty,
             LastRequestHashVersion = (uint)session.LastRequestHashVersion,
-            LastReply = session.LastReply?.ToLogged(),
             Dv = session.Dv.ToRecord(),
         };
+
         record.CallCounters.Add(session.CallCounters);
+
+        // A reply kept in the log is referenced, not copied: the session's recovery then keeps the log from its first record.
+        switch (session.LastReply)
+        {
+            case { Reply: { } inMemory }:
+                record.LastReply = inMemory.ToLogged();
+                break;
+            case { Location: var location }:
+                record.LastReplyLsn = location.Lsn;
+                record.LastReplyFirstLsn = location.FirstLsn;
+                record.LastReplyLogBytes = location.LogBytes;
+                break;
+        }
+
         foreach (var (name, bytes, format) in session.EncodeState())
         {
             record.State.Add(new SessionStateValue { Name = name, Value = ByteString.CopyFrom(bytes), ValueFormat = format });

@@ -51,6 +51,33 @@ internal static class PersistentServicesMetrics
     public static readonly Counter<long> DivergedSessions = Meter.CreateCounter<long>(
         "persistentservices.recovery.diverged_sessions", "{session}", "Sessions whose replay diverged and that were quarantined.");
 
+    public static readonly Counter<long> RepliesLoggedInFull = Meter.CreateCounter<long>(
+        "persistentservices.replies.logged_in_full", "{reply}",
+        "Replies kept in the log instead of memory, by reason: size (above MaxBufferedReplyBytes) or budget (the session memory budget was full).");
+
+    public static readonly Histogram<double> ReplyReadDuration = Meter.CreateHistogram<double>(
+        "persistentservices.replies.read.duration", "s", "Time to read a reply kept in the log back for a duplicate.");
+
+    public static readonly Counter<long> SessionsRefused = Meter.CreateCounter<long>(
+        "persistentservices.sessions.refused", "{session}", "Session starts refused with 429, by reason: max_sessions or max_sessions_per_owner.");
+
+    public static readonly Counter<long> SessionsExpired = Meter.CreateCounter<long>(
+        "persistentservices.sessions.expired", "{session}", "Sessions ended by expiry, by kind: never_used (UnusedSessionRetention) or idle (SessionIdleRetention).");
+
+    /// <summary>The gauges of a service's sessions: live, never used, reply bytes held in memory and their budget.</summary>
+    public static void ObserveSessions(Sessions.SessionTable sessions)
+    {
+        Meter.CreateObservableGauge("persistentservices.sessions.live", () => sessions.Count, "{session}", "Live sessions.");
+        Meter.CreateObservableGauge("persistentservices.sessions.never_used", () => sessions.NeverUsed, "{session}",
+            "Live sessions that have not received a request yet (they expire after UnusedSessionRetention).");
+        Meter.CreateObservableGauge("persistentservices.sessions.held_bytes", () => sessions.Memory.HeldBytes, "By",
+            "Bytes of buffered replies sessions hold in memory (counted against SessionMemoryBudgetBytes).");
+        Meter.CreateObservableGauge("persistentservices.sessions.log_held_bytes", () => sessions.Memory.LogHeldBytes, "By",
+            "About how many bytes of log the buffered replies kept there (not in memory) take; the log retains them while their sessions live.");
+        Meter.CreateObservableGauge("persistentservices.sessions.memory_budget", () => sessions.Memory.BudgetBytes, "By",
+            "The session memory budget (SessionMemoryBudgetBytes, or its default from the memory the process may use).");
+    }
+
     public static readonly Histogram<long> LogCommitBatch = Meter.CreateHistogram<long>(
         "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
 }

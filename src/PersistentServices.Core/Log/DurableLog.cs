@@ -98,6 +98,9 @@ internal sealed class DurableLog : IAsyncDisposable
     /// <summary>Every record with an LSN below this is durable.</summary>
     public long DurableUntil => Volatile.Read(ref _durableUntil);
 
+    /// <summary>Largest record body <see cref="Append(RecordKind, IMessage, RecordFlags)"/> accepts (<see cref="LogOptions.MaxRecordBytes"/>).</summary>
+    public int MaxRecordBytes => _maxRecordBytes;
+
     /// <summary>What verification found when the log was opened.</summary>
     public LogScanResult OpenReport { get; }
 

@@ -123,6 +123,12 @@ internal static class AnalysisScan
                     if (sessions.TryGet(SessionId.FromBytes(reply.SessionId.Span), out var replied))
                     {
                         replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash.ToByteArray());
+                        if (reply.FullReply is not null)
+                        {
+                            // Kept in the log: once replayed, the session holds this location, not the replayed body.
+                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(reply, record.Lsn, record.Body.Length, log.MaxRecordBytes));
+                        }
+
                         replied.StateNumber = record.Lsn;
                         replied.LoggedBytesSinceCheckpoint += record.Body.Length;
                     }
@@ -294,6 +300,7 @@ internal static class AnalysisScan
         }
 
         session.CutPositionStream(keep, lastKeptReply: null);
+        session.ForgetFullRepliesFrom(orphanLsn);
     }
 
     /// <summary>A record a request wrote while it ran joins that request's entry in its session's position stream. Returns the bytes kept.</summary>

@@ -10,11 +10,17 @@ namespace PersistentServices.Sessions;
 internal sealed class BufferedReply
 {
     public BufferedReply(int statusCode, IReadOnlyList<KeyValuePair<string, string[]>> headers, byte[] body)
+        : this(statusCode, headers, body, hash: null)
+    {
+    }
+
+    /// <summary>A reply whose <paramref name="hash"/> is known (read back from a verified log record): not computed again.</summary>
+    public BufferedReply(int statusCode, IReadOnlyList<KeyValuePair<string, string[]>> headers, byte[] body, byte[]? hash)
     {
         StatusCode = statusCode;
         Headers = headers;
         Body = body;
-        Hash = ComputeHash(statusCode, ContentType, body);
+        Hash = hash ?? ComputeHash(statusCode, ContentType, body);
     }
 
     public int StatusCode { get; }
@@ -39,6 +45,36 @@ internal sealed class BufferedReply
     /// <summary>The deferred OnCompleted callbacks, once: the next caller gets null.</summary>
     public IReadOnlyList<(Func<object, Task> Callback, object State)>? TakeDeferredOnCompleted()
         => Interlocked.Exchange(ref _deferredOnCompleted, null);
+
+    /// <summary>
+    /// Set when the reply was logged in full (<see cref="SessionRecords.AppendReply"/>): where the log holds it. The session
+    /// then keeps only this location, not the reply.
+    /// </summary>
+    public ReplyLocation? Location { get; set; }
+
+    /// <summary>What holding this reply costs in memory, as the session memory budget counts it: body, headers, objects.</summary>
+    public long MemoryBytes => _memoryBytes ??= EstimateMemory();
+
+    private long? _memoryBytes;
+
+    /// <summary>Bytes a held reply costs besides its body and headers (this object, its lists and hash).</summary>
+    internal const int ObjectOverheadBytes = 160;
+
+    private long EstimateMemory()
+    {
+        long bytes = ObjectOverheadBytes + Body.Length;
+        foreach (var (name, values) in Headers)
+        {
+            // A header pair, its array and strings (UTF-16, 24 bytes per string object).
+            bytes += 64 + 2L * name.Length;
+            foreach (var value in values)
+            {
+                bytes += 32 + 2L * (value?.Length ?? 0);
+            }
+        }
+
+        return bytes;
+    }
 
     public string? ContentType => Headers.FirstOrDefault(h => string.Equals(h.Key, "Content-Type", StringComparison.OrdinalIgnoreCase)).Value?.FirstOrDefault();
 

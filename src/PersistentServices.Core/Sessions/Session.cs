@@ -29,7 +29,11 @@ internal enum AdmitOutcome
 }
 
 /// <summary>The decision for one request and what the caller needs to act on it.</summary>
-internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSequence, BufferedReply? Reply = null, Task<BufferedReply>? Pending = null);
+/// <remarks>
+/// A <see cref="AdmitOutcome.Duplicate"/> whose <see cref="Reply"/> is in the log holds the log there until the caller read
+/// it with <see cref="Session.ReadHeldReplyAsync"/> (which it must call).
+/// </remarks>
+internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSequence, HeldReply? Reply = null, Task<BufferedReply>? Pending = null);
 
 /// <summary>
 /// A logged request of a session: where it and the records it wrote (shared reads and writes, nondeterministic values)
@@ -67,6 +71,21 @@ internal sealed class Session
     private readonly Dictionary<string, SessionStateSlot> _state = new(StringComparer.Ordinal);
     private TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private TaskCompletionSource<BufferedReply>? _executing;
+
+    // The buffered reply and what it costs against the session memory budget of the table the session is in.
+    private HeldReply? _lastReply;
+    private long _heldBytes;
+    private long _logHeldBytes;
+    private long _reservedBytes;
+    private SessionTable? _table;
+
+    // Duplicates reading the last reply from the log right now, and the lowest LSN they read: the log is kept from there.
+    private int _logReads;
+    private long _logReadPin;
+
+    // Analysis scan: the latest reply of this session logged in full, so replay hands out the logged reply, not a copy.
+    private (long Sequence, ReplyLocation Location)? _loggedFullReply;
+    private long _recoveryLsn;
 
     public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying, int ownerVersion = SessionOwner.CurrentVersion, Serialization.ValueCodec? codec = null)
     {
@@ -109,18 +128,36 @@ internal sealed class Session
     public long LastSequence
     {
         get => Volatile.Read(ref _lastSequence);
-        private set => Volatile.Write(ref _lastSequence, value);
+        private set
+        {
+            // Never used (no request yet) or used: the table counts never-used sessions (guarded by _gate).
+            if ((_lastSequence == 0) != (value == 0))
+            {
+                _table?.CountUnused(value == 0 ? 1 : -1);
+            }
+
+            Volatile.Write(ref _lastSequence, value);
+        }
     }
 
     private long _lastSequence;
+
+    /// <summary>True before the session's first request.</summary>
+    public bool NeverUsed => LastSequence == 0;
+
+    /// <summary>When the session expires unless a request comes: a never-used one after <paramref name="unusedRetention"/>, others after <paramref name="idleRetention"/>.</summary>
+    public DateTimeOffset ExpiresAt(TimeSpan idleRetention, TimeSpan unusedRetention) => LastActivity + (NeverUsed ? unusedRetention : idleRetention);
 
     public byte[]? LastRequestHash { get; private set; }
 
     /// <summary>How <see cref="LastRequestHash"/> was computed (<see cref="RequestIdentity"/>): a request logged by an older build keeps its.</summary>
     public int LastRequestHashVersion { get; private set; } = RequestIdentity.CurrentVersion;
 
-    /// <summary>The buffered reply of <see cref="LastSequence"/>, once it completed.</summary>
-    public BufferedReply? LastReply { get; private set; }
+    /// <summary>The buffered reply of <see cref="LastSequence"/>, once it completed: in memory, or where the log holds it.</summary>
+    public HeldReply? LastReply => Volatile.Read(ref _lastReply);
+
+    /// <summary>Bytes of this session's buffered reply counted against the session memory budget.</summary>
+    public long HeldBytes => Volatile.Read(ref _heldBytes);
 
     public DateTimeOffset LastActivity { get; set; }
 
@@ -133,7 +170,34 @@ internal sealed class Session
     /// Where this session's recovery starts: its latest checkpoint record, or its SessionStarted record before its first
     /// checkpoint (MSP §3.4: what the service checkpoint lists).
     /// </summary>
-    public long RecoveryLsn { get; set; }
+    public long RecoveryLsn
+    {
+        get => Volatile.Read(ref _recoveryLsn);
+        set => Volatile.Write(ref _recoveryLsn, value);
+    }
+
+    /// <summary>
+    /// Where the log must be kept from for this session: <see cref="RecoveryLsn"/>, or lower, the first record of its
+    /// buffered reply kept in the log ([Phoenix/App §4.4]), or of a reply a duplicate is reading from the log right now.
+    /// Truncation never removes a reply a retry may still need; recovery's scan need not read it (a checkpoint references it).
+    /// </summary>
+    public long RetainLsn
+    {
+        get
+        {
+            var lsn = RecoveryLsn;
+            if (Volatile.Read(ref _lastReply) is { InLog: true } held && held.Location.FirstLsn < lsn)
+            {
+                lsn = held.Location.FirstLsn;
+            }
+
+            var pin = Volatile.Read(ref _logReadPin);
+            return pin != 0 && pin < lsn ? pin : lsn;
+        }
+    }
+
+    /// <summary>The budget of the table the session is in (null outside a table).</summary>
+    internal SessionMemory? Memory => _table?.Memory;
 
     /// <summary>
     /// Per callee (the caller's name for it): the number of this session's last persistent call to it. A call's id is
@@ -229,9 +293,20 @@ internal sealed class Session
                     return new Admission(AdmitOutcome.Mismatch, expected);
                 }
 
-                return _executing is { } running
-                    ? new Admission(AdmitOutcome.DuplicateInFlight, expected, Pending: running.Task)
-                    : new Admission(AdmitOutcome.Duplicate, expected, Reply: LastReply);
+                if (_executing is { } running)
+                {
+                    return new Admission(AdmitOutcome.DuplicateInFlight, expected, Pending: running.Task);
+                }
+
+                if (_lastReply is { InLog: true } inLog)
+                {
+                    // Keeps the log from the reply's first record on until ReadHeldReplyAsync has read it.
+                    _logReads++;
+                    var first = inLog.Location.FirstLsn;
+                    _logReadPin = _logReadPin == 0 ? first : Math.Min(_logReadPin, first);
+                }
+
+                return new Admission(AdmitOutcome.Duplicate, expected, Reply: _lastReply);
             }
 
             if (sequence < LastSequence)
@@ -252,19 +327,23 @@ internal sealed class Session
             LastSequence = sequence;
             LastRequestHash = requestHash;
             LastRequestHashVersion = RequestIdentity.CurrentVersion;
-            LastReply = null;
+            SetLastReplyLocked(null);
             _executing = new TaskCompletionSource<BufferedReply>(TaskCreationOptions.RunContinuationsAsynchronously);
             return new Admission(AdmitOutcome.Execute, expected);
         }
     }
 
-    /// <summary>Records the reply of the executing request and releases duplicates waiting for it.</summary>
+    /// <summary>
+    /// Records the reply of the executing request and releases duplicates waiting for it. A reply logged in full
+    /// (<see cref="BufferedReply.Location"/>) is kept only as its location; else it is held in memory, with the bytes
+    /// <see cref="TryHoldInMemory"/> reserved for it.
+    /// </summary>
     public void Complete(BufferedReply reply)
     {
         TaskCompletionSource<BufferedReply>? executing;
         lock (_gate)
         {
-            LastReply = reply;
+            SetLastReplyLocked(Hold(reply));
             executing = _executing;
             _executing = null;
         }
@@ -280,34 +359,128 @@ internal sealed class Session
         {
             executing = _executing;
             _executing = null;
+            _table?.Memory.Release(_reservedBytes);
+            _reservedBytes = 0;
         }
 
         executing?.TrySetException(error);
+    }
+
+    /// <summary>
+    /// Before the reply of the executing request is logged: true when it may be held in memory (its bytes are then
+    /// reserved in the budget of the session's table), false when it must be logged in full (<paramref name="reason"/>:
+    /// "size" or "budget"). A session in no table holds every reply.
+    /// </summary>
+    public bool TryHoldInMemory(BufferedReply reply, out string? reason)
+    {
+        lock (_gate)
+        {
+            reason = null;
+            if (_table is not { } table)
+            {
+                return true;
+            }
+
+            var bytes = reply.MemoryBytes;
+            if (!table.Memory.TryReserve(bytes, out reason))
+            {
+                return false;
+            }
+
+            table.Memory.Release(_reservedBytes);
+            _reservedBytes = bytes;
+            return true;
+        }
+    }
+
+    /// <summary>
+    /// Reads back the reply of a <see cref="AdmitOutcome.Duplicate"/> whose buffered reply is in the log (exactly the bytes
+    /// logged, verified against the logged hash), then lets the log go on truncating.
+    /// </summary>
+    public async Task<BufferedReply> ReadHeldReplyAsync(Log.DurableLog log, HeldReply held, CancellationToken cancellationToken)
+    {
+        try
+        {
+            return await ReplyStore.ReadAsync(log, held.Location, cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            lock (_gate)
+            {
+                if (--_logReads == 0)
+                {
+                    Volatile.Write(ref _logReadPin, 0);
+                }
+            }
+        }
+    }
+
+    /// <summary>An idle checkpoint copied the reply kept in the log to <paramref name="location"/>, so the log before it can go.</summary>
+    public void RelocateReply(ReplyLocation location)
+    {
+        lock (_gate)
+        {
+            if (_lastReply is { InLog: true } held)
+            {
+                SetLastReplyLocked(held.MovedTo(location));
+            }
+        }
     }
 
     /// <summary>Analysis scan: a logged request of this session.</summary>
     public void RecoverRequest(long lsn, long sequence, byte[] requestHash, int requestHashVersion, DateTimeOffset receivedAt)
     {
         PositionStream.Add(new LoggedPosition(lsn, sequence, requestHash, requestHashVersion));
-        LastSequence = sequence;
+        lock (_gate)
+        {
+            LastSequence = sequence;
+        }
+
         LastRequestHash = requestHash;
         LastRequestHashVersion = requestHashVersion;
         LastActivity = receivedAt;
         StateNumber = lsn;
     }
 
+    /// <summary>Analysis scan: the reply of request <paramref name="sequence"/> was logged in full at <paramref name="location"/>.</summary>
+    public void RecoverFullReply(long sequence, ReplyLocation location) => _loggedFullReply = (sequence, location);
+
+    /// <summary>
+    /// Analysis scan, at an end-of-skip record: a reply logged in full at or after <paramref name="orphanLsn"/> belongs to
+    /// the skipped records, so replay's reply is kept instead.
+    /// </summary>
+    public void ForgetFullRepliesFrom(long orphanLsn)
+    {
+        if (_loggedFullReply is { } full && (full.Location.FirstLsn >= orphanLsn || full.Location.Lsn >= orphanLsn))
+        {
+            _loggedFullReply = null;
+        }
+    }
+
     /// <summary>
     /// Replay finished: <paramref name="lastReply"/> (the replayed reply of the last request) becomes the buffered reply;
-    /// null when nothing followed the session's checkpoint, whose reply stays.
+    /// null when nothing followed the session's checkpoint, whose reply stays. When the log holds that reply in full, the
+    /// session keeps only its location: a retry gets the logged bytes, and memory holds nothing. The records the analysis
+    /// scan kept for replay are let go.
     /// </summary>
     public void FinishReplay(BufferedReply? lastReply)
     {
-        if (lastReply is not null)
+        lock (_gate)
         {
-            lock (_gate)
+            if (lastReply is not null)
             {
-                LastReply = lastReply;
+                SetLastReplyLocked(lastReply.Location is null && _loggedFullReply is { } full && full.Sequence == LastSequence
+                    ? HeldReply.InTheLog(full.Location, lastReply)
+                    : Hold(lastReply));
             }
+
+            _loggedFullReply = null;
+        }
+
+        foreach (var position in PositionStream)
+        {
+            position.Request = null;
+            position.AuxRecords = null;
         }
 
         _ready.TrySetResult();
@@ -358,13 +531,14 @@ internal sealed class Session
             {
                 LastSequence = firstSequence > 1 ? firstSequence - 1 : 0;
                 LastRequestHash = null;
-                LastReply = null;
+                SetLastReplyLocked(null);
             }
 
             _state.Clear();
             CallCounters.Clear();
             Dv = Domain.DependencyVector.Empty;
             LoggedReplies.Clear();
+            _loggedFullReply = null;
         }
 
         PositionStream.Clear();
@@ -372,7 +546,7 @@ internal sealed class Session
         _recoveryPoint = (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply);
     }
 
-    private (long Sequence, byte[]? Hash, int HashVersion, BufferedReply? Reply)? _recoveryPoint;
+    private (long Sequence, byte[]? Hash, int HashVersion, HeldReply? Reply)? _recoveryPoint;
 
     /// <summary>
     /// Replay stopped at an orphan record ([MSP §4.1] "Orphan Recovery End"): the positions from <paramref name="keep"/>
@@ -394,11 +568,16 @@ internal sealed class Session
                 LastSequence = lastKept.Sequence;
                 LastRequestHash = lastKept.RequestHash;
                 LastRequestHashVersion = lastKept.RequestHashVersion;
-                LastReply = lastKeptReply;
+
+                // The replayed reply of the last request kept, held like any completed reply (in memory: replay does not
+                // know whether the log holds it in full; it was within the budget when it was first written).
+                SetLastReplyLocked(lastKeptReply is null ? null : Hold(lastKeptReply));
             }
             else
             {
-                (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply) = _recoveryPoint ?? (_numberingBase, null, RequestIdentity.CurrentVersion, null);
+                HeldReply? reply;
+                (LastSequence, LastRequestHash, LastRequestHashVersion, reply) = _recoveryPoint ?? (_numberingBase, null, RequestIdentity.CurrentVersion, null);
+                SetLastReplyLocked(reply);
             }
         }
     }
@@ -428,6 +607,56 @@ internal sealed class Session
         }
     }
 
+    /// <summary>Joins <paramref name="table"/>: its reply bytes count against the table's budget, and it counts as never used until its first request.</summary>
+    internal void Attach(SessionTable table)
+    {
+        lock (_gate)
+        {
+            _table = table;
+            table.Memory.Add(_heldBytes + _reservedBytes);
+            table.Memory.AddInLog(_logHeldBytes);
+            if (LastSequence == 0)
+            {
+                table.CountUnused(1);
+            }
+        }
+    }
+
+    /// <summary>Leaves its table (the session ended): its reply no longer counts.</summary>
+    internal void Detach()
+    {
+        lock (_gate)
+        {
+            if (_table is { } table)
+            {
+                table.Memory.Release(_heldBytes + _reservedBytes);
+                table.Memory.AddInLog(-_logHeldBytes);
+                if (LastSequence == 0)
+                {
+                    table.CountUnused(-1);
+                }
+            }
+
+            _table = null;
+        }
+    }
+
+    /// <summary>How a completed reply is kept: its location when it was logged in full, else itself.</summary>
+    private static HeldReply Hold(BufferedReply reply) => reply.Location is { } location ? HeldReply.InTheLog(location, reply) : HeldReply.InMemory(reply);
+
+    /// <summary>Replaces the buffered reply; the budget counts the new one (using the bytes reserved for it) instead of the old one.</summary>
+    private void SetLastReplyLocked(HeldReply? reply)
+    {
+        var bytes = reply?.MemoryBytes ?? 0;
+        var logBytes = reply?.LogBytes ?? 0;
+        _table?.Memory.Add(bytes - _heldBytes - _reservedBytes);
+        _table?.Memory.AddInLog(logBytes - _logHeldBytes);
+        _heldBytes = bytes;
+        _logHeldBytes = logBytes;
+        _reservedBytes = 0;
+        Volatile.Write(ref _lastReply, reply);
+    }
+
     public T GetState<T>(SessionStateKey<T> key) => _state.TryGetValue(key.Name, out var slot) ? slot.Get<T>(key.Name, Codec) : default!;
 
     public void SetState<T>(SessionStateKey<T> key, T value) => _state[key.Name] = SessionStateSlot.Of(value);
@@ -449,23 +678,32 @@ internal sealed class Session
     /// </summary>
     public void ContinueFromCheckpoint(long lsn, Log.Records.SessionCheckpoint? restore = null)
     {
-        RecoveryLsn = lsn;
         StateNumber = Math.Max(StateNumber, lsn);
         LoggedBytesSinceCheckpoint = 0;
         ServiceCheckpointsSinceCheckpoint = 0;
         PositionStream.Clear();
         LoggedReplies.Clear();
+        _loggedFullReply = null;
+        lock (_gate)
+        {
+            if (restore is not null)
+            {
+                LastSequence = restore.LastSequence;
+                LastRequestHash = restore.LastRequestHash.IsEmpty ? null : restore.LastRequestHash.ToByteArray();
+                LastRequestHashVersion = (int)restore.LastRequestHashVersion;
+                SetLastReplyLocked(
+                    restore.LastReplyLsn != 0 ? HeldReply.InTheLog(new ReplyLocation(restore.LastReplyLsn, restore.LastReplyFirstLsn != 0 ? restore.LastReplyFirstLsn : restore.LastReplyLsn, restore.LastReplyLogBytes))
+                    : restore.LastReply is { } reply ? HeldReply.InMemory(BufferedReply.FromLogged(reply))
+                    : null);
+            }
+
+            // A reply kept in the log is referenced, not copied: RetainLsn keeps the log from there; the scan starts here.
+            RecoveryLsn = lsn;
+        }
+
         if (restore is null)
         {
             return;
-        }
-
-        lock (_gate)
-        {
-            LastSequence = restore.LastSequence;
-            LastRequestHash = restore.LastRequestHash.IsEmpty ? null : restore.LastRequestHash.ToByteArray();
-            LastRequestHashVersion = (int)restore.LastRequestHashVersion;
-            LastReply = restore.LastReply is { } reply ? BufferedReply.FromLogged(reply) : null;
         }
 
         LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(restore.LastActivityUnixMs);

@@ -42,8 +42,10 @@ internal static class SessionRecords
     }
 
     /// <summary>
-    /// The short reply record of a request (status and hash, not the body: a replay recomputes it); it becomes the
-    /// session's state number.
+    /// The reply record of a request; it becomes the session's state number. Short (status and hash, not the body: a
+    /// replay recomputes it) when the session may hold the reply in memory; else the reply in full, which the session
+    /// then keeps only as its location (<see cref="BufferedReply.Location"/>, <see cref="ReplyStore"/>): when it costs more
+    /// than <see cref="SessionMemory.MaxBufferedReplyBytes"/>, or would take the held replies above the budget.
     /// </summary>
     public static long AppendReply(DurableLog log, Session session, LoggedPosition position, BufferedReply reply)
     {
@@ -55,9 +57,18 @@ internal static class SessionRecords
             ReplyHash = ByteString.CopyFrom(reply.Hash),
             RequestLsn = position.RequestLsn,
         };
-        var lsn = log.Append(RecordKind.Reply, record);
+
+        // What the session logged for replay's sake: the short record (a reply kept in the log is not replayed).
         session.LoggedBytesSinceCheckpoint += record.CalculateSize();
+        var inFull = !session.TryHoldInMemory(reply, out var reason) && ReplyStore.TryAttachFullReply(log, record, reply);
+        var lsn = log.Append(RecordKind.Reply, record);
         session.StateNumber = lsn;
+        if (inFull)
+        {
+            reply.Location = ReplyStore.LocationOf(record, lsn, record.CalculateSize(), log.MaxRecordBytes);
+            Diagnostics.PersistentServicesMetrics.RepliesLoggedInFull.Add(1, new KeyValuePair<string, object?>("reason", reason));
+        }
+
         return lsn;
     }
 

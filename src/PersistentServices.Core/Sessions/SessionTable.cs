@@ -2,18 +2,250 @@ using System.Collections.Concurrent;
 
 namespace PersistentServices.Sessions;
 
-/// <summary>The service's live sessions, by id.</summary>
+/// <summary>Why a session could not start.</summary>
+internal enum StartRefusal
+{
+    None,
+
+    /// <summary>The service holds its most sessions.</summary>
+    ServiceFull,
+
+    /// <summary>The caller (an authenticated principal) holds its most sessions.</summary>
+    OwnerFull,
+}
+
+/// <summary>
+/// The service's live sessions, by id, and what admission needs to know about them: how many there are (never-used ones
+/// too), how many each authenticated owner holds, and the memory their buffered replies take
+/// (<see cref="SessionMemory"/>). A start reserves its slot before its record is logged, so concurrent starts never
+/// exceed a cap; sessions recovered from the log join whatever the caps say.
+/// </summary>
 internal sealed class SessionTable
 {
     private readonly ConcurrentDictionary<SessionId, Session> _sessions = new();
+    private readonly Dictionary<byte[], OwnerSessions> _owners = new(OwnerComparer.Instance);
+    private readonly Lock _ownersGate = new();
+    private int _slots;
+    private int _unused;
 
+    public SessionTable()
+        : this(SessionMemory.Unlimited)
+    {
+    }
+
+    public SessionTable(SessionMemory memory) => Memory = memory;
+
+    /// <summary>The budget the sessions' buffered replies are counted against.</summary>
+    public SessionMemory Memory { get; }
+
+    /// <summary>Live sessions.</summary>
     public int Count => _sessions.Count;
+
+    /// <summary>Live sessions that have not received a request yet.</summary>
+    public int NeverUsed => Volatile.Read(ref _unused);
+
+    /// <summary>Live sessions plus starts in flight (what the caps are checked against).</summary>
+    public int Slots => Volatile.Read(ref _slots);
 
     public ICollection<Session> All => _sessions.Values;
 
+    /// <summary>The live sessions, enumerated without a snapshot (a sweep over many sessions allocates nothing).</summary>
+    public IEnumerable<Session> Enumerate()
+    {
+        foreach (var (_, session) in _sessions)
+        {
+            yield return session;
+        }
+    }
+
     public bool TryGet(SessionId id, out Session session) => _sessions.TryGetValue(id, out session!);
 
-    public bool TryAdd(Session session) => _sessions.TryAdd(session.Id, session);
+    /// <summary>A session recovered from the log (or added without a reservation): it joins whatever the caps say.</summary>
+    public bool TryAdd(Session session)
+    {
+        if (!_sessions.TryAdd(session.Id, session))
+        {
+            return false;
+        }
 
-    public bool Remove(SessionId id) => _sessions.TryRemove(id, out _);
+        Interlocked.Increment(ref _slots);
+        AddToOwner(session, reserved: false);
+        session.Attach(this);
+        return true;
+    }
+
+    /// <summary>
+    /// Reserves a slot for a session <paramref name="owner"/> is starting: refused when the service holds
+    /// <paramref name="maxSessions"/> sessions, or an authenticated owner <paramref name="maxPerOwner"/>. A reserved slot is
+    /// then used by <see cref="TryAddReserved"/> or given back by <see cref="ReleaseReserved"/>.
+    /// </summary>
+    public StartRefusal TryReserve(byte[] owner, int maxSessions, int? maxPerOwner)
+    {
+        var slots = Volatile.Read(ref _slots);
+        while (true)
+        {
+            if (slots >= maxSessions)
+            {
+                return StartRefusal.ServiceFull;
+            }
+
+            var seen = Interlocked.CompareExchange(ref _slots, slots + 1, slots);
+            if (seen == slots)
+            {
+                break;
+            }
+
+            slots = seen;
+        }
+
+        if (owner.Length > 0)
+        {
+            lock (_ownersGate)
+            {
+                if (!_owners.TryGetValue(owner, out var sessions))
+                {
+                    _owners[owner] = sessions = new OwnerSessions();
+                }
+
+                if (maxPerOwner is { } max && sessions.Count >= max)
+                {
+                    RemoveIfEmpty(owner, sessions);
+                    Interlocked.Decrement(ref _slots);
+                    return StartRefusal.OwnerFull;
+                }
+
+                sessions.Reserved++;
+            }
+        }
+
+        return StartRefusal.None;
+    }
+
+    /// <summary>
+    /// Adds a session whose slot <see cref="TryReserve"/> reserved; false (the slot stays reserved: give it back with
+    /// <see cref="ReleaseReserved"/>) when a session with its id is already live (a concurrent start of a caller's session).
+    /// </summary>
+    public bool TryAddReserved(Session session)
+    {
+        if (!_sessions.TryAdd(session.Id, session))
+        {
+            return false;
+        }
+
+        AddToOwner(session, reserved: true);
+        session.Attach(this);
+        return true;
+    }
+
+    /// <summary>The start failed: its reserved slot is free again.</summary>
+    public void ReleaseReserved(byte[] owner)
+    {
+        Interlocked.Decrement(ref _slots);
+        if (owner.Length > 0)
+        {
+            lock (_ownersGate)
+            {
+                if (_owners.TryGetValue(owner, out var sessions))
+                {
+                    sessions.Reserved--;
+                    RemoveIfEmpty(owner, sessions);
+                }
+            }
+        }
+    }
+
+    public bool Remove(SessionId id)
+    {
+        if (!_sessions.TryRemove(id, out var session))
+        {
+            return false;
+        }
+
+        Interlocked.Decrement(ref _slots);
+        session.Detach();
+        if (session.Owner.Length > 0)
+        {
+            lock (_ownersGate)
+            {
+                if (_owners.TryGetValue(session.Owner, out var sessions))
+                {
+                    sessions.Live.Remove(session);
+                    RemoveIfEmpty(session.Owner, sessions);
+                }
+            }
+        }
+
+        return true;
+    }
+
+    /// <summary>Live sessions of an authenticated owner (starts in flight included).</summary>
+    public int CountOf(byte[] owner)
+    {
+        lock (_ownersGate)
+        {
+            return _owners.TryGetValue(owner, out var sessions) ? sessions.Count : 0;
+        }
+    }
+
+    /// <summary>The live sessions of an authenticated owner, copied.</summary>
+    public Session[] SessionsOf(byte[] owner)
+    {
+        lock (_ownersGate)
+        {
+            return _owners.TryGetValue(owner, out var sessions) ? [.. sessions.Live] : [];
+        }
+    }
+
+    /// <summary>A session was used for the first time (-1) or counts as never used (+1).</summary>
+    internal void CountUnused(int delta) => Interlocked.Add(ref _unused, delta);
+
+    private void AddToOwner(Session session, bool reserved)
+    {
+        if (session.Owner.Length == 0)
+        {
+            return;
+        }
+
+        lock (_ownersGate)
+        {
+            if (!_owners.TryGetValue(session.Owner, out var sessions))
+            {
+                _owners[session.Owner] = sessions = new OwnerSessions();
+            }
+
+            if (reserved)
+            {
+                sessions.Reserved--;
+            }
+
+            sessions.Live.Add(session);
+        }
+    }
+
+    private void RemoveIfEmpty(byte[] owner, OwnerSessions sessions)
+    {
+        if (sessions.Count == 0)
+        {
+            _owners.Remove(owner);
+        }
+    }
+
+    private sealed class OwnerSessions
+    {
+        public HashSet<Session> Live { get; } = new(ReferenceEqualityComparer.Instance);
+
+        public int Reserved { get; set; }
+
+        public int Count => Live.Count + Reserved;
+    }
+
+    /// <summary>Owners are SHA-256 hashes: equal by content; their first bytes are a good hash.</summary>
+    private sealed class OwnerComparer : IEqualityComparer<byte[]>
+    {
+        public static readonly OwnerComparer Instance = new();
+
+        public bool Equals(byte[]? x, byte[]? y) => x.AsSpan().SequenceEqual(y);
+
+        public int GetHashCode(byte[] obj) => obj.Length >= 4 ? BitConverter.ToInt32(obj, 0) : obj.Length;
+    }
 }

@@ -57,6 +57,26 @@ public sealed record AddItem(string Item);
 
 public sealed record AddAmount(string OpId, long Amount);
 
+public sealed record PageRequest(string OpId, int Size)
+{
+    /// <summary>The page's bytes: a function of the op id, the session's count and the size only.</summary>
+    public static byte[] Content(string opId, long count, int size)
+    {
+        var bytes = new byte[size];
+        // xorshift64 from a hash of the inputs: the same bytes in every process.
+        var state = BitConverter.ToUInt64(System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(opId + "/" + count))) | 1;
+        for (var i = 0; i < size; i++)
+        {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            bytes[i] = (byte)state;
+        }
+
+        return bytes;
+    }
+}
+
 [ApiController]
 [Route("cart")]
 [Persistent]
@@ -127,10 +147,11 @@ internal sealed class TestAuthHandler(IOptionsMonitor<AuthenticationSchemeOption
 
 internal static class TestApp
 {
-    public static void Configure(WebApplication app)
+    public static void Configure(WebApplication app, Action<IEndpointConventionBuilder>? sessionEndpoints = null, Action<WebApplication>? beforePersistentServices = null)
     {
         app.UseAuthentication();
-        app.UsePersistentServices();
+        beforePersistentServices?.Invoke(app);
+        app.UsePersistentServices(sessionEndpoints);
         app.MapControllers();
         app.MapPost("/counter/add", [Persistent] (AddAmount body) =>
         {
@@ -146,6 +167,16 @@ internal static class TestApp
         });
         app.MapGet("/counter", () => Results.Ok(new { total = CartState.Total })).WithMetadata(new ReadOnlyAttribute());
         app.MapGet("/plain", () => Results.Ok(new { plain = true }));
+
+        // A reply of any size (a catalog page): deterministic bytes from the op id and the session's count, so replay
+        // reproduces them; a header that a retry must get back too.
+        app.MapPost("/page", [Persistent] (PageRequest body, HttpContext context) =>
+        {
+            TestBehavior.Executed("page:" + body.OpId);
+            CartState.Total += 1;
+            context.Response.Headers["X-Page"] = body.OpId + "/" + CartState.Total;
+            return Results.Bytes(PageRequest.Content(body.OpId, CartState.Total, body.Size), "application/octet-stream");
+        });
         app.MapHealthChecks("/health/ready");
     }
 

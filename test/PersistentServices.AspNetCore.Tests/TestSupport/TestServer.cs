@@ -33,7 +33,9 @@ internal sealed class TestServer : IAsyncDisposable
 
     public Task RecoveryCompletion => App.Services.GetRequiredService<RecoveryHostedService>().Completion;
 
-    public static async Task<TestServer> StartAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null, TimeProvider? time = null)
+    public static async Task<TestServer> StartAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null, TimeProvider? time = null,
+        Action<WebApplicationBuilder>? build = null, Action<Microsoft.AspNetCore.Builder.IEndpointConventionBuilder>? sessionEndpoints = null,
+        Action<WebApplication>? beforePersistentServices = null)
     {
         var builder = WebApplication.CreateBuilder();
         builder.WebHost.UseUrls("http://127.0.0.1:0");
@@ -58,8 +60,9 @@ internal sealed class TestServer : IAsyncDisposable
         }
 
         TestApp.AddServices(builder.Services);
+        build?.Invoke(builder);
         var app = builder.Build();
-        TestApp.Configure(app);
+        TestApp.Configure(app, sessionEndpoints, beforePersistentServices);
         await app.StartAsync(TestContext.Current.CancellationToken);
         var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
         return new TestServer(app, client, logDirectory);

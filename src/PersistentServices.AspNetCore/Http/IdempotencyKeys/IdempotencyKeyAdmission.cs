@@ -79,7 +79,7 @@ internal static class IdempotencyKeyAdmission
             case AdmitOutcome.Duplicate when IdempotencyKeySessions.IsExpiredMarker(admission.Reply):
             case AdmitOutcome.Mismatch when IdempotencyKeySessions.IsExpiredMarker(session.LastReply):
                 IdempotencyKeyEvents.KeyRequestRefused(logger, session.TraceTag, "expired");
-                await ReplyWriter.WriteAsync(context, (admission.Reply ?? session.LastReply)!, onCompleted: null).ConfigureAwait(false);
+                await ReplyWriter.WriteAsync(context, (admission.Reply ?? session.LastReply)!.Reply!, onCompleted: null).ConfigureAwait(false);
                 return false;
 
             case AdmitOutcome.Duplicate:

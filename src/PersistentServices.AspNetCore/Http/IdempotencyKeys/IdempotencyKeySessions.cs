@@ -85,6 +85,9 @@ internal static class IdempotencyKeySessions
         => reply is not null && reply.StatusCode == StatusCodes.Status410Gone &&
            reply.Headers.Any(h => string.Equals(h.Key, StateHeader, StringComparison.OrdinalIgnoreCase) && h.Value is ["expired"]);
 
+    /// <summary>True when the held reply is the (small, in memory) stand-in of an expired key's reply.</summary>
+    public static bool IsExpiredMarker(HeldReply? held) => IsExpiredMarker(held?.Reply);
+
     /// <summary>The reply an expired key's repeat gets: kept in the key session's checkpoint instead of the real one.</summary>
     public static BufferedReply ExpiredReply(IdempotencyKeyOptions options)
     {
