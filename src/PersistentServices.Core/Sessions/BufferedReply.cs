@@ -5,7 +5,7 @@ namespace PersistentServices.Sessions;
 
 /// <summary>
 /// The reply of a session's last request, kept so a duplicate gets it again without executing anything
-/// (seed 000 §3.1 "buffered reply"). Headers are the reply's own (hop-by-hop and server headers dropped).
+/// ([MSP §3.1] "buffered reply"). Headers are the reply's own (hop-by-hop and server headers dropped).
 /// </summary>
 internal sealed class BufferedReply
 {

@@ -1,6 +1,6 @@
 namespace PersistentServices.Sessions;
 
-/// <summary>What <see cref="Session.Admit"/> decided for a request's sequence number (seed 000 §3.1).</summary>
+/// <summary>What <see cref="Session.Admit"/> decided for a request's sequence number ([MSP §3.1]).</summary>
 internal enum AdmitOutcome
 {
     /// <summary>The next expected number: log and execute it.</summary>
@@ -37,7 +37,7 @@ internal readonly record struct Admission(AdmitOutcome Outcome, long ExpectedSeq
 
 /// <summary>
 /// A logged request of a session: where it and the records it wrote (shared reads and writes, nondeterministic values)
-/// are in the log. The session's position stream is the list of these (seed 000 §3.2).
+/// are in the log. The session's position stream is the list of these ([MSP §3.2]).
 /// </summary>
 internal sealed class LoggedPosition(long requestLsn, long sequence, byte[]? requestHash = null, int requestHashVersion = RequestIdentity.CurrentVersion)
 {
@@ -61,7 +61,7 @@ internal sealed class LoggedPosition(long requestLsn, long sequence, byte[]? req
 }
 
 /// <summary>
-/// One client's session (seed 000 §3.1–3.2): next expected request number, buffered reply of the last request, its
+/// One client's session ([MSP §3.1–3.2]): next expected request number, buffered reply of the last request, its
 /// position stream, and its private state. Recovery rebuilds everything but the state from the log; the state is
 /// rebuilt by replaying the requests.
 /// </summary>
@@ -212,10 +212,10 @@ internal sealed class Session
     /// <summary>Service checkpoints taken since this session's latest checkpoint (an idle session's is forced after a few).</summary>
     public int ServiceCheckpointsSinceCheckpoint { get; set; }
 
-    /// <summary>LSN of the session's latest log record (its state number, seed 000 §3.1).</summary>
+    /// <summary>LSN of the session's latest log record (its state number, [MSP §3.1]).</summary>
     public long StateNumber { get; set; }
 
-    /// <summary>The session's dependency vector (seed 000 §3.2: one DV per session, so sessions recover separately).</summary>
+    /// <summary>The session's dependency vector ([MSP §3.2]: one DV per session, so sessions recover separately).</summary>
     public Domain.DependencyVector Dv { get; set; } = Domain.DependencyVector.Empty;
 
     /// <summary>The session's logged requests, in order.</summary>
