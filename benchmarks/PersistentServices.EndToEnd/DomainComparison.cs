@@ -94,7 +94,17 @@ internal static class DomainComparison
                 foreach (var period in crashPeriods)
                 {
                     await using var pair = await MemberPair.StartAsync(root, config);
-                    var result = await LoadAsync(pair, k, sessions, TimeSpan.FromSeconds(crashSeconds), period > 0 ? TimeSpan.FromSeconds(period) : null);
+                    Result result;
+                    try
+                    {
+                        result = await LoadAsync(pair, k, sessions, TimeSpan.FromSeconds(crashSeconds), period > 0 ? TimeSpan.FromSeconds(period) : null);
+                    }
+                    catch (InvalidOperationException)
+                    {
+                        Console.Error.WriteLine($"--- A (last 80 lines) ---{Environment.NewLine}{pair.A.Tail(80)}{Environment.NewLine}--- B (last 40 lines) ---{Environment.NewLine}{pair.B.Tail(40)}");
+                        throw;
+                    }
+
                     var credits = await pair.TotalCreditsAsync();
                     Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                         $"| {config} | {(period > 0 ? $"{period:F1} s" : "never")} | {result.Kills} | {result.RequestsPerSecond:N0} | {result.P99:F0} | {result.Completed:N0} | {credits:N0}{(credits == k * result.Completed ? "" : " **MISMATCH**")} | {pair.A.CountOutput("was an orphan")} |"));
@@ -280,6 +290,15 @@ internal static class DomainComparison
             var member = new Member(args, url);
             await member.WaitReadyAsync();
             return member;
+        }
+
+        /// <summary>The member's last <paramref name="lines"/> lines of output (for a failure message).</summary>
+        public string Tail(int lines)
+        {
+            lock (_output)
+            {
+                return string.Join(Environment.NewLine, _output.TakeLast(lines));
+            }
         }
 
         public int CountOutput(string text)

@@ -65,7 +65,8 @@ internal sealed partial class ServiceDomain : IDisposable
             throw new OrphanException(known);
         }
 
-        List<Task>? remote = null;
+        // This service's own force and every member's flush run at once: the flush costs the slowest of them, not their sum.
+        List<Task>? flushes = null;
         foreach (var (service, state) in dv.Entries)
         {
             if (service == Self)
@@ -73,18 +74,18 @@ internal sealed partial class ServiceDomain : IDisposable
                 if (state.Epoch == _runtime.Epoch && state.Lsn >= _runtime.Log.DurableUntil)
                 {
                     PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
-                    await _runtime.Log.WaitUntilDurableAsync(state.Lsn, cancellationToken).ConfigureAwait(false);
+                    (flushes ??= []).Add(_runtime.Log.WaitUntilDurableAsync(state.Lsn, cancellationToken).AsTask());
                 }
             }
             else if (IsMember(service))
             {
-                (remote ??= []).Add(FlushRemoteAsync(service, state, cancellationToken));
+                (flushes ??= []).Add(FlushRemoteAsync(service, state, cancellationToken));
             }
         }
 
-        if (remote is not null)
+        if (flushes is not null)
         {
-            await Task.WhenAll(remote).ConfigureAwait(false);
+            await Task.WhenAll(flushes).ConfigureAwait(false);
         }
     }
 

@@ -339,7 +339,22 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
             request.Reply = await RunAsync(request).ConfigureAwait(false);
             var replyLsn = LogReply(request);
-            await MakeReplySafeAsync(request, replyLsn).ConfigureAwait(false);
+            try
+            {
+                await MakeReplySafeAsync(request, replyLsn).ConfigureAwait(false);
+            }
+            catch (Domain.DomainUnavailableException unreachable)
+            {
+                // A member did not answer the distributed flush in time: the reply is logged and the session goes on with
+                // it; only its leaving waits. A retry is a duplicate, whose flush runs again (DuplicateSafeAsync) and sends
+                // it once every member answers. Abandoning here would leave the session answering 503 until a restart.
+                request.Reply.Reply.DeferOnCompleted(request.Reply.OnCompleted);
+                session.Complete(request.Reply.Reply);
+                PersistentServicesMetrics.Requests.Add(1, Executed);
+                await UnavailableAsync(request, unreachable).ConfigureAwait(false);
+                return false;
+            }
+
             session.Complete(request.Reply.Reply);
             PersistentServicesMetrics.Requests.Add(1, Executed);
             await CheckpointIfDueAsync(session).ConfigureAwait(false);
