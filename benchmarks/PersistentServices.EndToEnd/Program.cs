@@ -26,6 +26,8 @@ using PersistentServices.Hosting;
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
+//        [--saved-log DIR]: the first run saves the killed service's log (and the session ids) in DIR; later runs restart
+//        on a copy of it instead of driving again (restart measurements of one log, before and after a change).
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
 //            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
@@ -87,7 +89,8 @@ if (mode == "recovery")
     await RecoveryRun.RunAsync(
         requests: int.Parse(Option("--requests") ?? "100000", CultureInfo.InvariantCulture),
         sessions: int.Parse(Option("--sessions") ?? "1000", CultureInfo.InvariantCulture),
-        checkpointBytes: Option("--checkpoint-bytes") is { } bytes ? int.Parse(bytes, CultureInfo.InvariantCulture) : null);
+        checkpointBytes: Option("--checkpoint-bytes") is { } bytes ? int.Parse(bytes, CultureInfo.InvariantCulture) : null,
+        savedLog: Option("--saved-log"));
     return 0;
 }
 
@@ -251,53 +254,87 @@ namespace PersistentServices.EndToEnd
     /// <summary>Recovery time of the sample (a real process) after SIGKILL with many logged requests.</summary>
     internal static class RecoveryRun
     {
-        public static async Task RunAsync(int requests, int sessions, int? checkpointBytes)
+        public static async Task RunAsync(int requests, int sessions, int? checkpointBytes, string? savedLog)
         {
             var settings = checkpointBytes is { } b ? new[] { $"--PersistentServices:SessionCheckpointBytes={b}" } : [];
             var sample = typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
             var logDir = Path.Combine(Path.GetTempPath(), "ps-recovery-" + Guid.NewGuid().ToString("N")[..8]);
             const string url = "http://127.0.0.1:5099";
             using var client = new HttpClient { BaseAddress = new Uri(url), Timeout = TimeSpan.FromSeconds(30) };
-            Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients; " +
-                              $"session checkpoints {(checkpointBytes is { } cb ? (cb == int.MaxValue ? "off" : $"every {cb:N0} bytes") : "at the default threshold")}");
-            Console.WriteLine();
-
-            var service = Start(sample, url, logDir, settings, out var output);
-            await WaitReadyAsync(client, requireReplayed: true);
-            var ids = new string[sessions];
-            for (var i = 0; i < sessions; i++)
+            var idsFile = savedLog is null ? null : Path.Combine(savedLog, "session-ids.txt");
+            Process service;
+            List<string> output;
+            string[] ids;
+            int perSession;
+            long logBytes;
+            if (idsFile is not null && File.Exists(idsFile))
             {
-                using var response = await client.PostAsync("/ps/sessions", null);
-                ids[i] = response.Headers.GetValues("PS-Session").Single();
+                // Restart on a copy of a saved log: the same bytes for every run.
+                var lines = File.ReadAllLines(idsFile);
+                perSession = int.Parse(lines[0], CultureInfo.InvariantCulture);
+                ids = lines[1..];
+                sessions = ids.Length;
+                CopyDirectory(savedLog!, logDir);
+                File.Delete(Path.Combine(logDir, "session-ids.txt"));
+                logBytes = Directory.GetFiles(logDir, "log.*").Sum(f => new FileInfo(f).Length);
+                Console.WriteLine($"- service: {sample} on {url}, log copied from {savedLog} ({perSession * sessions:N0} persistent requests over {sessions:N0} sessions) to {logDir}; " +
+                                  $"session checkpoints {(checkpointBytes is { } sb ? (sb == int.MaxValue ? "off" : $"every {sb:N0} bytes") : "at the default threshold")}");
             }
-
-            var load = Stopwatch.StartNew();
-            var perSession = requests / sessions;
-            var next = -1;
-            await Task.WhenAll(Enumerable.Range(0, 64).Select(_ => Task.Run(async () =>
+            else
             {
-                int s;
-                while ((s = Interlocked.Increment(ref next)) < sessions)
-                {
-                    for (var seq = 1; seq <= perSession; seq++)
-                    {
-                        using var request = new HttpRequestMessage(HttpMethod.Post, "/counter/add")
-                        {
-                            Content = JsonContent.Create(new { opId = $"s{s}-{seq}", amount = seq }),
-                        };
-                        request.Headers.TryAddWithoutValidation("PS-Session", ids[s]);
-                        request.Headers.TryAddWithoutValidation("PS-Seq", seq.ToString(CultureInfo.InvariantCulture));
-                        using var response = await client.SendAsync(request);
-                        response.EnsureSuccessStatusCode();
-                    }
-                }
-            })));
-            Console.WriteLine($"logged {perSession * sessions:N0} requests in {load.Elapsed.TotalSeconds:F1} s ({perSession * sessions / load.Elapsed.TotalSeconds:N0} requests/s)");
-            var logBytes = Directory.GetFiles(logDir, "log.*").Sum(f => new FileInfo(f).Length);
+                Console.WriteLine($"- service: {sample} on {url}, log in {logDir}; {requests:N0} persistent requests over {sessions:N0} sessions, 64 concurrent clients; " +
+                                  $"session checkpoints {(checkpointBytes is { } cb ? (cb == int.MaxValue ? "off" : $"every {cb:N0} bytes") : "at the default threshold")}");
+                Console.WriteLine();
 
-            service.Kill(entireProcessTree: true); // SIGKILL
-            await service.WaitForExitAsync();
-            service.Dispose();
+                service = Start(sample, url, logDir, settings, out output);
+                await WaitReadyAsync(client, requireReplayed: true);
+                ids = new string[sessions];
+                for (var i = 0; i < sessions; i++)
+                {
+                    using var response = await client.PostAsync("/ps/sessions", null);
+                    if (!response.Headers.TryGetValues("PS-Session", out var id))
+                    {
+                        throw new InvalidOperationException($"session start {i}: {(int)response.StatusCode} {await response.Content.ReadAsStringAsync()}");
+                    }
+
+                    ids[i] = id.Single();
+                }
+
+                var load = Stopwatch.StartNew();
+                perSession = requests / sessions;
+                var next = -1;
+                var count = perSession;
+                await Task.WhenAll(Enumerable.Range(0, 64).Select(_ => Task.Run(async () =>
+                {
+                    int s;
+                    while ((s = Interlocked.Increment(ref next)) < ids.Length)
+                    {
+                        for (var seq = 1; seq <= count; seq++)
+                        {
+                            using var request = new HttpRequestMessage(HttpMethod.Post, "/counter/add")
+                            {
+                                Content = JsonContent.Create(new { opId = $"s{s}-{seq}", amount = seq }),
+                            };
+                            request.Headers.TryAddWithoutValidation("PS-Session", ids[s]);
+                            request.Headers.TryAddWithoutValidation("PS-Seq", seq.ToString(CultureInfo.InvariantCulture));
+                            using var response = await client.SendAsync(request);
+                            response.EnsureSuccessStatusCode();
+                        }
+                    }
+                })));
+                Console.WriteLine($"logged {perSession * sessions:N0} requests in {load.Elapsed.TotalSeconds:F1} s ({perSession * sessions / load.Elapsed.TotalSeconds:N0} requests/s)");
+                logBytes = Directory.GetFiles(logDir, "log.*").Sum(f => new FileInfo(f).Length);
+
+                service.Kill(entireProcessTree: true); // SIGKILL
+                await service.WaitForExitAsync();
+                service.Dispose();
+                if (savedLog is not null)
+                {
+                    CopyDirectory(logDir, savedLog);
+                    File.WriteAllLines(idsFile!, [perSession.ToString(CultureInfo.InvariantCulture), .. ids]);
+                    Console.WriteLine($"saved the log in {savedLog}");
+                }
+            }
 
             var restart = Stopwatch.StartNew();
             service = Start(sample, url, logDir, settings, out output);
@@ -345,6 +382,15 @@ namespace PersistentServices.EndToEnd
             Directory.Delete(logDir, recursive: true);
         }
 
+        private static void CopyDirectory(string from, string to)
+        {
+            Directory.CreateDirectory(to);
+            foreach (var file in Directory.GetFiles(from))
+            {
+                File.Copy(file, Path.Combine(to, Path.GetFileName(file)));
+            }
+        }
+
         private static Process Start(string sample, string url, string logDir, string[] settings, out List<string> output)
         {
             var lines = new List<string>();
@@ -353,7 +399,11 @@ namespace PersistentServices.EndToEnd
             {
                 StartInfo = new ProcessStartInfo("dotnet")
                 {
-                    ArgumentList = { sample, "--urls", url, $"--PersistentServices:LogDirectory={logDir}", "--Logging:LogLevel:Default=Information" },
+                    ArgumentList = { sample, "--urls", url, $"--PersistentServices:LogDirectory={logDir}", "--Logging:LogLevel:Default=Information",
+                                   // The library's lines (log opened, analysis, replay), not one line per replayed request.
+                                   "--Logging:LogLevel:Microsoft.AspNetCore=Warning", "--Sample:SessionStartBurst=100000",
+                                   // Sessions are started up front and used in turns, some after minutes.
+                                   "--PersistentServices:UnusedSessionRetention=01:00:00" },
                     RedirectStandardOutput = true,
                     RedirectStandardError = true,
                     UseShellExecute = false,

@@ -25,6 +25,9 @@ builder.Services.AddPersistentServices(options =>
 // 429 from here (with Retry-After) long before the service's MaxSessions fills up, so other clients still get sessions.
 // The client is its authenticated name, else its address (behind a proxy, add UseForwardedHeaders so this is the
 // client's address, not the proxy's).
+// Sample:SessionStartBurst and Sample:SessionStartsPerSecond tune it (the recovery benchmark starts 1,000 sessions at once).
+var startBurst = builder.Configuration.GetValue("Sample:SessionStartBurst", 20);
+var startsPerSecond = builder.Configuration.GetValue("Sample:SessionStartsPerSecond", 5);
 builder.Services.AddRateLimiter(limiter =>
 {
     limiter.RejectionStatusCode = StatusCodes.Status429TooManyRequests;
@@ -41,8 +44,8 @@ builder.Services.AddRateLimiter(limiter =>
         context.User.Identity is { IsAuthenticated: true, Name: { } name } ? "user:" + name : "ip:" + context.Connection.RemoteIpAddress,
         _ => new TokenBucketRateLimiterOptions
         {
-            TokenLimit = 20,
-            TokensPerPeriod = 5,
+            TokenLimit = startBurst,
+            TokensPerPeriod = startsPerSecond,
             ReplenishmentPeriod = TimeSpan.FromSeconds(1),
             QueueLimit = 0,
         }));

@@ -166,8 +166,10 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
             var directory = Path.GetFullPath(Options.LogDirectory);
             var durableAtOpen = _log.DurableUntil;
-            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken, recovered: Domain.Recovered).ConfigureAwait(false);
-            _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger)
+            // Outside a domain, sessions at rest are read directly and the scan starts after them (docs/checkpoints.md); in a
+            // domain the scan also relearns members' recovered states from the log, so it starts where it always did.
+            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken, recovered: Domain.Recovered, readAtRest: !Domain.Enabled).ConfigureAwait(false);
+            _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger, atRest: !Domain.Enabled)
             {
                 BeforeSessionCheckpoint = BeforeSessionCheckpointAsync,
             };

@@ -47,7 +47,8 @@ internal sealed class RecoveryHostedService(
         }
 
         var analysis = runtime.Analysis!;
-        AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.Requests, analysis.RecordsScanned, (long)analysis.Elapsed.TotalMilliseconds);
+        AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.SessionsReadAtRest, analysis.Requests, analysis.RecordsScanned, analysis.ScannedFrom,
+            (long)analysis.Elapsed.TotalMilliseconds);
         lifetime.ApplicationStarted.Register(() => _replay = Task.Run(replayCheck is null ? ReplayAllAsync : () => replayCheck.RunAsync(runtime, ReplayAllAsync)));
     }
 
@@ -132,6 +133,11 @@ internal sealed class RecoveryHostedService(
                 while (!run.IsCancellationRequested && queue.TryTake(out var session))
                 {
                     await ReplayAsync(session, null).ConfigureAwait(false);
+
+                    // A session whose records the scan kept replays without awaiting anything: give the thread back between
+                    // sessions, so new requests queued on the thread pool are served while recovery goes on (on two cores the
+                    // workers would otherwise hold every thread until the pool adds one, about half a second later).
+                    await Task.Yield();
                 }
             }
             catch (Exception ex) when (ex is not OperationCanceledException || !run.IsCancellationRequested)

@@ -31,8 +31,8 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         var loaded = new List<LoadedRequest>(session.PositionStream.Count);
         foreach (var position in session.PositionStream)
         {
-            loaded.Add(position is { Request: { } kept, AuxRecords: { } keptAux }
-                ? new LoadedRequest(position, kept, keptAux)
+            loaded.Add(position is { RequestRecord: { } kept, AuxRecords: { } keptAux }
+                ? new LoadedRequest(position, kept.Parse(LoggedRequest.Parser), keptAux)
                 : await LoadAsync(position, cancellationToken).ConfigureAwait(false));
         }
 
@@ -54,7 +54,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         {
             var position = positions[i];
             var request = preloaded?[i]
-                          ?? (position is { Request: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, kept, keptAux) : null)
+                          ?? (position is { RequestRecord: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, kept.Parse(LoggedRequest.Parser), keptAux) : null)
                           ?? await LoadAsync(position, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;

@@ -155,7 +155,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
     private static async Task<ReplayCheckDivergence> DescribeAsync(PersistentRuntime runtime, Session session, ReplayDivergenceException divergence)
     {
         var position = session.PositionStream.FirstOrDefault(p => p.RequestLsn == divergence.Lsn);
-        var request = position?.Request;
+        var request = position?.RequestRecord?.Parse(LoggedRequest.Parser);
         if (request is null && divergence.Lsn > 0)
         {
             try

@@ -9,7 +9,8 @@ using PersistentServices.SharedState;
 namespace PersistentServices.Checkpoints;
 
 /// <summary>What one service checkpoint did.</summary>
-internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sessions, int Variables, int ForcedSessions, int ForcedVariables, long TruncatedUntil, TimeSpan Elapsed);
+internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sessions, int Variables, int ForcedSessions, int ForcedVariables, long TruncatedUntil, TimeSpan Elapsed,
+    long AtRestScanFrom = 0, int SessionsAtRest = 0);
 
 /// <summary>
 /// The fuzzy service checkpoint, the anchor and log truncation (MSP §3.4; Phoenix/App §4.3):
@@ -20,10 +21,16 @@ internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sess
 ///   start) and their minimum, the scan start; nothing is blocked while it is built;</item>
 /// <item>once the record is durable its LSN is written to the anchor; then the log is truncated below the scan start.</item>
 /// </list>
+/// With <c>atRest</c> (a service outside a domain; docs/checkpoints.md "Sessions at rest"), two refinements bound the
+/// recovery scan by the service checkpoint interval rather than by <c>idleAfter</c> intervals: a session with records
+/// after its latest checkpoint that no request holds right now is checkpointed at every service checkpoint, and sessions
+/// at rest (nothing logged after their checkpoint) are listed in the record, so recovery reads their checkpoints directly
+/// and scans only from the lowest position of everything else. They still hold the log back until their next forced
+/// checkpoint, after <c>idleAfter</c> service checkpoints.
 /// A crash between any two steps is safe: until the anchor names the new checkpoint, the previous one (and the log
 /// above its scan start) is still there; truncation happens only below a durable, anchored checkpoint.
 /// </summary>
-internal sealed partial class ServiceCheckpointer(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, int idleAfter, ILogger logger) : IDisposable
+internal sealed partial class ServiceCheckpointer(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, int idleAfter, ILogger logger, bool atRest = false) : IDisposable
 {
     /// <summary>
     /// Positions listed in the record, each kind (the record must fit in a page whatever the number of sessions; recovery
@@ -69,12 +76,28 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             var listBudget = log.MaxRecordBytes / 2;
             var listed = 0;
 
+            // Sessions at rest are listed up to a quarter of a record; the scan then starts at the lowest position of the rest,
+            // and never above the tail before any session was looked at (a record logged after that lies at or above it).
+            var atRestScanFrom = log.TailAddress;
+            var atRestBudget = atRest ? log.MaxRecordBytes / 4 : 0;
+            var atRestListed = 0;
             foreach (var session in sessions.Enumerate())
             {
                 var lsn = session.RecoveryLsn;
                 if (session.Ended || lsn == 0)
                 {
                     continue;
+                }
+
+                if (atRestListed < atRestBudget && IsAtRest(session, lsn))
+                {
+                    var restPosition = new CheckpointPosition { SessionId = session.IdBytes, Lsn = lsn };
+                    atRestListed += restPosition.CalculateSize() + 4;
+                    record.AtRest.Add(restPosition);
+                }
+                else
+                {
+                    atRestScanFrom = Math.Min(atRestScanFrom, lsn);
                 }
 
                 if (record.SessionCount++ < ListedPositions && listed < listBudget)
@@ -104,6 +127,12 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 }
 
                 scanFrom = Math.Min(scanFrom, lsn);
+                atRestScanFrom = Math.Min(atRestScanFrom, lsn);
+            }
+
+            if (atRest)
+            {
+                record.AtRestScanFromLsn = atRestScanFrom;
             }
 
             // 0: nothing to recover before this record itself.
@@ -134,8 +163,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
             var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
-                truncated, Stopwatch.GetElapsedTime(started));
-            Taken_(logger, result.Lsn, result.ScanFrom, result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
+                truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count);
+            Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.Sessions, result.Variables,
+                forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
         }
         finally
@@ -168,7 +198,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
         var forcedSessions = 0;
         foreach (var session in sessions.All)
         {
-            if (session.ServiceCheckpointsSinceCheckpoint >= idleAfter && !session.Ended && session.Ready.IsCompletedSuccessfully &&
+            // With at-rest lists, a session with records after its checkpoint is checkpointed now if no request holds it: it
+            // is then at rest, and the next recovery scans none of its records before this point.
+            var due = session.ServiceCheckpointsSinceCheckpoint >= idleAfter ||
+                      (atRest && (session.LoggedBytesSinceCheckpoint > 0 || session.PositionStream.Count > 0));
+            if (due && !session.Ended && session.Ready.IsCompletedSuccessfully &&
                 await CheckpointIdleSessionAsync(session, wait: false, cancellationToken).ConfigureAwait(false))
             {
                 forcedSessions++;
@@ -177,6 +211,29 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
         var forcedVariables = await shared.CheckpointStaleAsync(idleAfter, cancellationToken).ConfigureAwait(false);
         return (forcedSessions, forcedVariables);
+    }
+
+    /// <summary>
+    /// True when nothing of <paramref name="session"/> follows <paramref name="lsn"/> (its checkpoint or start) in the log:
+    /// recovery may read that one record instead of scanning from it. Checked under the execution lock (every record of a
+    /// session is appended under it), so a request that starts afterwards logs at or above the tail read before.
+    /// </summary>
+    private static bool IsAtRest(Session session, long lsn)
+    {
+        if (!session.Ready.IsCompletedSuccessfully || session.HoldsReservations || !session.ExecutionLock.Wait(0, CancellationToken.None))
+        {
+            return false;
+        }
+
+        try
+        {
+            return !session.Ended && session.IsBetweenRequests && session.PositionStream.Count == 0 && session.LoggedBytesSinceCheckpoint == 0 &&
+                   session.RecoveryLsn == lsn;
+        }
+        finally
+        {
+            session.ExecutionLock.Release();
+        }
     }
 
     /// <summary>Checkpoints a session between two of its requests: at once when none runs, else (with <paramref name="wait"/>) after it.</summary>
@@ -214,6 +271,6 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     }
 
     [LoggerMessage(1350, LogLevel.Information,
-        "Service checkpoint at LSN {Lsn}: recovery starts at {ScanFrom}; {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
-    private static partial void Taken_(ILogger logger, long lsn, long scanFrom, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
+        "Service checkpoint at LSN {Lsn}: the log is kept from {ScanFrom}, recovery scans from {ScanStart} ({AtRest} sessions at rest read directly); {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
+    private static partial void Taken_(ILogger logger, long lsn, long scanFrom, long scanStart, int atRest, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
 }

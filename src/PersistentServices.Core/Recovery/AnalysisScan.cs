@@ -21,7 +21,8 @@ internal sealed record AnalysisResult(
     int Reservations = 0,
     long AnchorLsn = 0,
     int SessionsFromCheckpoints = 0,
-    bool CleanShutdown = false);
+    bool CleanShutdown = false,
+    int SessionsReadAtRest = 0);
 
 /// <summary>
 /// The single-threaded analysis scan of MSP crash recovery (MSP §4.3, Fig. 12; Phoenix/App §4.4). It starts where the
@@ -29,7 +30,8 @@ internal sealed record AnalysisResult(
 /// (a) rebuilds every live session from its start or its latest checkpoint, with the position stream of what followed
 /// (the records themselves are kept, within a memory budget, so replay reads nothing again); (b) rolls every shared
 /// variable forward to its latest logged value or checkpoint; (c) finds the last epoch. Session state after a
-/// checkpoint is rebuilt by replay.
+/// checkpoint is rebuilt by replay. With <c>readAtRest</c>, the sessions the anchored checkpoint lists as at rest below its
+/// at-rest scan start are read directly (one record each) and the scan starts there (docs/checkpoints.md).
 /// </summary>
 internal static class AnalysisScan
 {
@@ -37,7 +39,7 @@ internal static class AnalysisScan
     public const long DefaultKeepBudgetBytes = 512L << 20;
 
     public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
-        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null)
+        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null, bool readAtRest = false)
     {
         var started = Stopwatch.GetTimestamp();
         long records = 0;
@@ -48,7 +50,30 @@ internal static class AnalysisScan
         var fromCheckpoints = 0;
         var variables = new HashSet<string>(StringComparer.Ordinal);
         var codec = shared.Codec;
-        var (anchor, scanFrom, clean) = await StartPointAsync(log, directory, cancellationToken).ConfigureAwait(false);
+        var (anchor, scanFrom, clean, atRest) = await StartPointAsync(log, directory, readAtRest, cancellationToken).ConfigureAwait(false);
+
+        // Sessions at rest below the scan start: nothing of theirs follows the one record they start from.
+        foreach (var position in atRest)
+        {
+            var restRecord = await log.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
+            var restored = restRecord.Kind switch
+            {
+                RecordKind.SessionCheckpoint => SessionCheckpoints.Restore(restRecord.Parse(SessionCheckpoint.Parser), restRecord.Lsn, codec),
+                RecordKind.SessionStarted => Started(restRecord, codec),
+                _ => throw new LogCorruptionException(
+                    $"The anchored service checkpoint lists a session at rest at LSN {position.Lsn}, which holds a {restRecord.Kind} record, not its checkpoint or start.", position.Lsn),
+            };
+            if (!restored.IdBytes.Span.SequenceEqual(position.SessionId.Span))
+            {
+                throw new LogCorruptionException($"The anchored service checkpoint lists a session at rest at LSN {position.Lsn}, whose record names another session.", position.Lsn);
+            }
+
+            sessions.TryAdd(restored);
+            if (restRecord.Kind == RecordKind.SessionCheckpoint)
+            {
+                fromCheckpoints++;
+            }
+        }
 
         // Per session: the variables its current request read for an update and has not written yet (it holds their locks).
         var openUpdates = new Dictionary<SessionId, HashSet<string>>();
@@ -65,20 +90,7 @@ internal static class AnalysisScan
             switch (record.Kind)
             {
                 case RecordKind.SessionStarted:
-                    var startedRecord = record.Parse(SessionStarted.Parser);
-                    var session = new Session(
-                        SessionId.FromBytes(startedRecord.SessionId.Span),
-                        startedRecord.Owner.ToByteArray(),
-                        DateTimeOffset.FromUnixTimeMilliseconds(startedRecord.StartedAtUnixMs),
-                        replaying: true,
-                        (int)startedRecord.OwnerVersion,
-                        codec)
-                    {
-                        StateNumber = record.Lsn,
-                        RecoveryLsn = record.Lsn,
-                    };
-                    session.StartNumberingAt(startedRecord.FirstSequence);
-                    sessions.TryAdd(session);
+                    sessions.TryAdd(Started(record, codec));
                     break;
 
                 case RecordKind.SessionCheckpoint:
@@ -98,16 +110,16 @@ internal static class AnalysisScan
                     break;
 
                 case RecordKind.Request:
-                    var request = record.Parse(LoggedRequest.Parser);
-                    if (sessions.TryGet(SessionId.FromBytes(request.SessionId.Span), out var owner))
+                    var request = RequestHead.Read(record);
+                    if (sessions.TryGet(request.SessionId, out var owner))
                     {
-                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash.ToByteArray(), (int)request.RequestHashVersion,
+                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
                             DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
                         owner.LoggedBytesSinceCheckpoint += record.Body.Length;
                         if (keep)
                         {
                             var position = owner.PositionStream[^1];
-                            position.Request = request;
+                            position.RequestRecord = record;
                             position.AuxRecords = [];
                             kept += record.Body.Length;
                         }
@@ -240,18 +252,38 @@ internal static class AnalysisScan
 
         CrashPoints.Hit(CrashPoints.RecoveryScanned);
         return new AnalysisResult(sessions.Count, requests, records, scanFrom, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations,
-            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor);
+            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor, SessionsReadAtRest: atRest.Count);
+    }
+
+    /// <summary>A session as its SessionStarted record describes it (before any request).</summary>
+    private static Session Started(LogRecord record, Serialization.ValueCodec codec)
+    {
+        var started = record.Parse(SessionStarted.Parser);
+        var session = new Session(
+            SessionId.FromBytes(started.SessionId.Span),
+            started.Owner.ToByteArray(),
+            DateTimeOffset.FromUnixTimeMilliseconds(started.StartedAtUnixMs),
+            replaying: true,
+            (int)started.OwnerVersion,
+            codec)
+        {
+            StateNumber = record.Lsn,
+            RecoveryLsn = record.Lsn,
+        };
+        session.StartNumberingAt(started.FirstSequence);
+        return session;
     }
 
     /// <summary>
     /// Where the scan starts: the anchored service checkpoint's scan start, or the log's begin without an anchor. An
     /// anchor that does not name a service checkpoint inside the log stops recovery (it is never guessed around).
     /// </summary>
-    private static async Task<(long Anchor, long ScanFrom, bool Clean)> StartPointAsync(DurableLog log, string directory, CancellationToken cancellationToken)
+    private static async Task<(long Anchor, long ScanFrom, bool Clean, IReadOnlyList<CheckpointPosition> AtRest)> StartPointAsync(
+        DurableLog log, string directory, bool readAtRest, CancellationToken cancellationToken)
     {
         if (AnchorFile.Read(directory) is not { } anchor)
         {
-            return (0, log.BeginAddress, false);
+            return (0, log.BeginAddress, false, []);
         }
 
         if (anchor < log.BeginAddress || anchor >= log.DurableUntil)
@@ -275,7 +307,27 @@ internal static class AnalysisScan
                 $"The service checkpoint at LSN {anchor} starts recovery at {scanFrom}, but the log begins at {log.BeginAddress}: records recovery needs are gone.", scanFrom);
         }
 
-        return (anchor, scanFrom, checkpoint.CleanShutdown);
+        if (!readAtRest || checkpoint.AtRestScanFromLsn == 0)
+        {
+            return (anchor, scanFrom, checkpoint.CleanShutdown, []);
+        }
+
+        // Every session at rest below the later start is read directly; those at or above it the scan meets anyway.
+        var restScanFrom = checkpoint.AtRestScanFromLsn;
+        if (restScanFrom < scanFrom || restScanFrom > anchor)
+        {
+            throw new LogCorruptionException(
+                $"The service checkpoint at LSN {anchor} starts the scan after its sessions at rest at {restScanFrom}, outside [{scanFrom}, {anchor}].", restScanFrom);
+        }
+
+        var atRest = checkpoint.AtRest.Where(p => p.Lsn < restScanFrom).OrderBy(p => p.Lsn).ToList();
+        if (atRest.Count > 0 && atRest[0].Lsn < log.BeginAddress)
+        {
+            throw new LogCorruptionException(
+                $"The service checkpoint at LSN {anchor} lists a session at rest at {atRest[0].Lsn}, below the log's begin {log.BeginAddress}: records recovery needs are gone.", atRest[0].Lsn);
+        }
+
+        return (anchor, restScanFrom, checkpoint.CleanShutdown, atRest);
     }
 
     /// <summary>
@@ -320,7 +372,7 @@ internal static class AnalysisScan
             }
 
             // Positions are either complete in memory or read again whole.
-            position.Request = null;
+            position.RequestRecord = null;
             position.AuxRecords = null;
         }
 

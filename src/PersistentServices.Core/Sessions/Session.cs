@@ -53,8 +53,12 @@ internal sealed class LoggedPosition(long requestLsn, long sequence, byte[]? req
     /// <summary>LSNs of the records the request wrote while it ran, in order.</summary>
     public List<long> Aux { get; } = [];
 
-    /// <summary>Recovery: the logged request and its records, kept by the analysis scan so replay reads nothing again (null: read them).</summary>
-    public Log.Records.LoggedRequest? Request { get; set; }
+    /// <summary>
+    /// Recovery: the logged request record, kept by the analysis scan so replay reads nothing again (null: read it). Kept
+    /// unparsed: most kept requests are superseded by a later session checkpoint before the scan ends, and replay parses
+    /// the few that are not.
+    /// </summary>
+    public Log.LogRecord? RequestRecord { get; set; }
 
     /// <summary>Recovery: the records of <see cref="Aux"/>, in order, when the analysis scan kept them.</summary>
     public List<Log.LogRecord>? AuxRecords { get; set; }
@@ -479,7 +483,7 @@ internal sealed class Session
 
         foreach (var position in PositionStream)
         {
-            position.Request = null;
+            position.RequestRecord = null;
             position.AuxRecords = null;
         }
 

@@ -100,4 +100,67 @@ public sealed class CheckpointRecoveryTests : IDisposable
         var (_, state) = await server.SendAsync(HttpMethod.Get, "/counter", idle, null);
         Assert.Equal(5, state.GetProperty("total").GetInt64());
     }
+
+    [Fact]
+    public async Task Crash_WithSessionsAtRest_RecoveryReadsThemDirectly_AndScansOnlyWhatFollows()
+    {
+        var idle = new string[5];
+        string busy;
+        long oldestAtRest;
+        long scanStart;
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 100))
+        {
+            for (var s = 0; s < idle.Length; s++)
+            {
+                idle[s] = await server.StartSessionAsync();
+                for (var i = 1; i <= 3; i++)
+                {
+                    await server.SendAsync(HttpMethod.Post, "/counter/add", idle[s], i, new { opId = $"{idle[s]}-{i}", amount = 1 });
+                }
+            }
+
+            // The first service checkpoint checkpoints every session with a tail (none runs a request): all are at rest now.
+            var first = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            Assert.Equal(idle.Length, first.ForcedSessions);
+            oldestAtRest = idle.Min(id => server.Session(id).RecoveryLsn);
+
+            busy = await server.StartSessionAsync();
+            for (var i = 1; i <= 20; i++)
+            {
+                await server.SendAsync(HttpMethod.Post, "/counter/add", busy, i, new { opId = $"busy-{i}", amount = 1 });
+            }
+
+            var second = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            Assert.Equal(idle.Length, second.SessionsAtRest - 1); // the busy session, checkpointed by this one, is at rest as well
+            Assert.True(second.AtRestScanFrom > oldestAtRest, $"the scan would start at {second.AtRestScanFrom}, not after the sessions at rest ({oldestAtRest})");
+            Assert.True(server.Runtime.Log.BeginAddress <= oldestAtRest, "the log was truncated above a session at rest");
+            scanStart = second.AtRestScanFrom;
+
+            await server.SendAsync(HttpMethod.Post, "/counter/add", busy, 21, new { opId = "busy-21", amount = 1 });
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 100))
+        {
+            await server.RecoveryCompletion;
+            var analysis = server.Runtime.Analysis!;
+            Assert.Equal(scanStart, analysis.ScannedFrom);
+            Assert.True(analysis.SessionsReadAtRest >= idle.Length, $"{analysis.SessionsReadAtRest} sessions read at rest");
+            Assert.Equal(1, analysis.Requests); // busy-21 only
+            foreach (var session in idle)
+            {
+                var (_, state) = await server.SendAsync(HttpMethod.Get, "/counter", session, null);
+                Assert.Equal(3, state.GetProperty("total").GetInt64());
+                var (retry, retryBody) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, 3, new { opId = $"{session}-3", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
+                Assert.Equal(3, retryBody.GetProperty("total").GetInt64());
+                var (next, nextBody) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, 4, new { opId = $"{session}-4", amount = 1 });
+                Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+                Assert.Equal(4, nextBody.GetProperty("total").GetInt64());
+            }
+
+            var (_, busyState) = await server.SendAsync(HttpMethod.Get, "/counter", busy, null);
+            Assert.Equal(21, busyState.GetProperty("total").GetInt64());
+        }
+    }
 }

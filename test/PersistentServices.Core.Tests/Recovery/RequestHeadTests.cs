@@ -1,0 +1,71 @@
+using Google.Protobuf;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.Recovery;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Core.Tests.Recovery;
+
+/// <summary>The analysis scan's reading of a logged request's head fields agrees with a full parse.</summary>
+public sealed class RequestHeadTests
+{
+    private static LogRecord Record(LoggedRequest request, long lsn = 8192)
+    {
+        var body = request.ToByteArray();
+        var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
+        RecordEnvelope.Write(entry, lsn, RecordKind.Request, RecordFlags.None, body);
+        return LogRecord.FromEntry(entry, entry.Length, lsn);
+    }
+
+    [Fact]
+    public void Read_AFullRequest_GivesTheFieldsAFullParseGives()
+    {
+        var id = SessionId.NewRandom();
+        var request = new LoggedRequest
+        {
+            SessionId = ByteString.CopyFrom(id.ToBytes()),
+            Sequence = 300_000_000_000,
+            Method = "POST",
+            Path = "/a\nb",
+            Body = ByteString.CopyFrom(new byte[5000]),
+            ReceivedAtUnixMs = 1_763_900_000_123,
+            Endpoint = "HTTP: POST /a",
+            RequestHash = ByteString.CopyFrom(Enumerable.Range(0, 32).Select(i => (byte)i).ToArray()),
+            RequestHashVersion = 2,
+            CanHaveBody = true,
+            User = new LoggedPrincipal { AuthenticationType = "test", Claims = { new LoggedClaim { Type = "name", Value = "x" } } },
+            Dv = new LoggedDependencyVector(),
+        };
+        request.Headers.Add(new LoggedHeader { Name = "Content-Type", Values = { "application/json" } });
+
+        var head = RequestHead.Read(Record(request));
+
+        Assert.Equal(id, head.SessionId);
+        Assert.Equal(request.Sequence, head.Sequence);
+        Assert.Equal(request.ReceivedAtUnixMs, head.ReceivedAtUnixMs);
+        Assert.Equal(request.RequestHash.ToByteArray(), head.RequestHash);
+        Assert.Equal(2, head.RequestHashVersion);
+    }
+
+    [Fact]
+    public void Read_ARequestOfTheFirstBuilds_HasHashVersionZero()
+    {
+        var id = SessionId.NewRandom();
+        var head = RequestHead.Read(Record(new LoggedRequest { SessionId = ByteString.CopyFrom(id.ToBytes()), Sequence = 1, RequestHash = ByteString.CopyFrom(new byte[32]) }));
+
+        Assert.Equal(id, head.SessionId);
+        Assert.Equal(1, head.Sequence);
+        Assert.Equal(0, head.RequestHashVersion);
+    }
+
+    [Fact]
+    public void Read_ATruncatedBody_ThrowsLogFormatException()
+    {
+        var body = new LoggedRequest { SessionId = ByteString.CopyFrom(SessionId.NewRandom().ToBytes()), Sequence = 7, Body = ByteString.CopyFrom(new byte[100]) }.ToByteArray();
+        var cut = body[..^10];
+        var entry = new byte[RecordEnvelope.HeaderSize + cut.Length];
+        RecordEnvelope.Write(entry, 4096, RecordKind.Request, RecordFlags.None, cut);
+
+        Assert.Throws<LogFormatException>(() => RequestHead.Read(LogRecord.FromEntry(entry, entry.Length, 4096)));
+    }
+}
