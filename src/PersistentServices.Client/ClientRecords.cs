@@ -16,6 +16,12 @@ internal enum ClientRecordType : byte
 
     /// <summary>The entry is given up (<see cref="PersistentRequestOutcomeUnknownException"/>, or a body over the limit).</summary>
     Abandoned = 4,
+
+    /// <summary>
+    /// An idle session was ended at its service when the client stopped: the next start does not take it up. Written by
+    /// builds after the first client release; an older build refuses a store holding one (unknown type).
+    /// </summary>
+    SessionClosed = 5,
 }
 
 /// <summary>A stored request: where it goes, in which session, with which number.</summary>
@@ -58,6 +64,8 @@ internal static class ClientRecords
 
     public static byte[] Encode(ClientRecordType type, long entryId) => Write(type, w => w.Write(entryId));
 
+    public static byte[] EncodeSessionClosed(string sessionId) => Write(ClientRecordType.SessionClosed, w => w.Write(sessionId));
+
     /// <summary>Reads a record body; <paramref name="lsn"/> names it in errors and stands for an entry id of 0 (the entry's first request).</summary>
     public static (ClientRecordType Type, object Value) Decode(ReadOnlySpan<byte> body, long lsn)
     {
@@ -93,6 +101,9 @@ internal static class ClientRecords
             case ClientRecordType.Delivered:
             case ClientRecordType.Abandoned:
                 return (type, reader.ReadInt64());
+
+            case ClientRecordType.SessionClosed:
+                return (type, reader.ReadString());
 
             default:
                 throw new InvalidDataException($"Client store record at LSN {lsn} has unknown type {(byte)type}.");

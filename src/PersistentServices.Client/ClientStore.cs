@@ -127,6 +127,10 @@ internal sealed class ClientStore : IAsyncDisposable
                     }
 
                     break;
+
+                case ClientRecordType.SessionClosed:
+                    sessions.Remove((string)value);
+                    break;
             }
         }
 
@@ -181,6 +185,21 @@ internal sealed class ClientStore : IAsyncDisposable
         if (Interlocked.Increment(ref _doneSinceTruncation) >= TruncateEvery)
         {
             await TruncateAsync(cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Idle sessions ended at their services: forgotten, durably, so the next start opens new ones.</summary>
+    public async Task CloseSessionsAsync(IEnumerable<string> sessionIds, CancellationToken cancellationToken)
+    {
+        var lsn = -1L;
+        foreach (var id in sessionIds)
+        {
+            lsn = Append(ClientRecords.EncodeSessionClosed(id));
+        }
+
+        if (lsn >= 0)
+        {
+            await Log.WaitUntilDurableAsync(lsn, cancellationToken).ConfigureAwait(false);
         }
     }
 
