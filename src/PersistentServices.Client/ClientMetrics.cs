@@ -20,7 +20,7 @@ internal static class ClientMetrics
         "persistentservices.client.retries", "{attempt}", "Attempts after the first of a request, with the same session and number (timeouts, dropped connections, 503, 429, a reply cut short), and resends by RecoverAsync.");
 
     public static readonly Counter<long> RepliesStored = Meter.CreateCounter<long>(
-        "persistentservices.client.replies.stored", "{reply}", "Replies stored (forced) in the client store.");
+        "persistentservices.client.replies.stored", "{reply}", "Replies made durable in the client store: a live call's with its handover mark, a resend's by RecoverAsync as a stored reply.");
 
     public static readonly Counter<long> RepliesRecovered = Meter.CreateCounter<long>(
         "persistentservices.client.replies.recovered", "{reply}", "Replies RecoverAsync handed back to the application.");

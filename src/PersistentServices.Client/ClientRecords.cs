@@ -8,10 +8,14 @@ internal enum ClientRecordType : byte
     /// <summary>A request, stored (and forced) before it is first sent; again with a new session when its first attempt found no session.</summary>
     Request = 1,
 
-    /// <summary>The reply to a request, forced before the session takes its next request (which acknowledges it to the service).</summary>
+    /// <summary>
+    /// The reply to a request resent by RecoverAsync, forced before the session takes its next request (which acknowledges
+    /// it to the service) and before it is handed over. A live call writes no Reply record: its Delivered record is forced
+    /// before both.
+    /// </summary>
     Reply = 2,
 
-    /// <summary>The application has the reply: the entry is done. Forced before the reply is handed over (at most once).</summary>
+    /// <summary>The application has the reply: the entry is done. Forced before the reply is handed over (at most once) and, on a live call, before its session takes another request.</summary>
     Delivered = 3,
 
     /// <summary>The entry is given up (<see cref="PersistentRequestOutcomeUnknownException"/>, or a body over the limit).</summary>

@@ -36,10 +36,13 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     /// <summary>t7: a reply's status and headers arrived, its body not read, nothing stored.</summary>
     internal const string CrashReplyReceived = "client.reply.received";
 
-    /// <summary>t8: the reply is stored (forced), not handed over; its session is back in the pool (t9' on its next request).</summary>
+    /// <summary>
+    /// t8 of a resend by <see cref="RecoverAsync"/>: the reply is stored (forced), not handed over; its session is back in the
+    /// pool (t9' on its next request). On a live call t8 and t12 are one forced write (<see cref="CrashReplyDelivered"/>).
+    /// </summary>
     internal const string CrashReplyStored = "client.reply.stored";
 
-    /// <summary>t12 (Fig. 1's t8'): the entry is marked as handed over (forced), and the call has not returned.</summary>
+    /// <summary>t12 (Fig. 1's t8'), and t8 of a live call: the entry is marked as handed over (forced), and the call has not returned.</summary>
     internal const string CrashReplyDelivered = "client.reply.delivered";
 
     private const string SessionHeader = "PS-Session";
@@ -271,11 +274,27 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     throw new HttpRequestException($"The reply body is {body.Length} bytes; PersistentClientOptions.MaxBodyBytes allows {_options.MaxBodyBytes}: it cannot be stored.");
                 }
 
-                // t8: the reply is durable before the session's next request acknowledges it to the service.
                 var reply = new StoredReply(entry.Id, (int)response.StatusCode, ReplyHeaders(response), body);
-                await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
-                ClientMetrics.RepliesStored.Add(1, _tag);
-                CrashPoints.Hit(CrashReplyStored);
+                if (handOver)
+                {
+                    // t8 and t12 in one forced write (docs/client.md, "Crash points"): the entry is marked as handed over
+                    // before the application has the reply, so a crash can never hand it over twice, and before the session's
+                    // next request acknowledges the reply to the service. A crash before the mark is durable leaves the
+                    // request pending with no reply: RecoverAsync resends it and the service, which still holds the reply
+                    // (nothing acknowledged it), answers it again. So the live path stores no Reply record.
+                    await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
+                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    CrashPoints.Hit(CrashReplyDelivered);
+                }
+                else
+                {
+                    // t8 of a resend by RecoverAsync: the reply is durable before the session's next request acknowledges it;
+                    // RecoverOneAsync then marks it handed over as it yields it.
+                    await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
+                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    CrashPoints.Hit(CrashReplyStored);
+                }
+
                 session.NextSequence = entry.Request.Sequence + 1;
                 if (pooled)
                 {
@@ -285,13 +304,6 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                 else
                 {
                     _pool.Adopt(session);
-                }
-
-                if (handOver)
-                {
-                    // t12: marked as handed over before the application has it, so a crash can never hand it over twice.
-                    await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
-                    CrashPoints.Hit(CrashReplyDelivered);
                 }
 
                 return ToResponse(reply, carrier);

@@ -155,7 +155,7 @@ public sealed class ClientTests : IDisposable
 
     [Theory]
     [InlineData("client.request.stored", true)]   // t1: stored, not sent: recovery sends it and hands back its reply
-    [InlineData("client.reply.stored", true)]     // t8: the reply is stored, not handed over: recovery hands it back unsent
+    [InlineData("client.reply.received", true)]   // t7: the reply arrived, nothing stored: recovery resends it and hands back the service's buffered reply
     [InlineData("client.reply.delivered", false)] // t8': marked as handed over, the application never saw it: never handed back (at most once)
     public async Task ClientKilledAtACrashPoint_RecoveryFinishesTheOperation_ExactlyOnce_ReplyAtMostOnce(string crashPoint, bool handedBackByRecovery)
     {
