@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net.Http.Json;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
 using PersistentServices.Client;
 
 // An application of the exactly-once client, configured by environment variables:
@@ -10,7 +11,10 @@ using PersistentServices.Client;
 //   PS_CONCURRENCY    operations in flight at once (default 1)
 //   PERSISTENTSERVICES_CRASH_POINT / PERSISTENTSERVICES_CRASH_AFTER   a client crash point (PersistentSessionClient)
 //   PS_SKIP_RECOVERED "1": operations whose reply RecoverAsync handed back are not run again
-//   PS_MODE           "key": instead of persistent sessions, a curl-style client that sends Idempotency-Key: <op> (no
+//   PS_MODE           "host": the same application inside a generic host (Host.CreateApplicationBuilder), stopped with
+//                     IHost.StopAsync at the end (AddPersistentSessions' hosted service ends the idle sessions); prints
+//                     "stopped" instead of "closed <n>"
+//                     "key": instead of persistent sessions, a curl-style client that sends Idempotency-Key: <op> (no
 //                     store; the test's record of its output is its journal), retrying each request until a 200
 //   PS_KEY_CRASH_POINT / PS_KEY_CRASH_AFTER   the key client's crash points: key.request.created (nothing sent),
 //                     key.request.sent (the request written and flushed, no reply read), key.reply.received (the reply
@@ -21,7 +25,8 @@ using PersistentServices.Client;
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
 //   "delivered <op> <status> <body>" for each reply a call returns, "closed <n>" for the idle sessions ended at the
 //   service when it stops, and "done" at the end.
-var services = new ServiceCollection();
+var builder = Environment.GetEnvironmentVariable("PS_MODE") == "host" ? Host.CreateApplicationBuilder() : null;
+var services = builder?.Services ?? new ServiceCollection();
 services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_SERVICE_URL")!))
     .AddPersistentSessions(options =>
     {
@@ -31,7 +36,14 @@ services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment
         options.MaxRetryAttempts = int.MaxValue;
         options.AttemptTimeout = TimeSpan.FromSeconds(10);
     });
-await using var provider = services.BuildServiceProvider();
+using var host = builder?.Build();
+await using var ownProvider = host is null ? services.BuildServiceProvider() : null;
+IServiceProvider provider = host?.Services ?? ownProvider!;
+if (host is not null)
+{
+    await host.StartAsync();
+}
+
 var factory = provider.GetRequiredService<IHttpClientFactory>();
 var persistent = provider.GetRequiredKeyedService<PersistentSessionClient>("svc");
 var output = new Lock();
@@ -92,5 +104,14 @@ if (ops != "recover")
 }
 
 // Stopping: idle sessions are ended at the service (a host does this itself through AddPersistentSessions' hosted service).
-Console.Out.WriteLine($"closed {await persistent.CloseIdleSessionsAsync()}");
+if (host is not null)
+{
+    await host.StopAsync();
+    Console.Out.WriteLine("stopped");
+}
+else
+{
+    Console.Out.WriteLine($"closed {await persistent.CloseIdleSessionsAsync()}");
+}
+
 Console.Out.WriteLine("done");

@@ -286,6 +286,53 @@ public sealed class ClientTests : IDisposable
         TestContext.Current.TestOutputHelper?.WriteLine($"connections cut: {proxy.Cuts}");
     }
 
+    [Theory]
+    [InlineData(false)] // a console application: CloseIdleSessionsAsync before it disposes its provider
+    [InlineData(true)]  // a generic host: IHost.StopAsync, AddPersistentSessions' hosted service ends them
+    public async Task ApplicationStops_IdleSessionsEndedAtTheService_NextStartOpensNewOnes(bool hosted)
+    {
+        var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log"), ["Logging__LogLevel__PersistentServices.Sessions"] = "Debug" };
+        await using var service = await ServiceProcess.StartAsync(environment);
+        var store = _dir.File("client-store");
+        var mode = new Dictionary<string, string> { ["PS_MODE"] = hosted ? "host" : "sessions" };
+
+        var first = new ClientRun(store, service.Port, Ops("stop", 1, 12), concurrency: 3, environment: mode);
+        Assert.True(await first.ExitAsync() == 0, first.Errors);
+        await WaitForAsync(() => Ended(service) >= 1);
+        await Task.Delay(300, Ct); // any further DELETE's log line
+        var endedAtFirstStop = Ended(service);
+        Assert.Equal(Count(service, "Started session"), endedAtFirstStop); // every session it opened
+        var second = new ClientRun(store, service.Port, Ops("stop", 13, 14), environment: mode);
+        Assert.True(await second.ExitAsync() == 0, second.Errors);
+
+        // Every session the first run used (1 to 3, by how the calls overlapped) was ended by the client, and each reply reached it once.
+        Assert.InRange(endedAtFirstStop, 1, 3);
+        if (!hosted)
+        {
+            Assert.Contains($"closed {endedAtFirstStop}", first.Lines);
+        }
+        else
+        {
+            Assert.Contains("stopped", first.Lines);
+        }
+
+        // The second run opened one session (not taking up an ended one is checked against the fake server in
+        // PersistentSessionClientStopTests) and ended it when it stopped.
+        await WaitForAsync(() => Ended(service) == endedAtFirstStop + 1);
+        Assert.Equal(endedAtFirstStop + 1, Count(service, "Started session"));
+        var seen = HandedOver(first.Lines.Concat(second.Lines));
+        var balances = await BalancesAsync(service);
+        for (var i = 1; i <= 14; i++)
+        {
+            Assert.Equal(1, balances.GetValueOrDefault($"stop{i}"));
+            Assert.Equal([1L], seen[$"stop{i}"]);
+        }
+
+        static int Ended(ServiceProcess service) => Count(service, "(ended by the client)");
+
+        static int Count(ServiceProcess service, string text) => service.Output.Split('\n').Count(l => l.Contains(text, StringComparison.Ordinal));
+    }
+
     private static async Task WaitForAsync(Func<bool> condition)
     {
         var deadline = DateTime.UtcNow.AddSeconds(60);
