@@ -25,4 +25,10 @@ internal static partial class ClientEvents
 
     [LoggerMessage(1356, LogLevel.Information, "Recovery handed back the reply of request {EntryId} (operation {OperationId})")]
     public static partial void ReplyRecovered(ILogger logger, long entryId, string? operationId);
+
+    [LoggerMessage(1357, LogLevel.Information, "Client stopping: ended {Closed} of {Idle} idle sessions at their services")]
+    public static partial void SessionsClosed(ILogger logger, int closed, int idle);
+
+    [LoggerMessage(1358, LogLevel.Information, "Session {SessionId} at {Service} not ended at stop ({Reason}); the next start uses it again")]
+    public static partial void SessionNotClosed(ILogger logger, string sessionId, string service, string reason);
 }

@@ -8,14 +8,24 @@ internal enum ClientRecordType : byte
     /// <summary>A request, stored (and forced) before it is first sent; again with a new session when its first attempt found no session.</summary>
     Request = 1,
 
-    /// <summary>The reply to a request, forced before the session takes its next request (which acknowledges it to the service).</summary>
+    /// <summary>
+    /// The reply to a request resent by RecoverAsync, forced before the session takes its next request (which acknowledges
+    /// it to the service) and before it is handed over. A live call writes no Reply record: its Delivered record is forced
+    /// before both.
+    /// </summary>
     Reply = 2,
 
-    /// <summary>The application has the reply: the entry is done. Forced before the reply is handed over (at most once).</summary>
+    /// <summary>The application has the reply: the entry is done. Forced before the reply is handed over (at most once) and, on a live call, before its session takes another request.</summary>
     Delivered = 3,
 
     /// <summary>The entry is given up (<see cref="PersistentRequestOutcomeUnknownException"/>, or a body over the limit).</summary>
     Abandoned = 4,
+
+    /// <summary>
+    /// An idle session was ended at its service when the client stopped: the next start does not take it up. Written by
+    /// builds after the first client release; an older build refuses a store holding one (unknown type).
+    /// </summary>
+    SessionClosed = 5,
 }
 
 /// <summary>A stored request: where it goes, in which session, with which number.</summary>
@@ -58,6 +68,8 @@ internal static class ClientRecords
 
     public static byte[] Encode(ClientRecordType type, long entryId) => Write(type, w => w.Write(entryId));
 
+    public static byte[] EncodeSessionClosed(string sessionId) => Write(ClientRecordType.SessionClosed, w => w.Write(sessionId));
+
     /// <summary>Reads a record body; <paramref name="lsn"/> names it in errors and stands for an entry id of 0 (the entry's first request).</summary>
     public static (ClientRecordType Type, object Value) Decode(ReadOnlySpan<byte> body, long lsn)
     {
@@ -93,6 +105,9 @@ internal static class ClientRecords
             case ClientRecordType.Delivered:
             case ClientRecordType.Abandoned:
                 return (type, reader.ReadInt64());
+
+            case ClientRecordType.SessionClosed:
+                return (type, reader.ReadString());
 
             default:
                 throw new InvalidDataException($"Client store record at LSN {lsn} has unknown type {(byte)type}.");

@@ -8,9 +8,11 @@ namespace PersistentServices.Client;
 /// <summary>
 /// The client's durable store (docs/client.md, "The store"): the project's own log (<see cref="DurableLog"/>) in one
 /// directory per client, holding each request from before it is first sent until the application has its reply. Every
-/// record is forced before the step it guards: a request before it is sent (t0–t1), a reply before the session takes its
-/// next request (t6), a handover before the reply reaches the application (t8'). Opening the store reads it back: the
-/// pending entries (stored, not handed over) and the sessions that are idle.
+/// record is forced before the step it guards ([EOS middleware Fig. 2]): a request before it is sent (t1); on a live call,
+/// the handover mark before the reply reaches the application and before the session takes its next request (t8 and t12
+/// in one force: the reply itself is not stored, the service still holds it until that next request); on a resend by
+/// RecoverAsync, the reply (t8) and then its handover mark. Opening the store reads it back: the pending entries (stored,
+/// not handed over) and the sessions that are idle.
 /// </summary>
 internal sealed class ClientStore : IAsyncDisposable
 {
@@ -127,6 +129,10 @@ internal sealed class ClientStore : IAsyncDisposable
                     }
 
                     break;
+
+                case ClientRecordType.SessionClosed:
+                    sessions.Remove((string)value);
+                    break;
             }
         }
 
@@ -160,7 +166,7 @@ internal sealed class ClientStore : IAsyncDisposable
         entry.Request = request;
     }
 
-    /// <summary>Stores the entry's reply durably (t6): only then may its session take another request (which acknowledges it).</summary>
+    /// <summary>Stores the entry's reply durably (t8 of a resend): only then may its session take another request (which acknowledges it).</summary>
     public async Task AddReplyAsync(ClientEntry entry, StoredReply reply, CancellationToken cancellationToken)
     {
         var lsn = Append(ClientRecords.Encode(reply));
@@ -181,6 +187,21 @@ internal sealed class ClientStore : IAsyncDisposable
         if (Interlocked.Increment(ref _doneSinceTruncation) >= TruncateEvery)
         {
             await TruncateAsync(cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Idle sessions ended at their services: forgotten, durably, so the next start opens new ones.</summary>
+    public async Task CloseSessionsAsync(IEnumerable<string> sessionIds, CancellationToken cancellationToken)
+    {
+        var lsn = -1L;
+        foreach (var id in sessionIds)
+        {
+            lsn = Append(ClientRecords.EncodeSessionClosed(id));
+        }
+
+        if (lsn >= 0)
+        {
+            await Log.WaitUntilDurableAsync(lsn, cancellationToken).ConfigureAwait(false);
         }
     }
 

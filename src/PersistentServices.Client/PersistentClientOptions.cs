@@ -37,6 +37,14 @@ public sealed class PersistentClientOptions
     /// </summary>
     public int MaxRetryAttempts { get; set; } = 100;
 
+    /// <summary>
+    /// When the client stops (its service provider is disposed), how long it may spend ending its idle sessions at their
+    /// services (<c>DELETE /ps/sessions/{id}</c>), so they drop their last replies at once. Sessions with a request
+    /// awaiting its reply are kept for <see cref="PersistentSessionClient.RecoverAsync"/>. Default 5 seconds;
+    /// <see cref="TimeSpan.Zero"/>: sessions are left to expire at the services.
+    /// </summary>
+    public TimeSpan CloseSessionsTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
     internal IEnumerable<string> Validate()
     {
         if (string.IsNullOrWhiteSpace(StoreDirectory))
@@ -67,6 +75,11 @@ public sealed class PersistentClientOptions
         if (RetryDelay <= TimeSpan.Zero || MaxRetryDelay < RetryDelay)
         {
             yield return $"PersistentClientOptions.RetryDelay must be positive and at most MaxRetryDelay (were {RetryDelay} and {MaxRetryDelay}).";
+        }
+
+        if (CloseSessionsTimeout < TimeSpan.Zero || CloseSessionsTimeout > TimeSpan.FromMinutes(5))
+        {
+            yield return $"PersistentClientOptions.CloseSessionsTimeout must be between 0 and 5 minutes (was {CloseSessionsTimeout}).";
         }
 
         if (MaxRetryAttempts < 1)

@@ -13,6 +13,9 @@ public static class PersistentRequestOptions
     /// <summary>Internal: a resend of a stored request (its entry id) by <see cref="PersistentSessionClient.RecoverAsync"/>.</summary>
     internal static readonly HttpRequestOptionsKey<long> ResendEntry = new("PersistentServices.ResendEntry");
 
+    /// <summary>Internal: the client's own control request (a session's end): not stored, numbered or retried by the session logic.</summary>
+    internal static readonly HttpRequestOptionsKey<bool> Passthrough = new("PersistentServices.Passthrough");
+
     /// <summary>Internal: set by the retry strategy when a request was sent more than once.</summary>
     internal static readonly HttpRequestOptionsKey<bool> Retried = new("PersistentServices.Retried");
 }

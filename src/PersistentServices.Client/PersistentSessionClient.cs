@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using System.Net.Http.Headers;
@@ -17,9 +18,31 @@ namespace PersistentServices.Client;
 /// </summary>
 public sealed class PersistentSessionClient : IAsyncDisposable
 {
-    /// <summary>Crash points (tests only, <c>PERSISTENTSERVICES_CRASH_POINT</c>): the steps of [Phoenix/App Fig. 2] on the client.</summary>
+    // Crash points (tests only, PERSISTENTSERVICES_CRASH_POINT): the client's steps of [EOS middleware Fig. 2]; the table in
+    // docs/client.md ("Crash points") maps each step t0..t12 to one of these or to the service's points.
+
+    /// <summary>t0: the application made a request; nothing is stored or sent.</summary>
+    internal const string CrashRequestCreated = "client.request.created";
+
+    /// <summary>t0: a session was opened at the service for it; nothing of the request is stored.</summary>
+    internal const string CrashSessionOpened = "client.session.opened";
+
+    /// <summary>t1: the request is stored (forced), not sent.</summary>
     internal const string CrashRequestStored = "client.request.stored";
+
+    /// <summary>t2: an attempt's request is written and flushed to the connection, no reply read.</summary>
+    internal const string CrashRequestSent = "client.request.sent";
+
+    /// <summary>t7: a reply's status and headers arrived, its body not read, nothing stored.</summary>
+    internal const string CrashReplyReceived = "client.reply.received";
+
+    /// <summary>
+    /// t8 of a resend by <see cref="RecoverAsync"/>: the reply is stored (forced), not handed over; its session is back in the
+    /// pool (t9' on its next request). On a live call t8 and t12 are one forced write (<see cref="CrashReplyDelivered"/>).
+    /// </summary>
     internal const string CrashReplyStored = "client.reply.stored";
+
+    /// <summary>t12 (Fig. 1's t8'), and t8 of a live call: the entry is marked as handed over (forced), and the call has not returned.</summary>
     internal const string CrashReplyDelivered = "client.reply.delivered";
 
     private const string SessionHeader = "PS-Session";
@@ -38,6 +61,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     private readonly ILogger _logger;
     private readonly SessionPool _pool;
     private readonly SemaphoreSlim _opening = new(1, 1);
+    private readonly KeyValuePair<string, object?> _tag;
     private ClientStore? _store;
     private int _disposed;
 
@@ -48,6 +72,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         _factory = factory;
         _logger = logger;
         _pool = new SessionPool(options.MaxSessionsPerService);
+        _tag = ClientMetrics.Tag(name);
     }
 
     /// <summary>The name of the <see cref="HttpClient"/> this belongs to.</summary>
@@ -87,6 +112,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             }
 
             ClientEvents.ReplyRecovered(_logger, entry.Id, entry.Request.OperationId);
+            ClientMetrics.RepliesRecovered.Add(1, _tag);
             yield return new RecoveredReply(entry.Request.OperationId, new HttpMethod(entry.Request.Method), new Uri(entry.Request.Uri), response);
         }
     }
@@ -100,6 +126,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             http.Timeout = Timeout.InfiniteTimeSpan;
             using var resend = new HttpRequestMessage(new HttpMethod(entry.Request.Method), entry.Request.Uri);
             resend.Options.Set(PersistentRequestOptions.ResendEntry, entry.Id);
+            ClientMetrics.Retries.Add(1, _tag);
             try
             {
                 using var _ = await http.SendAsync(resend, cancellationToken).ConfigureAwait(false);
@@ -118,6 +145,11 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     internal async Task<HttpResponseMessage> SendAsync(
         HttpRequestMessage request, Func<HttpRequestMessage, CancellationToken, Task<HttpResponseMessage>> inner, CancellationToken cancellationToken)
     {
+        if (request.Options.TryGetValue(PersistentRequestOptions.Passthrough, out var passthrough) && passthrough)
+        {
+            return await inner(request, cancellationToken).ConfigureAwait(false); // the client's own control request (a session's end)
+        }
+
         var store = await OpenAsync(cancellationToken).ConfigureAwait(false);
         if (request.Options.TryGetValue(PersistentRequestOptions.ResendEntry, out var resendId))
         {
@@ -146,6 +178,8 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             throw new ArgumentException("PersistentRequestOptions.OperationId is longer than 256 characters.", nameof(request));
         }
 
+        var started = Stopwatch.GetTimestamp();
+        CrashPoints.Hit(CrashRequestCreated);
         var headers = StoredHeaders(request);
         var authority = uri.GetLeftPart(UriPartial.Authority);
         var session = await _pool.AcquireAsync(authority, ct => OpenSessionAsync(authority, inner, ct), cancellationToken).ConfigureAwait(false);
@@ -163,7 +197,10 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
 
         CrashPoints.Hit(CrashRequestStored);
-        return await CompleteAsync(store, entry, request, inner, session, firstAttempt: true, handOver: true, cancellationToken).ConfigureAwait(false);
+        ClientMetrics.RequestsSent.Add(1, _tag);
+        var response = await CompleteAsync(store, entry, request, inner, session, firstAttempt: true, handOver: true, cancellationToken).ConfigureAwait(false);
+        ClientMetrics.RequestDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _tag);
+        return response;
     }
 
     /// <summary>
@@ -183,6 +220,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             {
                 using var attempt = ToRequest(entry.Request, carrier);
                 using var response = await inner(attempt, cancellationToken).ConfigureAwait(false);
+                CrashPoints.Hit(CrashReplyReceived);
                 var retried = attempt.Options.TryGetValue(PersistentRequestOptions.Retried, out var r) && r;
                 byte[] body;
                 try
@@ -195,6 +233,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // request ran, so the same ids get its buffered reply.
                     bodyFailures++;
                     firstAttempt = false;
+                    ClientMetrics.Retries.Add(1, _tag);
                     await Task.Delay(_options.RetryDelay, cancellationToken).ConfigureAwait(false);
                     continue;
                 }
@@ -235,10 +274,27 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     throw new HttpRequestException($"The reply body is {body.Length} bytes; PersistentClientOptions.MaxBodyBytes allows {_options.MaxBodyBytes}: it cannot be stored.");
                 }
 
-                // t6: the reply is durable before the session's next request acknowledges it to the service.
                 var reply = new StoredReply(entry.Id, (int)response.StatusCode, ReplyHeaders(response), body);
-                await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
-                CrashPoints.Hit(CrashReplyStored);
+                if (handOver)
+                {
+                    // t8 and t12 in one forced write (docs/client.md, "Crash points"): the entry is marked as handed over
+                    // before the application has the reply, so a crash can never hand it over twice, and before the session's
+                    // next request acknowledges the reply to the service. A crash before the mark is durable leaves the
+                    // request pending with no reply: RecoverAsync resends it and the service, which still holds the reply
+                    // (nothing acknowledged it), answers it again. So the live path stores no Reply record.
+                    await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
+                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    CrashPoints.Hit(CrashReplyDelivered);
+                }
+                else
+                {
+                    // t8 of a resend by RecoverAsync: the reply is durable before the session's next request acknowledges it;
+                    // RecoverOneAsync then marks it handed over as it yields it.
+                    await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
+                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    CrashPoints.Hit(CrashReplyStored);
+                }
+
                 session.NextSequence = entry.Request.Sequence + 1;
                 if (pooled)
                 {
@@ -248,13 +304,6 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                 else
                 {
                     _pool.Adopt(session);
-                }
-
-                if (handOver)
-                {
-                    // t8': marked as handed over before the application has it, so a crash can never hand it over twice.
-                    await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
-                    CrashPoints.Hit(CrashReplyDelivered);
                 }
 
                 return ToResponse(reply, carrier);
@@ -292,6 +341,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
 
         ClientEvents.SessionOpened(_logger, id, authority);
+        CrashPoints.Hit(CrashSessionOpened);
         return new ClientSession(id, authority, 1);
     }
 
@@ -325,6 +375,90 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// The pool's idle sessions (their last reply is stored, nothing of theirs is pending) are ended at their services, all
+    /// at once, bounded by <see cref="PersistentClientOptions.CloseSessionsTimeout"/>; each one ended (or already unknown
+    /// there) is marked closed in the store so the next start does not take it up again. One that fails stays in the store:
+    /// the next start uses it again, or, if the service dropped it meanwhile, moves its first request to a new session.
+    /// </summary>
+    private async Task<int> EndIdleSessionsAsync(ClientStore store, CancellationToken cancellationToken)
+    {
+        if (_options.CloseSessionsTimeout <= TimeSpan.Zero)
+        {
+            return 0;
+        }
+
+        var idle = _pool.TakeIdle();
+        if (idle.Count == 0)
+        {
+            return 0;
+        }
+
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        timeout.CancelAfter(_options.CloseSessionsTimeout);
+        var closed = new List<ClientSession>();
+        try
+        {
+            using var http = _factory.CreateClient(_name);
+            await Task.WhenAll(idle.Select(async session =>
+            {
+                var address = new Uri(new Uri(session.Authority), _options.SessionsPath.TrimEnd('/') + "/" + Uri.EscapeDataString(session.Id));
+                using var end = new HttpRequestMessage(HttpMethod.Delete, address);
+                end.Options.Set(PersistentRequestOptions.Passthrough, true);
+                try
+                {
+                    using var response = await http.SendAsync(end, timeout.Token).ConfigureAwait(false);
+                    if (response.StatusCode is HttpStatusCode.NoContent or HttpStatusCode.NotFound or HttpStatusCode.OK)
+                    {
+                        lock (closed)
+                        {
+                            closed.Add(session);
+                        }
+                    }
+                    else
+                    {
+                        ClientEvents.SessionNotClosed(_logger, session.Id, session.Authority, $"the service answered {(int)response.StatusCode}");
+                    }
+                }
+                catch (Exception ex)
+                {
+                    // Whatever went wrong, the application is stopping: the session stays in the store, as after a crash.
+                    ClientEvents.SessionNotClosed(_logger, session.Id, session.Authority, ex.GetType().Name + ": " + ex.Message);
+                }
+            })).ConfigureAwait(false);
+        }
+        catch (ObjectDisposedException)
+        {
+            // The application's container already disposed the handler chain: the sessions stay, as after a crash.
+        }
+
+        if (closed.Count > 0)
+        {
+            await store.CloseSessionsAsync(closed.Select(s => s.Id), CancellationToken.None).ConfigureAwait(false);
+            ClientMetrics.SessionsClosed.Add(closed.Count, _tag);
+            ClientEvents.SessionsClosed(_logger, closed.Count, idle.Count);
+        }
+
+        return closed.Count;
+    }
+
+    /// <summary>The body of an attempt while <see cref="CrashRequestSent"/> is armed: written and flushed to the connection, then the crash point.</summary>
+    private sealed class SentCrashPointContent(byte[] body) : HttpContent
+    {
+        protected override async Task SerializeToStreamAsync(Stream stream, TransportContext? context)
+        {
+            await stream.WriteAsync(body).ConfigureAwait(false);
+            await stream.FlushAsync().ConfigureAwait(false);
+            CrashPoints.Hit(CrashRequestSent);
+        }
+
+        protected override bool TryComputeLength(out long length)
+        {
+            length = body.Length;
+            return true;
+        }
+    }
+
     private static List<KeyValuePair<string, string>> StoredHeaders(HttpRequestMessage request)
     {
         var headers = new List<KeyValuePair<string, string>>();
@@ -350,7 +484,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         var message = new HttpRequestMessage(new HttpMethod(stored.Method), stored.Uri) { Version = carrier.Version, VersionPolicy = carrier.VersionPolicy };
         if (stored.Body is not null)
         {
-            message.Content = new ByteArrayContent(stored.Body);
+            message.Content = CrashPoints.IsArmed(CrashRequestSent) ? new SentCrashPointContent(stored.Body) : new ByteArrayContent(stored.Body);
         }
 
         foreach (var (name, value) in stored.Headers)
@@ -419,7 +553,22 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
     }
 
-    /// <summary>Closes the store (what it holds stays for the next start).</summary>
+    /// <summary>
+    /// Ends this client's idle sessions at their services (<c>DELETE /ps/sessions/{id}</c>, all at once, within
+    /// <see cref="PersistentClientOptions.CloseSessionsTimeout"/>), so the services drop their last replies now rather than
+    /// after their idle retention; sessions with a request awaiting its reply are kept for <see cref="RecoverAsync"/>.
+    /// A host calls it when it stops (<c>AddPersistentSessions</c> registers a hosted service); an application without a
+    /// host calls it before it disposes its service provider (the provider disposes the handlers it needs). Call it when no
+    /// more requests are sent: a later request opens a new session.
+    /// </summary>
+    /// <returns>The number of sessions ended (or already unknown at their services).</returns>
+    public async Task<int> CloseIdleSessionsAsync(CancellationToken cancellationToken = default)
+        => Volatile.Read(ref _store) is { } store ? await EndIdleSessionsAsync(store, cancellationToken).ConfigureAwait(false) : 0;
+
+    /// <summary>
+    /// Closes the store (what it holds stays for the next start). Idle sessions still in the pool are ended first, when the
+    /// named client's handlers still work (see <see cref="CloseIdleSessionsAsync(CancellationToken)"/>).
+    /// </summary>
     public async ValueTask DisposeAsync()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)
@@ -432,6 +581,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         {
             if (_store is { } store)
             {
+                await EndIdleSessionsAsync(store, CancellationToken.None).ConfigureAwait(false);
                 await store.DisposeAsync().ConfigureAwait(false);
             }
         }

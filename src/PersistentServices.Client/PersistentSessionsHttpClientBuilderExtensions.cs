@@ -19,7 +19,8 @@ public static class PersistentSessionsHttpClientBuilderExtensions
     /// and their replies are stored before they are returned. The next request of a session acknowledges its last reply.
     /// After the process restarts, resolve <see cref="PersistentSessionClient"/> as a keyed service under the client's name
     /// and call <see cref="PersistentSessionClient.RecoverAsync"/>. The client's <see cref="HttpClient.Timeout"/> is set to
-    /// infinite (the retries have their own per-attempt timeout); cancel a call with its token.
+    /// infinite (the retries have their own per-attempt timeout); cancel a call with its token. When the host stops, the
+    /// client's idle sessions are ended at their services (<see cref="PersistentSessionClient.CloseIdleSessionsAsync"/>).
     /// </summary>
     public static IHttpClientBuilder AddPersistentSessions(this IHttpClientBuilder builder, Action<PersistentClientOptions> configure)
     {
@@ -33,6 +34,7 @@ public static class PersistentSessionsHttpClientBuilderExtensions
             sp.GetRequiredService<IOptionsMonitor<PersistentClientOptions>>().Get(name),
             sp.GetRequiredService<IHttpClientFactory>(),
             sp.GetService<ILoggerFactory>()?.CreateLogger<PersistentSessionClient>() ?? NullLogger<PersistentSessionClient>.Instance));
+        builder.Services.AddSingleton<Microsoft.Extensions.Hosting.IHostedService>(sp => new PersistentSessionsStopper(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         builder.ConfigureHttpClient(client => client.Timeout = Timeout.InfiniteTimeSpan);
         builder.AddHttpMessageHandler(sp => new PersistentSessionHandler(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         builder.AddResilienceHandler("persistent-sessions", (pipeline, context) =>
@@ -55,8 +57,9 @@ public static class PersistentSessionsHttpClientBuilderExtensions
                     { Result: { StatusCode: HttpStatusCode.Conflict } conflict } => conflict.Headers.RetryAfter is not null,
                     _ => false,
                 }),
-                OnRetry = static args =>
+                OnRetry = args =>
                 {
+                    ClientMetrics.Retries.Add(1, ClientMetrics.Tag(name));
                     args.Context.GetRequestMessage()?.Options.Set(PersistentRequestOptions.Retried, true);
                     return default;
                 },

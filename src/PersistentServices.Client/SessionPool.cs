@@ -56,6 +56,21 @@ internal sealed class SessionPool(int maxPerService)
         }
     }
 
+    /// <summary>Takes every idle session out of the pool (the client stops: they are ended at their services).</summary>
+    public List<ClientSession> TakeIdle()
+    {
+        var taken = new List<ClientSession>();
+        foreach (var service in _services.Values)
+        {
+            while (service.Idle.TryTake(out var session))
+            {
+                taken.Add(session);
+            }
+        }
+
+        return taken;
+    }
+
     private Service Get(string authority) => _services.GetOrAdd(authority, _ => new Service(maxPerService));
 
     private sealed class Service(int max)

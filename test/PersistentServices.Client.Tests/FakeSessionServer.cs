@@ -39,6 +39,12 @@ internal sealed class FakeSessionServer : HttpMessageHandler
 
     public int MaxConcurrentPerSession;
 
+    /// <summary>Sessions ended by <c>DELETE /ps/sessions/{id}</c>, in order.</summary>
+    public ConcurrentQueue<string> Ended { get; } = new();
+
+    /// <summary>Session ends wait here while set (a service that does not answer).</summary>
+    public TaskCompletionSource? DeleteHold;
+
     public int SessionsStarted => Volatile.Read(ref _nextSession);
 
     protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
@@ -54,6 +60,26 @@ internal sealed class FakeSessionServer : HttpMessageHandler
             var created = new HttpResponseMessage(HttpStatusCode.Created) { Content = new StringContent($"{{\"sessionId\":\"{id}\"}}", Encoding.UTF8, "application/json") };
             created.Headers.Add("PS-Session", id);
             return created;
+        }
+
+        if (request.Method == HttpMethod.Delete && request.RequestUri!.AbsolutePath.StartsWith("/ps/sessions/", StringComparison.Ordinal))
+        {
+            if (DeleteHold is { } deleteHold)
+            {
+                await deleteHold.Task.WaitAsync(cancellationToken);
+            }
+
+            var ended = Uri.UnescapeDataString(request.RequestUri.AbsolutePath["/ps/sessions/".Length..]);
+            lock (_gate)
+            {
+                if (!_sessions.Remove(ended))
+                {
+                    return Problem(HttpStatusCode.NotFound, "session-not-found");
+                }
+            }
+
+            Ended.Enqueue(ended);
+            return new HttpResponseMessage(HttpStatusCode.NoContent);
         }
 
         var session = request.Headers.GetValues("PS-Session").Single();

@@ -19,12 +19,12 @@ internal sealed class TempDirectory : IDisposable
 }
 
 /// <summary>A DI container with the named client "svc" over the fake server, as an application configures it.</summary>
-internal sealed class ClientHost(ServiceProvider services) : IAsyncDisposable
+internal sealed class ClientHost(ServiceProvider services, string name = "svc") : IAsyncDisposable
 {
-    public static ClientHost Start(string store, FakeSessionServer server, Action<PersistentClientOptions>? configure = null)
+    public static ClientHost Start(string store, FakeSessionServer server, Action<PersistentClientOptions>? configure = null, string name = "svc")
     {
         var services = new ServiceCollection();
-        services.AddHttpClient("svc", client => client.BaseAddress = new Uri("http://svc.test"))
+        services.AddHttpClient(name, client => client.BaseAddress = new Uri("http://svc.test"))
             .AddPersistentSessions(options =>
             {
                 options.StoreDirectory = store;
@@ -33,12 +33,12 @@ internal sealed class ClientHost(ServiceProvider services) : IAsyncDisposable
                 configure?.Invoke(options);
             })
             .ConfigurePrimaryHttpMessageHandler(() => server);
-        return new ClientHost(services.BuildServiceProvider());
+        return new ClientHost(services.BuildServiceProvider(), name);
     }
 
-    public HttpClient Http => services.GetRequiredService<IHttpClientFactory>().CreateClient("svc");
+    public HttpClient Http => services.GetRequiredService<IHttpClientFactory>().CreateClient(name);
 
-    public PersistentSessionClient Client => services.GetRequiredKeyedService<PersistentSessionClient>("svc");
+    public PersistentSessionClient Client => services.GetRequiredKeyedService<PersistentSessionClient>(name);
 
     public async Task<string> PostAsync(string body, string? operationId = null)
     {
@@ -52,5 +52,14 @@ internal sealed class ClientHost(ServiceProvider services) : IAsyncDisposable
         return await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
     }
 
-    public ValueTask DisposeAsync() => services.DisposeAsync();
+    /// <summary>As a host stops: its hosted services stop (the client ends its idle sessions), then the provider is disposed.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        foreach (var hosted in services.GetServices<Microsoft.Extensions.Hosting.IHostedService>().Reverse())
+        {
+            await hosted.StopAsync(CancellationToken.None);
+        }
+
+        await services.DisposeAsync();
+    }
 }

@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net.Http.Json;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
 using PersistentServices.Client;
 
 // An application of the exactly-once client, configured by environment variables:
@@ -9,12 +10,23 @@ using PersistentServices.Client;
 //   PS_OPS            the operations to run: "recover" (only RecoverAsync), or a comma-separated list of operation ids
 //   PS_CONCURRENCY    operations in flight at once (default 1)
 //   PERSISTENTSERVICES_CRASH_POINT / PERSISTENTSERVICES_CRASH_AFTER   a client crash point (PersistentSessionClient)
+//   PS_SKIP_RECOVERED "1": operations whose reply RecoverAsync handed back are not run again
+//   PS_MODE           "host": the same application inside a generic host (Host.CreateApplicationBuilder), stopped with
+//                     IHost.StopAsync at the end (AddPersistentSessions' hosted service ends the idle sessions); prints
+//                     "stopped" instead of "closed <n>"
+//                     "key": instead of persistent sessions, a curl-style client that sends Idempotency-Key: <op> (no
+//                     store; the test's record of its output is its journal), retrying each request until a 200
+//   PS_KEY_CRASH_POINT / PS_KEY_CRASH_AFTER   the key client's crash points: key.request.created (nothing sent),
+//                     key.request.sent (the request written and flushed, no reply read), key.reply.received (the reply
+//                     read, not yet printed)
 //   PS_BENCH          "plain|persistent|key:<requests>": instead, times <requests> deposits per caller (PS_CONCURRENCY
 //                     callers) with a plain HttpClient, through persistent sessions, or with Idempotency-Key; prints one line
 // Each operation deposits 1 into the account named after it (POST /deposit). Output, one line each, flushed at once:
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
-//   "delivered <op> <status> <body>" for each reply a call returns, and "done" at the end.
-var services = new ServiceCollection();
+//   "delivered <op> <status> <body>" for each reply a call returns, "closed <n>" for the idle sessions ended at the
+//   service when it stops, and "done" at the end.
+var builder = Environment.GetEnvironmentVariable("PS_MODE") == "host" ? Host.CreateApplicationBuilder() : null;
+var services = builder?.Services ?? new ServiceCollection();
 services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_SERVICE_URL")!))
     .AddPersistentSessions(options =>
     {
@@ -24,7 +36,14 @@ services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment
         options.MaxRetryAttempts = int.MaxValue;
         options.AttemptTimeout = TimeSpan.FromSeconds(10);
     });
-await using var provider = services.BuildServiceProvider();
+using var host = builder?.Build();
+await using var ownProvider = host is null ? services.BuildServiceProvider() : null;
+IServiceProvider provider = host?.Services ?? ownProvider!;
+if (host is not null)
+{
+    await host.StartAsync();
+}
+
 var factory = provider.GetRequiredService<IHttpClientFactory>();
 var persistent = provider.GetRequiredKeyedService<PersistentSessionClient>("svc");
 var output = new Lock();
@@ -45,12 +64,32 @@ void Print(string what, string? op, int status, string body)
     }
 }
 
+if (Environment.GetEnvironmentVariable("PS_MODE") == "key")
+{
+    await KeyClient.RunAsync(Environment.GetEnvironmentVariable("PS_SERVICE_URL")!, (Environment.GetEnvironmentVariable("PS_OPS") ?? "").Split(',', StringSplitOptions.RemoveEmptyEntries),
+        int.Parse(Environment.GetEnvironmentVariable("PS_CONCURRENCY") ?? "1", CultureInfo.InvariantCulture), Print);
+    Console.Out.WriteLine("done");
+    return;
+}
+
+var recoveredOps = new HashSet<string>(StringComparer.Ordinal);
 await foreach (var recovered in persistent.RecoverAsync())
 {
+    if (recovered.OperationId is { } id)
+    {
+        recoveredOps.Add(id);
+    }
+
     Print("recovered", recovered.OperationId, (int?)recovered.Response?.StatusCode ?? 0, recovered.Response is null ? "" : await recovered.Response.Content.ReadAsStringAsync());
 }
 
 var ops = Environment.GetEnvironmentVariable("PS_OPS") ?? "recover";
+if (Environment.GetEnvironmentVariable("PS_SKIP_RECOVERED") == "1")
+{
+    ops = string.Join(',', ops.Split(',').Where(op => !recoveredOps.Contains(op)));
+    ops = ops.Length == 0 ? "recover" : ops;
+}
+
 if (ops != "recover")
 {
     var concurrency = int.Parse(Environment.GetEnvironmentVariable("PS_CONCURRENCY") ?? "1", CultureInfo.InvariantCulture);
@@ -62,6 +101,17 @@ if (ops != "recover")
         using var response = await http.SendAsync(request, ct);
         Print("delivered", op, (int)response.StatusCode, await response.Content.ReadAsStringAsync(ct));
     });
+}
+
+// Stopping: idle sessions are ended at the service (a host does this itself through AddPersistentSessions' hosted service).
+if (host is not null)
+{
+    await host.StopAsync();
+    Console.Out.WriteLine("stopped");
+}
+else
+{
+    Console.Out.WriteLine($"closed {await persistent.CloseIdleSessionsAsync()}");
 }
 
 Console.Out.WriteLine("done");

@@ -28,13 +28,13 @@ public sealed class ClientTests : IDisposable
     public void Dispose() => _dir.Dispose();
 
     /// <summary>Runs the client application until it exits (or is killed); returns its exit code and the lines it printed.</summary>
-    private sealed class ClientRun
+    internal sealed class ClientRun
     {
         private readonly Process _process;
         private readonly List<string> _lines = [];
         private readonly StringBuilder _errors = new();
 
-        public ClientRun(string store, int port, string ops, int concurrency = 1, string? crashPoint = null, int crashAfter = 0)
+        public ClientRun(string store, int port, string ops, int concurrency = 1, string? crashPoint = null, int crashAfter = 0, IReadOnlyDictionary<string, string>? environment = null)
         {
             var start = new ProcessStartInfo("dotnet", [ProgramPath])
             {
@@ -51,6 +51,11 @@ public sealed class ClientTests : IDisposable
             {
                 start.Environment["PERSISTENTSERVICES_CRASH_POINT"] = crashPoint;
                 start.Environment["PERSISTENTSERVICES_CRASH_AFTER"] = crashAfter.ToString(CultureInfo.InvariantCulture);
+            }
+
+            foreach (var (name, value) in environment ?? new Dictionary<string, string>())
+            {
+                start.Environment[name] = value;
             }
 
             _process = Process.Start(start)!;
@@ -150,7 +155,7 @@ public sealed class ClientTests : IDisposable
 
     [Theory]
     [InlineData("client.request.stored", true)]   // t1: stored, not sent: recovery sends it and hands back its reply
-    [InlineData("client.reply.stored", true)]     // t6: the reply is stored, not handed over: recovery hands it back unsent
+    [InlineData("client.reply.received", true)]   // t7: the reply arrived, nothing stored: recovery resends it and hands back the service's buffered reply
     [InlineData("client.reply.delivered", false)] // t8': marked as handed over, the application never saw it: never handed back (at most once)
     public async Task ClientKilledAtACrashPoint_RecoveryFinishesTheOperation_ExactlyOnce_ReplyAtMostOnce(string crashPoint, bool handedBackByRecovery)
     {
@@ -184,6 +189,7 @@ public sealed class ClientTests : IDisposable
         }
 
         Assert.Equal(handedBackByRecovery ? 1 : 0, second.Count("recovered"));
+        Assert.Contains("closed 1", second.Lines); // its one idle session ended at the service (DELETE answered 204 or 404)
     }
 
     [Fact]
@@ -278,6 +284,53 @@ public sealed class ClientTests : IDisposable
 
         Assert.True(proxy.Cuts > 0, "the proxy cut no connection");
         TestContext.Current.TestOutputHelper?.WriteLine($"connections cut: {proxy.Cuts}");
+    }
+
+    [Theory]
+    [InlineData(false)] // a console application: CloseIdleSessionsAsync before it disposes its provider
+    [InlineData(true)]  // a generic host: IHost.StopAsync, AddPersistentSessions' hosted service ends them
+    public async Task ApplicationStops_IdleSessionsEndedAtTheService_NextStartOpensNewOnes(bool hosted)
+    {
+        var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log"), ["Logging__LogLevel__PersistentServices.Sessions"] = "Debug" };
+        await using var service = await ServiceProcess.StartAsync(environment);
+        var store = _dir.File("client-store");
+        var mode = new Dictionary<string, string> { ["PS_MODE"] = hosted ? "host" : "sessions" };
+
+        var first = new ClientRun(store, service.Port, Ops("stop", 1, 12), concurrency: 3, environment: mode);
+        Assert.True(await first.ExitAsync() == 0, first.Errors);
+        await WaitForAsync(() => Ended(service) >= 1);
+        await Task.Delay(300, Ct); // any further DELETE's log line
+        var endedAtFirstStop = Ended(service);
+        Assert.Equal(Count(service, "Started session"), endedAtFirstStop); // every session it opened
+        var second = new ClientRun(store, service.Port, Ops("stop", 13, 14), environment: mode);
+        Assert.True(await second.ExitAsync() == 0, second.Errors);
+
+        // Every session the first run used (1 to 3, by how the calls overlapped) was ended by the client, and each reply reached it once.
+        Assert.InRange(endedAtFirstStop, 1, 3);
+        if (!hosted)
+        {
+            Assert.Contains($"closed {endedAtFirstStop}", first.Lines);
+        }
+        else
+        {
+            Assert.Contains("stopped", first.Lines);
+        }
+
+        // The second run opened one session (not taking up an ended one is checked against the fake server in
+        // PersistentSessionClientStopTests) and ended it when it stopped.
+        await WaitForAsync(() => Ended(service) == endedAtFirstStop + 1);
+        Assert.Equal(endedAtFirstStop + 1, Count(service, "Started session"));
+        var seen = HandedOver(first.Lines.Concat(second.Lines));
+        var balances = await BalancesAsync(service);
+        for (var i = 1; i <= 14; i++)
+        {
+            Assert.Equal(1, balances.GetValueOrDefault($"stop{i}"));
+            Assert.Equal([1L], seen[$"stop{i}"]);
+        }
+
+        static int Ended(ServiceProcess service) => Count(service, "(ended by the client)");
+
+        static int Count(ServiceProcess service, string text) => service.Output.Split('\n').Count(l => l.Contains(text, StringComparison.Ordinal));
     }
 
     private static async Task WaitForAsync(Func<bool> condition)

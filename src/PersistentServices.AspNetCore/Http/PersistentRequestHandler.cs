@@ -67,9 +67,15 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         switch (admission.Outcome)
         {
             case AdmitOutcome.Execute:
+                Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
                 if (await ExecuteAsync(request).ConfigureAwait(false))
                 {
                     await SendAsync(request).ConfigureAwait(false);
+                    if (Checkpoints.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
+                    {
+                        await context.Response.CompleteAsync().ConfigureAwait(false); // the reply is on the wire before the kill
+                        Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplySent);
+                    }
                 }
 
                 return;
@@ -330,6 +336,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             LogRequest(request);
+            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestLogged);
             if (request.ForceRequestRecord)
             {
                 // Phoenix/App Algorithm 1 (the baseline the benchmark compares with): the incoming request is forced too.
@@ -338,6 +345,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             request.Reply = await RunAsync(request).ConfigureAwait(false);
+            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestExecuted);
             var replyLsn = LogReply(request);
             try
             {
@@ -356,6 +364,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             session.Complete(request.Reply.Reply);
+            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
             PersistentServicesMetrics.Requests.Add(1, Executed);
             await CheckpointIfDueAsync(session).ConfigureAwait(false);
             return true;

@@ -17,8 +17,18 @@ internal static class CrashPoints
     public const string RecoveryReplaying = "recovery.replaying";
     public const string DomainFlushReceived = "domain.flush.received";
 
+    // The request path of a [Persistent] endpoint, the server's steps of [EOS middleware Fig. 2] (docs/client.md, "Crash points").
+    public const string RequestAdmitted = "server.request.admitted";
+    public const string RequestLogged = "server.request.logged";
+    public const string RequestExecuted = "server.request.executed";
+    public const string ReplyForced = "server.reply.forced";
+    public const string ReplySent = "server.reply.sent";
+
     private static readonly string? Armed = Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT");
     private static int _pass = int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var n) ? n : 0;
+
+    /// <summary>Whether <paramref name="point"/> is the armed point (a test wants something done before it fires, e.g. a flush).</summary>
+    public static bool IsArmed(string point) => Armed is not null && string.Equals(Armed, point, StringComparison.Ordinal);
 
     public static void Hit(string point)
     {
