@@ -14,22 +14,26 @@ namespace PersistentServices.Serialization;
 /// </summary>
 internal sealed class OrleansValueCodec : ValueCodec
 {
-    private readonly Serializer _serializer;
+    // Building Orleans' serializer scans assemblies (about 0.1 s): off the startup path, on a thread of its own, and
+    // waited for only by the first value that needs it (a checkpoint or a shared write, after recovery's scan).
+    private readonly Lazy<Serializer> _serializer = new(Create, LazyThreadSafetyMode.ExecutionAndPublication);
 
-    public OrleansValueCodec()
-    {
-        var services = new ServiceCollection();
-        services.AddSerializer();
-        _serializer = services.BuildServiceProvider().GetRequiredService<Serializer>();
-    }
+    public OrleansValueCodec() => _ = Task.Run(() => _serializer.Value);
 
     /// <summary>What this codec writes for types that opted in; others are written as <see cref="ValueFormat.Json"/>.</summary>
     public override ValueFormat Format => ValueFormat.Orleans;
 
     public override (byte[] Bytes, ValueFormat Format) Encode<T>(T value)
-        => Choice<T>.Orleans ? (_serializer.SerializeToArray(value), ValueFormat.Orleans) : (SerializeJson(value), ValueFormat.Json);
+        => Choice<T>.Orleans ? (_serializer.Value.SerializeToArray(value), ValueFormat.Orleans) : (SerializeJson(value), ValueFormat.Json);
 
-    protected override T DeserializeOwn<T>(ReadOnlySpan<byte> bytes) => _serializer.Deserialize<T>(bytes)!;
+    protected override T DeserializeOwn<T>(ReadOnlySpan<byte> bytes) => _serializer.Value.Deserialize<T>(bytes)!;
+
+    private static Serializer Create()
+    {
+        var services = new ServiceCollection();
+        services.AddSerializer();
+        return services.BuildServiceProvider().GetRequiredService<Serializer>();
+    }
 
     private static class Choice<T>
     {
