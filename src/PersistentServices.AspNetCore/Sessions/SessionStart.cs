@@ -19,6 +19,7 @@ internal static class SessionStart
     public static async ValueTask<bool> StartAsync(PersistentRuntime runtime, Session session, ILogger logger, bool reserved = false)
     {
         var added = false;
+        var starting = runtime.Sessions.BeginStart(runtime.Log.TailAddress);
         try
         {
             var lsn = SessionRecords.AppendStarted(runtime.Log, session, session.StartedAt);
@@ -32,6 +33,7 @@ internal static class SessionStart
         }
         finally
         {
+            runtime.Sessions.EndStart(starting);
             if (reserved && !added)
             {
                 runtime.Sessions.ReleaseReserved(session.Owner);

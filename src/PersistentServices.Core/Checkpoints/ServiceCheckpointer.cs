@@ -79,6 +79,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // Sessions at rest are listed up to a quarter of a record; the scan then starts at the lowest position of the rest,
             // and never above the tail before any session was looked at (a record logged after that lies at or above it).
             var atRestScanFrom = log.TailAddress;
+
+            // A session whose start is logged but who is not in the table yet is seen by neither loop: the scan starts at or
+            // below its record, or it would be lost, and truncation would drop its start (read after the tail: a start
+            // announced later logs above the tail).
+            var startsInFlight = sessions.OldestStartInFlight;
             var atRestBudget = atRest ? log.MaxRecordBytes / 4 : 0;
             var atRestListed = 0;
             foreach (var session in sessions.Enumerate())
@@ -130,9 +135,10 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 atRestScanFrom = Math.Min(atRestScanFrom, lsn);
             }
 
+            scanFrom = Math.Min(scanFrom, startsInFlight);
             if (atRest)
             {
-                record.AtRestScanFromLsn = atRestScanFrom;
+                record.AtRestScanFromLsn = Math.Min(atRestScanFrom, startsInFlight);
             }
 
             // 0: nothing to recover before this record itself.

@@ -25,6 +25,11 @@ internal sealed class SessionTable
     private readonly ConcurrentDictionary<SessionId, Session> _sessions = new();
     private readonly Dictionary<byte[], OwnerSessions> _owners = new(OwnerComparer.Instance);
     private readonly Lock _ownersGate = new();
+
+    // Sessions whose start record is being logged and who have not joined the table yet: a lower bound of each record's
+    // LSN (the log's tail before it was appended), so a service checkpoint taken meanwhile never starts recovery after it.
+    private readonly List<long> _startsInFlight = [];
+    private readonly Lock _startsGate = new();
     private int _slots;
     private int _unused;
 
@@ -61,6 +66,41 @@ internal sealed class SessionTable
     public bool TryGet(SessionId id, out Session session) => _sessions.TryGetValue(id, out session!);
 
     /// <summary>A session recovered from the log (or added without a reservation): it joins whatever the caps say.</summary>
+    /// <summary>
+    /// A session's start is about to be logged (<paramref name="tail"/>: the log's tail now, a lower bound of its record's
+    /// LSN). Until <see cref="EndStart"/>, <see cref="OldestStartInFlight"/> is at most <paramref name="tail"/>.
+    /// </summary>
+    public long BeginStart(long tail)
+    {
+        lock (_startsGate)
+        {
+            _startsInFlight.Add(tail);
+        }
+
+        return tail;
+    }
+
+    /// <summary>The session whose start <see cref="BeginStart"/> announced joined the table, or will not.</summary>
+    public void EndStart(long token)
+    {
+        lock (_startsGate)
+        {
+            _startsInFlight.Remove(token);
+        }
+    }
+
+    /// <summary>The lowest LSN a start record not yet in the table may have (<see cref="long.MaxValue"/>: none).</summary>
+    public long OldestStartInFlight
+    {
+        get
+        {
+            lock (_startsGate)
+            {
+                return _startsInFlight.Count == 0 ? long.MaxValue : _startsInFlight.Min();
+            }
+        }
+    }
+
     public bool TryAdd(Session session)
     {
         if (!_sessions.TryAdd(session.Id, session))

@@ -163,4 +163,24 @@ public sealed class CheckpointRecoveryTests : IDisposable
             Assert.Equal(21, busyState.GetProperty("total").GetInt64());
         }
     }
+
+    [Fact]
+    public async Task ServiceCheckpoint_WhileASessionStartIsInFlight_NeverStartsRecoveryOrTruncatesAfterIt()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path);
+        var session = await server.StartSessionAsync();
+        await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a-1", amount = 1 });
+
+        // A start record being logged (its session not yet in the table) lies at or above this tail.
+        var tail = server.Runtime.Log.TailAddress;
+        var starting = server.Runtime.Sessions.BeginStart(tail);
+        var during = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+        Assert.True(during.ScanFrom <= tail, $"recovery would start at {during.ScanFrom}, after a start in flight at {tail}");
+        Assert.True(during.AtRestScanFrom <= tail, $"the scan would start at {during.AtRestScanFrom}, after a start in flight at {tail}");
+        Assert.True(server.Runtime.Log.BeginAddress <= tail, "the log was truncated above a start in flight");
+
+        server.Runtime.Sessions.EndStart(starting);
+        var after = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+        Assert.True(after.AtRestScanFrom > tail, "the scan start did not move once the start joined the table");
+    }
 }

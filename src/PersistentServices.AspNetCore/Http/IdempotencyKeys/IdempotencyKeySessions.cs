@@ -51,6 +51,7 @@ internal static class IdempotencyKeySessions
             else
             {
                 var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false, IdempotencyKey.KeySessionOwnerVersion, runtime.Codec);
+                var starting = runtime.Sessions.BeginStart(runtime.Log.TailAddress);
                 try
                 {
                     SessionRecords.AppendStarted(runtime.Log, started, started.StartedAt);
@@ -61,6 +62,10 @@ internal static class IdempotencyKeySessions
                 catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
                 {
                     refusal = Refusal.Unavailable;
+                }
+                finally
+                {
+                    runtime.Sessions.EndStart(starting);
                 }
             }
         }
