@@ -125,7 +125,7 @@ internal static class PendingBench
     {
         // This program again, as `dotnet <dll>` or through its apphost.
         var self = Environment.ProcessPath!;
-        var info = new ProcessStartInfo(self) { RedirectStandardOutput = true, UseShellExecute = false };
+        var info = new ProcessStartInfo(self) { RedirectStandardOutput = true, RedirectStandardInput = true, UseShellExecute = false };
         if (Path.GetFileNameWithoutExtension(self) == "dotnet")
         {
             info.ArgumentList.Add(typeof(PendingBench).Assembly.Location);
@@ -148,6 +148,16 @@ internal static class PendingBench
         {
             listener.Start(backlog: 4096);
         }
+
+        // Its standard input is a pipe from the measuring process: when that one ends (even killed), so does this one.
+        _ = Task.Run(async () =>
+        {
+            while (await Console.In.ReadLineAsync() is not null)
+            {
+            }
+
+            Environment.Exit(0);
+        });
 
         Console.WriteLine("ports " + string.Join(',', listeners.Select(l => ((IPEndPoint)l.LocalEndpoint).Port)));
         var received = 0;
