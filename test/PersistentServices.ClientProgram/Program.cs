@@ -21,10 +21,25 @@ using PersistentServices.Client;
 //                     read, not yet printed)
 //   PS_BENCH          "plain|persistent|key:<requests>": instead, times <requests> deposits per caller (PS_CONCURRENCY
 //                     callers) with a plain HttpClient, through persistent sessions, or with Idempotency-Key; prints one line
+//   PS_BENCH          "pending[-plain]:<N>:<body bytes>": instead, the client's memory and disk per pending request (PendingBench.cs):
+//                     N calls held by a service that never answers (a child process of this program, "hold:<ports>"); "-plain": a plain HttpClient
+//                     (PS_PENDING_PAUSE=<seconds>: holds them that long after printing, to inspect the process)
 // Each operation deposits 1 into the account named after it (POST /deposit). Output, one line each, flushed at once:
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
 //   "delivered <op> <status> <body>" for each reply a call returns, "closed <n>" for the idle sessions ended at the
 //   service when it stops, and "done" at the end.
+if (Environment.GetEnvironmentVariable("PS_BENCH") is { } pendingSpec && pendingSpec.StartsWith("pending", StringComparison.Ordinal))
+{
+    await PendingBench.RunAsync(pendingSpec, Environment.GetEnvironmentVariable("PS_CLIENT_STORE")!);
+    return;
+}
+
+if (Environment.GetEnvironmentVariable("PS_BENCH") is { } holdSpec && holdSpec.StartsWith("hold:", StringComparison.Ordinal))
+{
+    await PendingBench.HoldAsync(holdSpec);
+    return;
+}
+
 var builder = Environment.GetEnvironmentVariable("PS_MODE") == "host" ? Host.CreateApplicationBuilder() : null;
 var services = builder?.Services ?? new ServiceCollection();
 services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_SERVICE_URL")!))
