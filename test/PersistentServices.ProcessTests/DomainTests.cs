@@ -81,6 +81,76 @@ public sealed class DomainTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// Regression test for a member that cannot be reached during the distributed flush (here: B answers its flush
+    /// requests with 503 while a file exists, as a member still recovering does, without crashing, so nothing is an
+    /// orphan). A's reply is logged but may not leave the domain: the client gets 503. Once B answers again, the client's
+    /// retry of the same number is a duplicate whose flush runs again, and it gets the one logged reply. Before the fix in
+    /// <c>PersistentRequestHandler.ExecuteAsync</c> the session was abandoned and answered 503 to every retry until A
+    /// restarted.
+    /// </summary>
+    [Fact]
+    public async Task DistributedFlush_MemberRefusesItForAWhile_RetryOfTheSameNumberGetsTheLoggedReply_AndTheCreditRunsOnce()
+    {
+        var aPort = ServiceProcess.FreePort();
+        var bPort = ServiceProcess.FreePort();
+        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var refuse = _dir.File("refuse-flush");
+        await File.WriteAllTextAsync(refuse, "", TestContext.Current.CancellationToken);
+        await using var b = await ServiceProcess.StartAsync(new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_REFUSE_FLUSH_FILE"] = refuse,
+        }, bPort);
+        await using var a = await ServiceProcess.StartAsync(new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
+        }, aPort);
+        var session = await a.StartSessionAsync();
+        var payment = new { account = "op-1", amount = 100 };
+
+        // B credits and answers A unforced; A's reply needs B's part flushed, and B refuses: the reply does not leave. The
+        // retries while B still refuses get 503 too (each runs the flush again), never a reply.
+        for (var attempt = 0; attempt < 3; attempt++)
+        {
+            var (status, _, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, payment);
+            Assert.Equal(HttpStatusCode.ServiceUnavailable, status);
+        }
+
+        Assert.Contains("refusing a distributed flush", b.Output, StringComparison.Ordinal);
+        File.Delete(refuse);
+
+        // B answers flushes again: the retry of the same number gets the reply of the one execution.
+        (HttpStatusCode Status, System.Text.Json.JsonElement Body, HttpResponseMessage Response) retry = default;
+        for (var attempt = 0; attempt < 25; attempt++)
+        {
+            retry = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, payment);
+            if (retry.Status == HttpStatusCode.OK)
+            {
+                break;
+            }
+
+            await Task.Delay(200, TestContext.Current.CancellationToken);
+        }
+
+        Assert.True(retry.Status == HttpStatusCode.OK, $"the retry got {(int)retry.Status} after B answered flushes again (the session is stuck):\nA:\n{a.RecentOutput()}");
+        Assert.Equal(90, retry.Body.GetProperty("balance").GetInt64());
+        Assert.Equal(1, retry.Body.GetProperty("payments").GetInt64());
+        var (_, count, _) = await b.SendAsync(HttpMethod.Get, "/bank/credits/op-1", null, null);
+        Assert.Equal(1, count.GetProperty("count").GetInt32());
+        Assert.DoesNotContain("was an orphan", a.Output, StringComparison.Ordinal);
+
+        // The same number again: the same reply; the next number: the next payment, on top of the first.
+        var (again, againBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, payment);
+        Assert.Equal(HttpStatusCode.OK, again);
+        Assert.Equal(90, againBody.GetProperty("balance").GetInt64());
+        var (next, nextBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 2, new { account = "op-2", amount = 100 });
+        Assert.Equal(HttpStatusCode.OK, next);
+        Assert.Equal(180, nextBody.GetProperty("balance").GetInt64());
+        Assert.Equal(2, nextBody.GetProperty("payments").GetInt64());
+    }
+
     public static TheoryData<int, bool> KillPlans => new()
     {
         { 2, false }, // A -> B, one service killed at a time
