@@ -69,29 +69,6 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
     private async Task RollBackAsync(Session session, RecoveredStateNumber lost)
     {
-        // The request cut at the orphan record runs on live and calls members again: one of them may itself still be an
-        // orphan that has not rolled back yet (its reply is refused) or be out of reach. That is not this session's
-        // failure: the rollback runs again a little later (from the recovery point: the end of skip it logged is replayed
-        // like any), instead of leaving the session answering 503 until a restart.
-        var delay = TimeSpan.FromMilliseconds(200);
-        for (var attempt = 1; ; attempt++)
-        {
-            if (await TryRollBackAsync(session, lost, lastAttempt: attempt >= MaxAttempts).ConfigureAwait(false))
-            {
-                return;
-            }
-
-            await Task.Delay(delay).ConfigureAwait(false);
-            delay = TimeSpan.FromMilliseconds(Math.Min(delay.TotalMilliseconds * 2, 5000));
-        }
-    }
-
-    /// <summary>How many times a rollback whose live tail was abandoned is tried (about five minutes with the back-off).</summary>
-    private const int MaxAttempts = 64;
-
-    /// <summary>One rollback; false when its live tail was abandoned (a member's orphan reply or a member out of reach) and it should run again.</summary>
-    private async Task<bool> TryRollBackAsync(Session session, RecoveredStateNumber lost, bool lastAttempt)
-    {
         RollingBack(logger, session.TraceTag, lost.Service, lost.State.Epoch, lost.State.Lsn);
         session.BeginRollback();
         await session.ExecutionLock.WaitAsync().ConfigureAwait(false);
@@ -116,19 +93,12 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
             var (router, next) = await pipeline.Ready.ConfigureAwait(false);
             await replayer.ReplayAsync(session, router.Value, next, preloaded: null, CancellationToken.None).ConfigureAwait(false);
-            return true;
-        }
-        catch (Http.RequestAbandonedException ex) when (!lastAttempt && runtime.IsAvailable)
-        {
-            RollbackRetried(logger, session.TraceTag, ex.Message);
-            return false;
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
             // The rollback could not finish (the log faulted, a replay diverged): the session cannot be trusted any more.
             RollbackFailed(logger, session.TraceTag, ex);
             session.FailReplay(ex);
-            return true;
         }
         finally
         {
@@ -138,9 +108,6 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
     [LoggerMessage(1371, LogLevel.Warning, "Session {SessionTag} depends on state of '{Service}' that its crash took back (epoch {Epoch}, recovered to LSN {Lsn}): rolling it back")]
     private static partial void RollingBack(ILogger logger, string sessionTag, string service, long epoch, long lsn);
-
-    [LoggerMessage(1374, LogLevel.Warning, "The rollback of orphan session {SessionTag} runs again: its live tail was abandoned ({Reason})")]
-    private static partial void RollbackRetried(ILogger logger, string sessionTag, string reason);
 
     [LoggerMessage(1372, LogLevel.Error, "The rollback of orphan session {SessionTag} failed; its requests get 503")]
     private static partial void RollbackFailed(ILogger logger, string sessionTag, Exception exception);

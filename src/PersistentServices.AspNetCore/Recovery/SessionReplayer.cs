@@ -87,15 +87,6 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
-            // The DV the request arrived with joins the session's, as it did live (PersistentRequestHandler.LogRequest):
-            // without it a replayed session forgot what its callers' state it depends on, and a recovered state number
-            // learned later rolled back the shared variables the session wrote but not the session, which kept (and
-            // sent again) the reply of an execution whose effects were gone.
-            if (recovered is not null && record.Dv is { } incoming)
-            {
-                session.Dv = session.Dv.Merge(Domain.DependencyVector.FromRecord(incoming)).Prune(recovered);
-            }
-
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
             var cutShort = orphanedInside || (i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence));
             if (cutShort && !session.HoldsReservations)
@@ -136,13 +127,6 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
 
         runtime.Shared.ReleaseReservations(session.Id);
         session.FinishReplay(last);
-
-        // A recovered state number learned while this replay ran may have found the session's DV incomplete (its check
-        // of every session runs at once): with the whole DV rebuilt, look again; a rollback follows if it is an orphan.
-        if (recovered?.FindOrphan(session.Dv) is { } lost)
-        {
-            runtime.Orphans?.Schedule(session, lost);
-        }
         activity?.SetTag("persistentservices.replay.requests", (long)positions.Count);
         return positions.Count;
     }
