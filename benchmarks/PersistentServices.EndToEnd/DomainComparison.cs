@@ -38,7 +38,7 @@ internal static class DomainComparison
     private const string PeerKey = "benchmark-peer-key-not-a-secret-0123456789";
     private const int RedisPort = 6399;
 
-    public static async Task RunAsync(int seconds, int[] sessionCounts, int[] callCounts, string[] configs, double[] crashPeriods, int crashSeconds)
+    public static async Task RunAsync(int seconds, int[] sessionCounts, int[] callCounts, string[] configs, double[] crashPeriods, int crashSeconds, bool phases = false)
     {
         var root = Path.Combine(Path.GetTempPath(), "ps-domain-" + Guid.NewGuid().ToString("N")[..8]);
         Directory.CreateDirectory(root);
@@ -47,12 +47,16 @@ internal static class DomainComparison
                           (redis is null ? "" : $"; redis-server {redis.Version} on 127.0.0.1:{RedisPort} (no persistence), StackExchange.Redis"));
         Console.WriteLine($"- an end request to A makes k calls to B; closed loop, {seconds} s per cell after 2 s warm-up; forces = log commits of A and B per end request");
         Console.WriteLine();
-        Console.WriteLine("| configuration | calls to B per request | sessions | requests/s | p50 (ms) | p99 (ms) | forces per request (A + B) |");
-        Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|");
+        Console.WriteLine("- CPU = user + system time of A and B (Process.TotalProcessorTime) over the cell, per end request" +
+                          (phases ? "; phases: p50 of each traced step in A and B (ActivityListener: its own cost is in the figures)" : ""));
+        Console.WriteLine();
+        Console.WriteLine("| configuration | calls to B per request | sessions | requests/s | p50 (ms) | p99 (ms) | forces per request (A + B) | CPU ms per request (A + B) |");
+        Console.WriteLine("|---|---:|---:|---:|---:|---:|---:|---:|");
+        var phaseLines = new List<string>();
         var p50 = new Dictionary<(string, int, int), double>();
         foreach (var config in configs)
         {
-            await using var pair = await MemberPair.StartAsync(root, config);
+            await using var pair = await MemberPair.StartAsync(root, config, phases);
             foreach (var sessions in sessionCounts)
             {
                 foreach (var k in callCounts)
@@ -60,9 +64,29 @@ internal static class DomainComparison
                     var result = await LoadAsync(pair, k, sessions, TimeSpan.FromSeconds(seconds), crashPeriod: null);
                     p50[(config, sessions, k)] = result.P50;
                     Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"| {config} | {k} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F2} | {result.P99:F2} | {result.ForcesPerRequest:F2} |"));
+                        $"| {config} | {k} | {sessions} | {result.RequestsPerSecond:N0} | {result.P50:F2} | {result.P99:F2} | {result.ForcesPerRequest:F2} | {result.CpuMsPerRequest:F2} |"));
+                    if (phases)
+                    {
+                        foreach (var (member, name) in new[] { (pair.A, "A"), (pair.B, "B") })
+                        {
+                            var steps = JsonDocument.Parse(await member.GetAsync("/bench/phases")).RootElement;
+                            foreach (var step in steps.EnumerateObject())
+                            {
+                                phaseLines.Add(string.Create(CultureInfo.InvariantCulture,
+                                    $"| {config} | {k} | {sessions} | {name} | {step.Name} | {step.Value.GetProperty("count").GetInt64() / (double)result.Measured:F2} | {step.Value.GetProperty("p50").GetDouble():F3} |"));
+                            }
+                        }
+                    }
                 }
             }
+        }
+
+        if (phaseLines.Count > 0)
+        {
+            Console.WriteLine();
+            Console.WriteLine("| configuration | calls | sessions | member | step | per end request | p50 (ms) |");
+            Console.WriteLine("|---|---:|---:|---|---|---:|---:|");
+            phaseLines.ForEach(Console.WriteLine);
         }
 
         if (configs.Contains("optimistic") && configs.Contains("pessimistic"))
@@ -93,7 +117,7 @@ internal static class DomainComparison
             {
                 foreach (var period in crashPeriods)
                 {
-                    await using var pair = await MemberPair.StartAsync(root, config);
+                    await using var pair = await MemberPair.StartAsync(root, config, phases: false);
                     Result result;
                     try
                     {
@@ -115,7 +139,7 @@ internal static class DomainComparison
         Directory.Delete(root, recursive: true);
     }
 
-    private sealed record Result(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long Completed, int Kills);
+    private sealed record Result(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long Completed, int Kills, double CpuMsPerRequest, long Measured);
 
     private static async Task<Result> LoadAsync(MemberPair pair, int calls, int sessions, TimeSpan duration, TimeSpan? crashPeriod)
     {
@@ -147,6 +171,13 @@ internal static class DomainComparison
         }
 
         var forcesBefore = await pair.CommitsAsync();
+        if (pair.Phases)
+        {
+            await pair.A.GetAsync("/bench/phases?reset=true");
+            await pair.B.GetAsync("/bench/phases?reset=true");
+        }
+
+        var cpuBefore = pair.CpuTime();
         var latencies = new List<double>[sessions];
         using var stop = new CancellationTokenSource();
         var kills = 0;
@@ -172,13 +203,14 @@ internal static class DomainComparison
         var started = Stopwatch.GetTimestamp();
         var count = await DriveAsync(client, pair, calls, ids, sequences, duration, latencies);
         var elapsed = Stopwatch.GetElapsedTime(started).TotalSeconds;
+        var cpu = pair.CpuTime() - cpuBefore;
         await stop.CancelAsync();
         await killer;
         await pair.B.WaitReadyAsync();
         var forces = await pair.CommitsAsync() - forcesBefore;
         var all = latencies.SelectMany(l => l).Order().ToArray();
         return new Result(count / elapsed, all[all.Length / 2], all[Math.Min(all.Length - 1, (int)(all.Length * 0.99))], (double)forces / count,
-            sequences.Sum(), kills);
+            sequences.Sum(), kills, cpu.TotalMilliseconds / count, count);
     }
 
     /// <summary>Closed loop per session; a failed attempt (connection lost, 503) is retried with the same number until it succeeds.</summary>
@@ -235,12 +267,18 @@ internal static class DomainComparison
     /// <summary>A and B of one configuration, each a child process with its own log.</summary>
     private sealed class MemberPair : IAsyncDisposable
     {
-        private MemberPair(Member a, Member b, bool persistent)
+        private MemberPair(Member a, Member b, bool persistent, bool phases)
         {
             A = a;
             B = b;
             Persistent = persistent;
+            Phases = phases;
         }
+
+        public bool Phases { get; }
+
+        /// <summary>CPU time (user + system) A and B used so far (the current processes).</summary>
+        public TimeSpan CpuTime() => A.CpuTime() + B.CpuTime();
 
         public Member A { get; }
 
@@ -248,15 +286,15 @@ internal static class DomainComparison
 
         public bool Persistent { get; }
 
-        public static async Task<MemberPair> StartAsync(string root, string config)
+        public static async Task<MemberPair> StartAsync(string root, string config, bool phases)
         {
             var aPort = FreePort();
             var bPort = FreePort();
             var dir = Path.Combine(root, config + "-" + Guid.NewGuid().ToString("N")[..6]);
-            var common = new[] { "--config", config, "--a", $"http://127.0.0.1:{aPort}", "--b", $"http://127.0.0.1:{bPort}", "--dir", dir };
+            string[] common = ["--config", config, "--a", $"http://127.0.0.1:{aPort}", "--b", $"http://127.0.0.1:{bPort}", "--dir", dir, .. phases ? ["--phases", "on"] : Array.Empty<string>()];
             var b = await Member.StartAsync([.. common, "--name", "B"], new Uri($"http://127.0.0.1:{bPort}"));
             var a = await Member.StartAsync([.. common, "--name", "A"], new Uri($"http://127.0.0.1:{aPort}"));
-            return new MemberPair(a, b, config is "pessimistic" or "optimistic");
+            return new MemberPair(a, b, config is "pessimistic" or "optimistic", phases);
         }
 
         public async Task<long> CommitsAsync() => await A.StatAsync("commits") + await B.StatAsync("commits");
@@ -345,6 +383,18 @@ internal static class DomainComparison
             }
 
             throw new TimeoutException("member did not become ready");
+        }
+
+        public TimeSpan CpuTime()
+        {
+            _process.Refresh();
+            return _process.TotalProcessorTime;
+        }
+
+        public async Task<string> GetAsync(string path)
+        {
+            using var http = new HttpClient { BaseAddress = Url, Timeout = TimeSpan.FromSeconds(30) };
+            return await http.GetStringAsync(path);
         }
 
         public async Task<long> StatAsync(string name)
@@ -455,9 +505,15 @@ internal static class DomainComparison
         using var redis = config == "stateserver" ? await ConnectionMultiplexer.ConnectAsync($"127.0.0.1:{RedisPort}") : null;
         var memory = new ConcurrentDictionary<string, long>();
 
+        using var phases = option("--phases") is null ? null : new PhaseRecorder();
         var app = builder.Build();
         app.UsePersistentServices();
         var runtime = app.Services.GetRequiredService<PersistentRuntime>();
+        if (phases is not null)
+        {
+            app.MapGet("/bench/phases", (bool? reset) => reset == true ? Results.Ok(phases.Reset()) : Results.Ok(phases.Summary()));
+        }
+
         app.MapGet("/bench/ready", () => runtime.IsAvailable || !persistent ? Results.Ok() : Results.StatusCode(503));
         app.MapGet("/bench/stats", [ReadOnly] () => Results.Ok(new { commits = runtime.Log.Commits, credits = persistent ? Credits.Read() : 0 }));
 
@@ -583,4 +639,62 @@ public sealed partial class DomainBenchSession
 {
     [SessionState]
     public partial long Orders { get; set; }
+}
+
+/// <summary>
+/// The <c>--phases</c> diagnostic of the domain benchmark: durations of the library's spans (request, distributed flush,
+/// log force) and of HTTP in and out by path, recorded by an <see cref="ActivityListener"/>; p50 per step.
+/// </summary>
+internal sealed class PhaseRecorder : IDisposable
+{
+    private readonly ActivityListener _listener;
+    private ConcurrentDictionary<string, ConcurrentBag<double>> _steps = new();
+
+    public PhaseRecorder()
+    {
+        _listener = new ActivityListener
+        {
+            ShouldListenTo = source => source.Name is "PersistentServices" or "System.Net.Http" or "Microsoft.AspNetCore",
+            Sample = (ref ActivityCreationOptions<ActivityContext> _) => ActivitySamplingResult.AllDataAndRecorded,
+            ActivityStopped = Record,
+        };
+        ActivitySource.AddActivityListener(_listener);
+    }
+
+    public object Reset()
+    {
+        _steps = new();
+        return new { };
+    }
+
+    public Dictionary<string, object> Summary() => _steps.Where(s => !s.Key.Contains("/bench/", StringComparison.Ordinal)).ToDictionary(
+        s => s.Key,
+        s =>
+        {
+            var sorted = s.Value.Order().ToArray();
+            return (object)new { count = sorted.Length, p50 = sorted.Length == 0 ? 0 : sorted[sorted.Length / 2] };
+        });
+
+    public void Dispose() => _listener.Dispose();
+
+    private void Record(Activity activity)
+    {
+        var name = activity.Source.Name switch
+        {
+            "PersistentServices" => activity.OperationName,
+            "System.Net.Http" => "http out " + PathOf(activity),
+            _ => "http in " + PathOf(activity),
+        };
+        _steps.GetOrAdd(name, _ => []).Add(activity.Duration.TotalMilliseconds);
+    }
+
+    private static string PathOf(Activity activity)
+    {
+        if (activity.GetTagItem("url.path") is string path)
+        {
+            return path;
+        }
+
+        return activity.GetTagItem("url.full") is string full && Uri.TryCreate(full, UriKind.Absolute, out var uri) ? uri.AbsolutePath : activity.DisplayName;
+    }
 }

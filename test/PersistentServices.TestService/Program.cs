@@ -18,6 +18,8 @@ using PersistentServices.SharedState;
 //   PS_DIE_AFTER_CREDIT      "1": SIGKILL itself right after the reply to its first /bank/credit went out (a member that
 //                            crashes before anything forced what it just told the caller)
 //   PS_RELAY                 "1": /bank/credit also credits its own callee (a chain A -> B -> C)
+//   PS_REFUSE_FLUSH_FILE     while this file exists, a member's distributed flush request (POST /ps/domain/flush) gets
+//                            503, as from a member that is unreachable or still recovering (nothing else is affected)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS
@@ -108,6 +110,22 @@ var bankClient = Environment.GetEnvironmentVariable("PS_CALLEE_NAME") ?? "bank";
 builder.Services.AddHttpClient(bankClient, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
     .AddPersistentCalls();
 var app = builder.Build();
+var refuseFlushFile = Environment.GetEnvironmentVariable("PS_REFUSE_FLUSH_FILE");
+if (refuseFlushFile is { Length: > 0 })
+{
+    app.Use((context, next) =>
+    {
+        if (context.Request.Path == "/ps/domain/flush" && File.Exists(refuseFlushFile))
+        {
+            Console.Error.WriteLine("refusing a distributed flush (PS_REFUSE_FLUSH_FILE)");
+            context.Response.StatusCode = StatusCodes.Status503ServiceUnavailable;
+            return Task.CompletedTask;
+        }
+
+        return next(context);
+    });
+}
+
 app.UsePersistentServices();
 
 var balances = new SharedMap<string, long>("Test.Balances");

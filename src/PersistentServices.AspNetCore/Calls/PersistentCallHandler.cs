@@ -131,8 +131,40 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             throw new CallAbandonedException($"The host stopped before '{callee}' answered {request.Method} {request.RequestUri}; the request is retried after the restart.", ex);
         }
 
+        if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(callee) &&
+            response.Headers.TryGetValues(ProtocolHeaders.Orphan, out var orphan))
+        {
+            // The member refused the call as an orphan message: this session depends on state a crash took back ([MSP Fig. 7]).
+            // Not a reply for the endpoint (which would turn it into its own 500, logged as the request's outcome): the
+            // request is abandoned (503) and the session rolls back, like an orphan found by the distributed flush.
+            response.Dispose();
+            throw await OrphanRefusedAsync(execution, orphan.FirstOrDefault(), cancellationToken).ConfigureAwait(false);
+        }
+
         var role = CallRoles.Parse(response.Headers.TryGetValues(ProtocolHeaders.Role, out var values) ? values.FirstOrDefault() : null);
         return (response, role);
+    }
+
+    /// <summary>
+    /// The exception for a call a member refused as an orphan message: the recovered state number it names is learned (logged,
+    /// forced, every session and variable checked) when the session's DV does depend on what it says was lost.
+    /// </summary>
+    private async Task<Http.RequestAbandonedException> OrphanRefusedAsync(RequestExecution execution, string? header, CancellationToken cancellationToken)
+    {
+        var domain = runtime.Domain;
+        if (Domain.DvHeader.Parse(header, 1, domain.IsMember, out _) is { Entries.Count: 1 } named)
+        {
+            var lost = new Domain.RecoveredStateNumber(named.Entries[0].Key, named.Entries[0].Value);
+            if (execution.Session.Dv.IsOrphan(lost))
+            {
+                await domain.LearnAsync([lost], cancellationToken).ConfigureAwait(false);
+                return new Domain.OrphanException(lost);
+            }
+        }
+
+        return domain.Recovered.FindOrphan(execution.Session.Dv) is { } known
+            ? new Domain.OrphanException(known)
+            : new Domain.DomainUnavailableException($"'{callee}' refused the call as an orphan message ({header}), a loss this service cannot confirm yet.");
     }
 
     /// <summary>

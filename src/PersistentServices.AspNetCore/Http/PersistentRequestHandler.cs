@@ -98,8 +98,10 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 {
                     reply = await admission.Pending!.ConfigureAwait(false);
                 }
-                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException)
+                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException or RequestAbandonedException)
                 {
+                    // The execution it waited for was abandoned (a member out of reach, an orphan, the host stopping): 503 as
+                    // for that execution's own client, never an unhandled exception (a 500 a caller would log as the reply).
                     await UnavailableAsync(request, ex).ConfigureAwait(false);
                     return;
                 }
@@ -304,6 +306,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         if (domain.Recovered.FindOrphan(dv) is { } lost)
         {
             PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "message"));
+            context.Response.Headers[ProtocolHeaders.Orphan] = Domain.DvHeader.Format(Domain.DependencyVector.Empty.With(lost.Service, lost.State));
             await ProtocolProblems.WriteAsync(context, 409, "orphan-message", "The message depends on lost state",
                 $"The sender depends on state of '{lost.Service}' that a crash took back (epoch {lost.State.Epoch}, recovered to LSN {lost.State.Lsn}); the message is discarded.").ConfigureAwait(false);
             return false;

@@ -25,6 +25,12 @@ internal static class ProtocolHeaders
     /// <summary>Inside a service domain: the sender's dependency vector on a call or a reply (docs/domains.md).</summary>
     public const string Dv = "PS-DV";
 
+    /// <summary>
+    /// Inside a service domain, on a <c>409 orphan-message</c> reply: the recovered state number the refused message's DV
+    /// depends on beyond (<c>Service=epoch.lsn</c>), so the sender learns it and rolls back (docs/domains.md).
+    /// </summary>
+    public const string Orphan = "PS-Orphan";
+
     /// <summary>On a call: its signature with the deployment's peer key (<c>t=&lt;unix ms&gt;,v1=&lt;hex&gt;</c>).</summary>
     public const string Signature = "PS-Signature";
 

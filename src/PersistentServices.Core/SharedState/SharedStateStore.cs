@@ -350,6 +350,18 @@ internal sealed partial class SharedStateStore
     /// </summary>
     public async Task<bool> RollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken = default)
     {
+        while (true)
+        {
+            if (await TryRollBackOrphanAsync(name, recovered, cancellationToken).ConfigureAwait(false) is { } done)
+            {
+                return done;
+            }
+        }
+    }
+
+    /// <summary>One attempt of <see cref="RollBackOrphanAsync"/>: null when the variable was written meanwhile (look again).</summary>
+    private async Task<bool?> TryRollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken)
+    {
         var cell = Cell(name);
         long head;
         lock (cell.Gate)
@@ -360,6 +372,12 @@ internal sealed partial class SharedStateStore
             }
 
             head = cell.ChainHead;
+        }
+
+        // The chain's newest writes may not be durable yet (only committed records can be read back): force them first.
+        if (head >= Log.DurableUntil)
+        {
+            await Log.WaitUntilDurableAsync(head, cancellationToken).ConfigureAwait(false);
         }
 
         // Read the chain outside the lock, then install the result if the variable did not move meanwhile.
@@ -398,7 +416,9 @@ internal sealed partial class SharedStateStore
         {
             if (cell.ChainHead != head)
             {
-                return false; // written again meanwhile: a write replaces an orphan value ([MSP §3.3])
+                // Written again meanwhile: a blind write replaced the orphan value ([MSP §3.3]) and the variable is no orphan
+                // any more, or an update built on it and carries its DV: look again from the new head.
+                return null;
             }
 
             cell.SetBytes(value, format);
