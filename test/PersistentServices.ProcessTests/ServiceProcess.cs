@@ -220,6 +220,14 @@ internal sealed class ServiceProcess : IAsyncDisposable
             await _process.WaitForExitAsync();
         }
 
+        // PS_TEST_OUTPUT_DIR keeps every service process's output (for investigating a failed crash run by hand).
+        if (Environment.GetEnvironmentVariable("PS_TEST_OUTPUT_DIR") is { Length: > 0 } keep)
+        {
+            Directory.CreateDirectory(keep);
+            await File.WriteAllTextAsync(
+                System.IO.Path.Combine(keep, $"{DateTime.UtcNow:HHmmss.fff}-{Port}-{_process.Id}.log"), Output);
+        }
+
         _process.Dispose();
     }
 

@@ -62,4 +62,8 @@ internal static partial class AspNetCoreEvents
 
     [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionTag} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
     public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);
+
+    [LoggerMessage(1207, LogLevel.Warning,
+        "Replay of session {SessionTag} ran request {Sequence} (LSN {Lsn}) past its log and had to abandon it; it stays unanswered (retries get 503) until the session's rollback runs it again")]
+    public static partial void ReplayTailAbandoned(ILogger logger, string sessionTag, long sequence, long lsn, Exception exception);
 }

@@ -1,4 +1,3 @@
-using System.Collections.Concurrent;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
 using PersistentServices.Log.Records;
@@ -15,37 +14,32 @@ namespace PersistentServices.Domain;
 /// backward chain. Triggered by a distributed flush that found the orphan, by an orphan message, and by every recovered
 /// state number learned (all sessions and variables are checked).
 /// </summary>
+/// <remarks>
+/// One rollback per session at a time. A trigger while it runs makes it run once more afterwards (the number learned
+/// meanwhile may concern records its replay had already passed). A rollback waits for a replay of the session under way
+/// (its recovery replay) to finish first. When the request a rollback runs live again is abandoned (a member refused its
+/// call as an orphan because its own rollback has not finished, or was out of reach), the request stays unanswered (503)
+/// and the rollback runs again after a pause, doubling up to <see cref="MaxRetryDelay"/>, until it completes.
+/// </remarks>
 internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionReplayer replayer, ReplayPipeline pipeline, ILogger<OrphanRecovery> logger)
 {
-    private readonly ConcurrentDictionary<SessionId, Task> _running = new();
+    /// <summary>The first pause before a rollback runs an abandoned request again.</summary>
+    public static readonly TimeSpan FirstRetryDelay = TimeSpan.FromMilliseconds(200);
 
-    /// <summary>Rolls back <paramref name="session"/> once (a second trigger while it rolls back joins the first).</summary>
-    public void Schedule(Session session, RecoveredStateNumber lost)
-    {
-        if (session.Ended)
-        {
-            return;
-        }
+    /// <summary>The longest pause between two runs of an abandoned request.</summary>
+    public static readonly TimeSpan MaxRetryDelay = TimeSpan.FromSeconds(5);
 
-        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        if (!_running.TryAdd(session.Id, done.Task))
-        {
-            return;
-        }
+    private readonly Lock _gate = new();
+    private readonly Dictionary<SessionId, Run> _runs = [];
 
-        _ = Task.Run(async () =>
-        {
-            try
-            {
-                await RollBackAsync(session, lost).ConfigureAwait(false);
-            }
-            finally
-            {
-                _running.TryRemove(session.Id, out Task? _);
-                done.TrySetResult();
-            }
-        });
-    }
+    /// <summary>Rolls back <paramref name="session"/>; a trigger while it rolls back makes it roll back once more afterwards.</summary>
+    public void Schedule(Session session, RecoveredStateNumber lost) => Start(session, lost, TimeSpan.Zero);
+
+    /// <summary>
+    /// The replay of a recovered session abandoned the request the crash cut short (<see cref="ReplayTailAbandonedException"/>):
+    /// after a pause the session rolls back and runs it again (by then the member that refused it may have rolled back).
+    /// </summary>
+    public void ScheduleAfterAbandonedTail(Session session) => Start(session, null, FirstRetryDelay);
 
     /// <summary>A recovered state number was learned: every session and shared variable that depended on what it lost rolls back.</summary>
     public async Task OnLearnedAsync(RecoveredStateNumber lost)
@@ -65,11 +59,88 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
     }
 
     /// <summary>Waits for every rollback under way (tests, drain).</summary>
-    public Task WhenIdleAsync() => Task.WhenAll(_running.Values);
-
-    private async Task RollBackAsync(Session session, RecoveredStateNumber lost)
+    public Task WhenIdleAsync()
     {
-        RollingBack(logger, session.TraceTag, lost.Service, lost.State.Epoch, lost.State.Lsn);
+        lock (_gate)
+        {
+            return Task.WhenAll(_runs.Values.Select(r => r.Task));
+        }
+    }
+
+    private void Start(Session session, RecoveredStateNumber? lost, TimeSpan delay)
+    {
+        if (session.Ended)
+        {
+            return;
+        }
+
+        lock (_gate)
+        {
+            if (_runs.TryGetValue(session.Id, out var running))
+            {
+                running.Again = true;
+                return;
+            }
+
+            var run = new Run();
+            _runs[session.Id] = run;
+            run.Task = Task.Run(() => RunAsync(session, run, lost, delay));
+        }
+    }
+
+    private async Task RunAsync(Session session, Run run, RecoveredStateNumber? lost, TimeSpan delay)
+    {
+        var abandonedRuns = 0;
+        while (true)
+        {
+            if (delay > TimeSpan.Zero)
+            {
+                await Task.Delay(delay, runtime.Time).ConfigureAwait(false);
+            }
+
+            lock (_gate)
+            {
+                run.Again = false;
+            }
+
+            var abandoned = await RollBackAsync(session, lost).ConfigureAwait(false);
+            lock (_gate)
+            {
+                if ((!abandoned && !run.Again) || session.Ended || !runtime.IsAvailable)
+                {
+                    _runs.Remove(session.Id);
+                    return;
+                }
+            }
+
+            lost = null;
+            delay = abandoned
+                ? TimeSpan.FromTicks(Math.Min(MaxRetryDelay.Ticks, FirstRetryDelay.Ticks << Math.Min(++abandonedRuns, 10)))
+                : TimeSpan.Zero;
+        }
+    }
+
+    /// <summary>One rollback; true when the request it ran live again was abandoned (the session is ready, that request unanswered).</summary>
+    private async Task<bool> RollBackAsync(Session session, RecoveredStateNumber? lost)
+    {
+        // A replay of this session under way (its recovery replay, which may still run its last request live) finishes
+        // first: a reset beneath it would make it replay a stream being replaced, and its end would leave the session at
+        // the recovery point (expecting its first number again).
+        await session.Ready.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        if (session.Ended || session.Diverged is not null)
+        {
+            return false;
+        }
+
+        if (lost is { } known)
+        {
+            RollingBack(logger, session.TraceTag, known.Service, known.State.Epoch, known.State.Lsn);
+        }
+        else
+        {
+            RunningAgain(logger, session.TraceTag);
+        }
+
         session.BeginRollback();
         await session.ExecutionLock.WaitAsync().ConfigureAwait(false);
         try
@@ -93,12 +164,19 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
             var (router, next) = await pipeline.Ready.ConfigureAwait(false);
             await replayer.ReplayAsync(session, router.Value, next, preloaded: null, CancellationToken.None).ConfigureAwait(false);
+            return false;
+        }
+        catch (ReplayTailAbandonedException)
+        {
+            // The session is ready with that request unanswered; the caller runs the rollback again after a pause.
+            return true;
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
             // The rollback could not finish (the log faulted, a replay diverged): the session cannot be trusted any more.
             RollbackFailed(logger, session.TraceTag, ex);
             session.FailReplay(ex);
+            return false;
         }
         finally
         {
@@ -106,9 +184,19 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         }
     }
 
+    private sealed class Run
+    {
+        public Task Task { get; set; } = Task.CompletedTask;
+
+        public bool Again { get; set; }
+    }
+
     [LoggerMessage(1371, LogLevel.Warning, "Session {SessionTag} depends on state of '{Service}' that its crash took back (epoch {Epoch}, recovered to LSN {Lsn}): rolling it back")]
     private static partial void RollingBack(ILogger logger, string sessionTag, string service, long epoch, long lsn);
 
     [LoggerMessage(1372, LogLevel.Error, "The rollback of orphan session {SessionTag} failed; its requests get 503")]
     private static partial void RollbackFailed(ILogger logger, string sessionTag, Exception exception);
+
+    [LoggerMessage(1374, LogLevel.Warning, "Session {SessionTag} rolls back again (a recovered state number was learned while it rolled back, or the request it ran live again was abandoned)")]
+    private static partial void RunningAgain(ILogger logger, string sessionTag);
 }

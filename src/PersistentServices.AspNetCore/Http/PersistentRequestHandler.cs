@@ -86,8 +86,9 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 return;
 
             case AdmitOutcome.Duplicate:
-                // The last request of the session was abandoned (the log faulted before its reply was durable): the service
-                // must restart, and recovery will finish it.
+                // The last request of the session was abandoned: the log faulted before its reply was durable (the service
+                // must restart, and recovery will finish it), or, in a domain, a call it made was refused as an orphan or a
+                // member was out of reach (the session's rollback runs it again).
                 await UnavailableAsync(request, runtime.LogFault).ConfigureAwait(false);
                 return;
 
@@ -277,9 +278,28 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             return false;
         }
 
-        request.Generation = session.Generation;
-        request.Admission = session.Admit(sequence, request.Hash, version0Hash);
-        return true;
+        // A rollback that began after the wait above replays the session again: wait for it too (a few times at most:
+        // each is a rollback the session needed; after that the client retries).
+        for (var attempt = 0; ; attempt++)
+        {
+            request.Generation = session.Generation;
+            request.Admission = session.Admit(sequence, request.Hash, version0Hash);
+            if (request.Admission.Outcome != AdmitOutcome.NotReady)
+            {
+                return true;
+            }
+
+            if (attempt == 3)
+            {
+                await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+                return false;
+            }
+
+            if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+            {
+                return false;
+            }
+        }
     }
 
     /// <summary>

@@ -83,6 +83,12 @@ internal sealed class RecoveryHostedService(
             {
                 Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, preloaded, run.Token).ConfigureAwait(false));
             }
+            catch (ReplayTailAbandonedException) when (runtime.Orphans is { } orphans)
+            {
+                // The request the crash cut short could not finish live (a member refused its call as an orphan, or was out
+                // of reach): only this session waits for it; it rolls back and runs it again once the domain allows.
+                orphans.ScheduleAfterAbandonedTail(session);
+            }
             catch (ReplayDivergenceException divergence) when (runtime.Options.OnDivergence == DivergencePolicy.QuarantineSession)
             {
                 // Only this session: its requests get session-diverged; every other session and the shared state go on.

@@ -11,6 +11,14 @@ using PersistentServices.Sessions;
 
 namespace PersistentServices.Recovery;
 
+/// <summary>
+/// A replay ran the request the crash (or a rollback) cut short past its log, and its live part was abandoned (a call
+/// refused as an orphan, a member out of reach): the session is ready again with that request unanswered (retries get
+/// 503); whoever replayed it rolls the session back to run it again.
+/// </summary>
+internal sealed class ReplayTailAbandonedException(string sessionTag, long sequence, Exception inner)
+    : Exception($"The replay of session {sessionTag} abandoned request {sequence}, which ran past its log: {inner.Message}", inner);
+
 /// <summary>A logged request and the records it wrote while it ran, read from the log for replay.</summary>
 internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Record, IReadOnlyList<LogRecord> Aux);
 
@@ -87,6 +95,13 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
+            // As live (PersistentRequestHandler.LogRequest): the DV the request arrived with joins the session's, so that a
+            // recovered state number learned later finds the session an orphan when it depends on what a caller lost.
+            if (recovered is not null && record.Dv is { } arrived)
+            {
+                session.Dv = session.Dv.Merge(Domain.DependencyVector.FromRecord(arrived)).Prune(recovered);
+            }
+
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
             var cutShort = orphanedInside || (i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence));
             if (cutShort && !session.HoldsReservations)
@@ -98,7 +113,30 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn) { CompareWrites = check is not null };
             var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, request.Position, cursor);
             execution.Advance(request.Position.RequestLsn);
-            var (reply, onCompleted) = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
+            CapturedReply replayed;
+            try
+            {
+                replayed = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
+            }
+            catch (RequestAbandonedException abandoned) when (cutShort && abandoned is not Calls.CallAbandonedException)
+            {
+                // Its live part could not finish: a member refused its call as an orphan (the member, or this session,
+                // depends on state a crash took back) or could not be reached. As live, the request is abandoned, not the
+                // whole recovery: it stays unanswered, and the caller rolls the session back to run it again.
+                if (orphanLsn != 0)
+                {
+                    session.CutPositionStream(keep, null);
+                    PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+                    AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
+                }
+
+                runtime.Shared.ReleaseReservations(session.Id);
+                session.FinishReplayUnanswered();
+                AspNetCoreEvents.ReplayTailAbandoned(logger, session.TraceTag, record.Sequence, position.RequestLsn, abandoned);
+                throw new ReplayTailAbandonedException(session.TraceTag, record.Sequence, abandoned);
+            }
+
+            var (reply, onCompleted) = replayed;
             if (cutShort)
             {
                 await LogReplyAsync(execution, reply, cancellationToken).ConfigureAwait(false);
@@ -123,6 +161,11 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
 
             PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
             AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
+        }
+        else
+        {
+            // Nothing cut: the numbering is the last replayed request's (a rollback's reset took it back to the recovery point).
+            session.ResumeNumberingAfterReplay();
         }
 
         runtime.Shared.ReleaseReservations(session.Id);

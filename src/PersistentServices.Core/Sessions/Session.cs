@@ -24,6 +24,9 @@ internal enum AdmitOutcome
     /// <summary>The last number again, but a different request.</summary>
     Mismatch,
 
+    /// <summary>The session is replaying (a rollback began after the caller waited for it): wait for it again, then admit.</summary>
+    NotReady,
+
     /// <summary>The session ended.</summary>
     Ended,
 }
@@ -289,6 +292,13 @@ internal sealed class Session
                 return new Admission(AdmitOutcome.Ended, expected);
             }
 
+            // A rollback (orphan recovery) that began after the caller waited for the session resets its numbering to the
+            // recovery point while it replays: admitting against that would refuse the client's next number as a gap.
+            if (!_ready.Task.IsCompletedSuccessfully)
+            {
+                return new Admission(AdmitOutcome.NotReady, expected);
+            }
+
             if (sequence == LastSequence && LastSequence > 0)
             {
                 var compared = LastRequestHashVersion == 0 ? version0Hash : requestHash;
@@ -490,6 +500,52 @@ internal sealed class Session
         _ready.TrySetResult();
     }
 
+    /// <summary>
+    /// A rollback's replay went through the whole position stream without finding an orphan record (what made the session an
+    /// orphan was not in its log, or a later rollback found it already cut): the numbering goes back to the last request of
+    /// the stream, where <see cref="ResetToRecoveryPoint"/> had taken it away. Without this, the session would expect
+    /// its first number again and refuse its client's next request as a gap.
+    /// </summary>
+    public void ResumeNumberingAfterReplay()
+    {
+        if (PositionStream.Count == 0)
+        {
+            return;
+        }
+
+        var last = PositionStream[^1];
+        lock (_gate)
+        {
+            LastSequence = last.Sequence;
+            LastRequestHash = last.RequestHash;
+            LastRequestHashVersion = last.RequestHashVersion;
+        }
+    }
+
+    /// <summary>
+    /// Replay ended in a request it could not finish: the live part of the request the crash (or a rollback) cut short was
+    /// abandoned (a member refused its call as an orphan, or was out of reach). As for a live request abandoned that way,
+    /// the request stays unanswered: a retry of its number gets 503 (no reply is held) until a rollback runs it again.
+    /// The session's requests no longer wait.
+    /// </summary>
+    public void FinishReplayUnanswered()
+    {
+        ResumeNumberingAfterReplay();
+        lock (_gate)
+        {
+            SetLastReplyLocked(null);
+            _loggedFullReply = null;
+        }
+
+        foreach (var position in PositionStream)
+        {
+            position.RequestRecord = null;
+            position.AuxRecords = null;
+        }
+
+        _ready.TrySetResult();
+    }
+
     /// <summary>Replay failed: requests waiting for this session fail with <paramref name="error"/>.</summary>
     public void FailReplay(Exception error) => _ready.TrySetException(error);
 
@@ -526,6 +582,10 @@ internal sealed class Session
     public void ResetToRecoveryPoint(Log.Records.SessionCheckpoint? checkpoint, long firstSequence)
     {
         var positions = PositionStream.ToList();
+
+        // The logged replies stay known: the replay compares each replayed reply with its logged one, and a request whose
+        // reply is logged is not taken for one the crash cut short (run live, its reply logged again).
+        var loggedReplies = LoggedReplies.ToList();
         if (checkpoint is not null)
         {
             ContinueFromCheckpoint(RecoveryLsn, checkpoint);
@@ -548,6 +608,11 @@ internal sealed class Session
 
         PositionStream.Clear();
         PositionStream.AddRange(positions);
+        foreach (var (sequence, reply) in loggedReplies)
+        {
+            LoggedReplies[sequence] = reply;
+        }
+
         _recoveryPoint = (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply);
     }
 
