@@ -305,11 +305,6 @@ public sealed class DomainTests : IDisposable
     [Trait("Category", "Crash")]
     public async Task Payments_ConcurrentSessions_TwoOfThreeMembersKilledAtOnce_NothingLostNothingTwice_OneSerialOrder()
     {
-        // It finds open defects (docs/domains.md, "Open defects"): about one run in three to six fails on this host, so it
-        // does not gate CI until they are fixed; it is reported as skipped there, never as passed.
-        Assert.SkipUnless(
-            Environment.GetEnvironmentVariable("PS_DOMAIN_TWO_AT_ONCE") == "1",
-            "Open defects with two of three members killed at once (docs/domains.md, 'Open defects': a lost credit after an orphan rollback, a stuck rollback). Run with PS_DOMAIN_TWO_AT_ONCE=1.");
         string[] names = ["A", "B", "C"];
         var ports = names.ToDictionary(n => n, _ => ServiceProcess.FreePort());
         var env = ChainEnvironment(names, ports);

@@ -99,7 +99,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 {
                     reply = await admission.Pending!.ConfigureAwait(false);
                 }
-                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException or RequestAbandonedException)
+                catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException or RequestAbandonedException or SessionRolledBackException)
                 {
                     // The execution it waited for was abandoned (a member out of reach, an orphan, the host stopping): 503 as
                     // for that execution's own client, never an unhandled exception (a 500 a caller would log as the reply).
@@ -355,7 +355,9 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             if (session.Generation != request.Generation)
             {
                 // The session rolled back (orphan recovery) after this request was admitted: its number no longer applies.
-                throw new ObjectDisposedException(nameof(Session), "The session rolled back; retry the request.");
+                // Nothing of it was logged, and the session's current execution (if any) is not this one's to abandon.
+                await UnavailableAsync(request, new SessionRolledBackException("The session rolled back; retry the request.")).ConfigureAwait(false);
+                return false;
             }
 
             LogRequest(request);

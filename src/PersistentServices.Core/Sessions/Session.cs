@@ -569,7 +569,7 @@ internal sealed class Session
             }
 
             // A duplicate waiting for the voided execution gets 503 (the request handler's "session rolled back" type), not 500.
-            _executing?.TrySetException(new ObjectDisposedException(nameof(Session), "The session rolls back: it depended on state a crash of another service took back."));
+            _executing?.TrySetException(new SessionRolledBackException("The session rolls back: it depended on state a crash of another service took back."));
             _executing = null;
         }
     }
