@@ -63,7 +63,7 @@ public sealed class CheckpointTests : IDisposable
         environment["PS_VERSION"] = "2";
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
-            Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly\\), 0 logged requests", service.Output);
+            Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and \\d+ shared variables\\), 0 logged requests", service.Output);
             for (var s = 0; s < sessions.Length; s++)
             {
                 // The retry of each session's last request gets the bytes the old version sent.

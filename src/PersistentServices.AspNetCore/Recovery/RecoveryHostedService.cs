@@ -47,7 +47,7 @@ internal sealed class RecoveryHostedService(
         }
 
         var analysis = runtime.Analysis!;
-        AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.SessionsReadAtRest, analysis.Requests, analysis.RecordsScanned, analysis.ScannedFrom,
+        AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.SessionsReadAtRest, analysis.VariablesReadAtRest, analysis.Requests, analysis.RecordsScanned, analysis.ScannedFrom,
             (long)analysis.Elapsed.TotalMilliseconds);
         lifetime.ApplicationStarted.Register(() => _replay = Task.Run(replayCheck is null ? ReplayAllAsync : () => replayCheck.RunAsync(runtime, ReplayAllAsync)));
     }

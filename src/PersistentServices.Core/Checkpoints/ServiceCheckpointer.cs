@@ -10,7 +10,7 @@ namespace PersistentServices.Checkpoints;
 
 /// <summary>What one service checkpoint did.</summary>
 internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sessions, int Variables, int ForcedSessions, int ForcedVariables, long TruncatedUntil, TimeSpan Elapsed,
-    long AtRestScanFrom = 0, int SessionsAtRest = 0);
+    long AtRestScanFrom = 0, int SessionsAtRest = 0, int VariablesAtRest = 0);
 
 /// <summary>
 /// The fuzzy service checkpoint, the anchor and log truncation (MSP §3.4; Phoenix/App §4.3):
@@ -119,6 +119,28 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 retainFrom = Math.Min(retainFrom, session.RetainLsn);
             }
 
+            // Shared variables at rest likewise (their latest record is their checkpoint), when the list has room.
+            var variablesAtRest = new HashSet<string>(StringComparer.Ordinal);
+            if (atRest)
+            {
+                foreach (var (name, lsn) in shared.VariablesAtRest())
+                {
+                    var restPosition = new CheckpointPosition { Variable = name, Lsn = lsn };
+                    var size = restPosition.CalculateSize() + 4;
+                    if (atRestListed + size >= atRestBudget)
+                    {
+                        break;
+                    }
+
+                    atRestListed += size;
+                    record.AtRest.Add(restPosition);
+                    variablesAtRest.Add(name);
+
+                    // The log is kept from it even if the variable moves on before the loop below reads its position.
+                    scanFrom = Math.Min(scanFrom, lsn);
+                }
+            }
+
             foreach (var (name, lsn) in shared.RecoveryPositions())
             {
                 if (record.VariableCount++ < ListedPositions && listed < listBudget)
@@ -132,7 +154,10 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
                 }
 
                 scanFrom = Math.Min(scanFrom, lsn);
-                atRestScanFrom = Math.Min(atRestScanFrom, lsn);
+                if (!variablesAtRest.Contains(name))
+                {
+                    atRestScanFrom = Math.Min(atRestScanFrom, lsn);
+                }
             }
 
             scanFrom = Math.Min(scanFrom, startsInFlight);
@@ -169,9 +194,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             Interlocked.Increment(ref _taken);
             PersistentServicesMetrics.ServiceCheckpoints.Add(1);
             var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
-                truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count);
-            Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.Sessions, result.Variables,
-                forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
+                truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count - variablesAtRest.Count, variablesAtRest.Count);
+            Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.VariablesAtRest,
+                result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
         }
         finally
@@ -277,6 +302,6 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     }
 
     [LoggerMessage(1350, LogLevel.Information,
-        "Service checkpoint at LSN {Lsn}: the log is kept from {ScanFrom}, recovery scans from {ScanStart} ({AtRest} sessions at rest read directly); {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
-    private static partial void Taken_(ILogger logger, long lsn, long scanFrom, long scanStart, int atRest, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
+        "Service checkpoint at LSN {Lsn}: the log is kept from {ScanFrom}, recovery scans from {ScanStart} ({AtRest} sessions and {VariablesAtRest} shared variables at rest read directly); {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
+    private static partial void Taken_(ILogger logger, long lsn, long scanFrom, long scanStart, int atRest, int variablesAtRest, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
 }

@@ -22,7 +22,8 @@ internal sealed record AnalysisResult(
     long AnchorLsn = 0,
     int SessionsFromCheckpoints = 0,
     bool CleanShutdown = false,
-    int SessionsReadAtRest = 0);
+    int SessionsReadAtRest = 0,
+    int VariablesReadAtRest = 0);
 
 /// <summary>
 /// The single-threaded analysis scan of MSP crash recovery (MSP §4.3, Fig. 12; Phoenix/App §4.4). It starts where the
@@ -52,10 +53,26 @@ internal static class AnalysisScan
         var codec = shared.Codec;
         var (anchor, scanFrom, clean, atRest) = await StartPointAsync(log, directory, readAtRest, cancellationToken).ConfigureAwait(false);
 
-        // Sessions at rest below the scan start: nothing of theirs follows the one record they start from.
+        // Sessions and shared variables at rest below the scan start: nothing of theirs follows the one record they start from.
+        var variablesReadAtRest = 0;
         foreach (var position in atRest)
         {
             var restRecord = await log.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
+            if (position.Variable.Length > 0)
+            {
+                var variableAtRest = restRecord.Kind == RecordKind.SharedCheckpoint ? restRecord.Parse(SharedCheckpoint.Parser) : null;
+                if (variableAtRest is null || !string.Equals(variableAtRest.Variable, position.Variable, StringComparison.Ordinal))
+                {
+                    throw new LogCorruptionException(
+                        $"The anchored service checkpoint lists shared variable '{position.Variable}' at rest at LSN {position.Lsn}, which holds a {restRecord.Kind} record, not its checkpoint.", position.Lsn);
+                }
+
+                shared.RollForward(variableAtRest.Variable, variableAtRest.Value, variableAtRest.ValueFormat, DependencyVector.Empty, restRecord.Lsn, checkpoint: true);
+                variables.Add(variableAtRest.Variable);
+                variablesReadAtRest++;
+                continue;
+            }
+
             var restored = restRecord.Kind switch
             {
                 RecordKind.SessionCheckpoint => SessionCheckpoints.Restore(restRecord.Parse(SessionCheckpoint.Parser), restRecord.Lsn, codec),
@@ -252,7 +269,8 @@ internal static class AnalysisScan
 
         CrashPoints.Hit(CrashPoints.RecoveryScanned);
         return new AnalysisResult(sessions.Count, requests, records, scanFrom, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations,
-            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor, SessionsReadAtRest: atRest.Count);
+            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
+            VariablesReadAtRest: variablesReadAtRest);
     }
 
     /// <summary>A session as its SessionStarted record describes it (before any request).</summary>
@@ -324,7 +342,7 @@ internal static class AnalysisScan
         if (atRest.Count > 0 && atRest[0].Lsn < log.BeginAddress)
         {
             throw new LogCorruptionException(
-                $"The service checkpoint at LSN {anchor} lists a session at rest at {atRest[0].Lsn}, below the log's begin {log.BeginAddress}: records recovery needs are gone.", atRest[0].Lsn);
+                $"The service checkpoint at LSN {anchor} lists a session or shared variable at rest at {atRest[0].Lsn}, below the log's begin {log.BeginAddress}: records recovery needs are gone.", atRest[0].Lsn);
         }
 
         return (anchor, restScanFrom, checkpoint.CleanShutdown, atRest);

@@ -444,6 +444,31 @@ internal sealed partial class SharedStateStore
         }
     }
 
+    /// <summary>
+    /// The variables at rest, for the service checkpoint: their latest record is their checkpoint (nothing written after it,
+    /// no checkpoint or update under way, checked under each variable's lock), so recovery reads that one record
+    /// directly instead of scanning from it. A write after this look logs above the log's tail read before it, where the
+    /// scan meets it and rolls the variable forward.
+    /// </summary>
+    public IEnumerable<(string Variable, long Lsn)> VariablesAtRest()
+    {
+        foreach (var cell in _cells.Values)
+        {
+            long lsn;
+            lock (cell.Gate)
+            {
+                lsn = cell.RecoveryLsn;
+                if (lsn == 0 || cell.ChainHead != lsn || cell.StateNumber != lsn || cell.WritesSinceCheckpoint != 0 || cell.CheckpointPending ||
+                    cell.ReservedFor is not null || lsn < Log.BeginAddress)
+                {
+                    continue;
+                }
+            }
+
+            yield return (cell.Name, lsn);
+        }
+    }
+
     /// <summary>A service checkpoint was taken: every variable is one older.</summary>
     public void CountServiceCheckpoint()
     {

@@ -165,6 +165,68 @@ public sealed class CheckpointRecoveryTests : IDisposable
     }
 
     [Fact]
+    public async Task Crash_WithSharedVariablesAtRest_RecoveryReadsTheirCheckpointsDirectly_AndRollsForwardLaterWrites()
+    {
+        string writer;
+        long oldestVariableAtRest;
+        long scanStart;
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            writer = await server.StartSessionAsync();
+            for (var i = 1; i <= 5; i++)
+            {
+                await server.SendAsync(HttpMethod.Post, "/shared/add", writer, i, new { opId = $"op-{i}", amount = i });
+            }
+
+            // The second service checkpoint forces the idle variables' (and the session's) checkpoints: all are at rest.
+            await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            var second = await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            Assert.Equal(2, second.VariablesAtRest); // the total and the generated [Shared] LastWriter
+            oldestVariableAtRest = server.Runtime.Shared.RecoveryPositions().Min(p => p.Lsn);
+            Assert.True(second.AtRestScanFrom > oldestVariableAtRest, $"the scan would start at {second.AtRestScanFrom}, not after the variables at rest ({oldestVariableAtRest})");
+            Assert.True(server.Runtime.Log.BeginAddress <= oldestVariableAtRest, "the log was truncated above a variable at rest");
+            scanStart = second.AtRestScanFrom;
+
+            // Written after the checkpoint listed it at rest: the scan meets this write and rolls the variable forward.
+            await server.SendAsync(HttpMethod.Post, "/shared/add", writer, 6, new { opId = "op-6", amount = 6 });
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            await server.RecoveryCompletion;
+            var analysis = server.Runtime.Analysis!;
+            Assert.Equal(scanStart, analysis.ScannedFrom);
+            Assert.Equal(2, analysis.VariablesReadAtRest);
+            Assert.Equal(1, analysis.Requests); // op-6 only
+            var (_, state) = await server.SendAsync(HttpMethod.Get, "/shared", writer, null);
+            Assert.Equal(21, state.GetProperty("total").GetInt64());
+            Assert.Equal("op-6", state.GetProperty("lastWriter").GetString());
+            var (next, nextBody) = await server.SendAsync(HttpMethod.Post, "/shared/add", writer, 7, new { opId = "op-7", amount = 7 });
+            Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+            Assert.Equal(28, nextBody.GetProperty("total").GetInt64());
+        }
+
+        // Once more, with nothing written after the checkpoint: the values come from the at-rest records alone.
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            await server.RecoveryCompletion;
+            await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(2, server.Runtime.Analysis!.VariablesReadAtRest);
+            var (_, state) = await server.SendAsync(HttpMethod.Get, "/shared", writer, null);
+            Assert.Equal(28, state.GetProperty("total").GetInt64());
+            Assert.Equal("op-7", state.GetProperty("lastWriter").GetString());
+        }
+    }
+
+    [Fact]
     public async Task ServiceCheckpoint_WhileASessionStartIsInFlight_NeverStartsRecoveryOrTruncatesAfterIt()
     {
         await using var server = await TestServer.StartAsync(_dir.Path);
