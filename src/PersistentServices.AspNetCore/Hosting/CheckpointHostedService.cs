@@ -51,7 +51,9 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
                 var log = runtime.Log;
                 if (lastTail < 0)
                 {
-                    lastTail = log.TailAddress;
+                    // What was logged since recovery's own checkpoint counts (not only what follows the first tick): requests
+                    // served in the first second would otherwise wait for the log to grow again before any checkpoint.
+                    lastTail = runtime.Checkpointer.TailAfterCheckpoint;
                 }
 
                 var grown = log.TailAddress - lastTail;

@@ -52,6 +52,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>LSN of the newest anchored service checkpoint (0 before the first).</summary>
     public long AnchoredLsn { get; private set; }
 
+    /// <summary>The log's tail right after the latest service checkpoint record was appended: what the log grew by since is new.</summary>
+    public long TailAfterCheckpoint { get; private set; }
+
     /// <summary>Service checkpoints taken since start.</summary>
     public long Taken => Interlocked.Read(ref _taken);
 
@@ -169,12 +172,14 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // 0: nothing to recover before this record itself.
             record.ScanFromLsn = scanFrom == long.MaxValue ? 0 : scanFrom;
             var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
+            var tailAfter = log.TailAddress;
             var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
             AnchorFile.Write(directory, checkpointLsn);
             AnchoredLsn = checkpointLsn;
+            TailAfterCheckpoint = tailAfter;
             CrashPoints.Hit(CrashPoints.AnchorWritten);
 
             foreach (var session in sessions.All)
