@@ -491,12 +491,7 @@ internal sealed class Session
             _loggedFullReply = null;
         }
 
-        foreach (var position in PositionStream)
-        {
-            position.RequestRecord = null;
-            position.AuxRecords = null;
-        }
-
+        ReleaseKeptRecords();
         _ready.TrySetResult();
     }
 
@@ -537,13 +532,18 @@ internal sealed class Session
             _loggedFullReply = null;
         }
 
+        ReleaseKeptRecords();
+        _ready.TrySetResult();
+    }
+
+    /// <summary>The records the analysis scan kept for replay are let go once the session has replayed.</summary>
+    private void ReleaseKeptRecords()
+    {
         foreach (var position in PositionStream)
         {
             position.RequestRecord = null;
             position.AuxRecords = null;
         }
-
-        _ready.TrySetResult();
     }
 
     /// <summary>Replay failed: requests waiting for this session fail with <paramref name="error"/>.</summary>
