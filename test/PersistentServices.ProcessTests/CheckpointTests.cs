@@ -186,6 +186,70 @@ public sealed class CheckpointTests : IDisposable
         await RecoverTwiceAsync(environment, clients);
     }
 
+    /// <summary>
+    /// Shared variables at rest (docs/checkpoints.md): idle balances are checkpointed and listed at rest by a service
+    /// checkpoint; after <c>kill -9</c> recovery reads them directly, and every balance, and the next deposit, is exact.
+    /// </summary>
+    [Fact]
+    public async Task Kill_WithSharedVariablesAtRest_RecoveryReadsThemDirectly_AndEveryBalanceIsExact()
+    {
+        var environment = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("log"), ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1", ["PS_IDLE_CHECKPOINT_AFTER"] = "1",
+        };
+        string session;
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            session = await service.StartSessionAsync();
+            var seq = 1L;
+            foreach (var account in new[] { "a0", "a1", "a2", "a0", "a1", "a2" })
+            {
+                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", session, seq++, new { account, amount = 1 })).Status);
+            }
+
+            // One service checkpoint after the deposits; then a deposit to a0 only, so the next one forces the idle
+            // balances' checkpoints and lists them at rest.
+            await WaitForOutputAsync(service, o => CountOf(o, "Service checkpoint at") >= 2);
+            Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", session, seq, new { account = "a0", amount = 1 })).Status);
+            await WaitForOutputAsync(service, o => System.Text.RegularExpressions.Regex.IsMatch(o, "sessions and [1-9]\\d* shared variables at rest read directly"));
+            await service.KillAsync();
+        }
+
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and [1-9]\\d* shared variables\\)", service.Output);
+            var (status, balances, _) = await service.SendAsync(HttpMethod.Get, "/balances", null, null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal(3, balances.GetProperty("a0").GetInt64());
+            Assert.Equal(2, balances.GetProperty("a1").GetInt64());
+            Assert.Equal(2, balances.GetProperty("a2").GetInt64());
+            var (next, nextBody, _) = await service.SendAsync(HttpMethod.Post, "/deposit", session, 8, new { account = "a1", amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, next);
+            Assert.Equal(3, nextBody.GetProperty("balance").GetInt64());
+        }
+    }
+
+    private static int CountOf(string text, string what)
+    {
+        var count = 0;
+        for (var at = text.IndexOf(what, StringComparison.Ordinal); at >= 0; at = text.IndexOf(what, at + what.Length, StringComparison.Ordinal))
+        {
+            count++;
+        }
+
+        return count;
+    }
+
+    private static async Task WaitForOutputAsync(ServiceProcess service, Func<string, bool> seen)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (!seen(service.Output))
+        {
+            Assert.True(DateTime.UtcNow < deadline, "the service did not log what the test waits for within 30 s:\n" + service.RecentOutput());
+            await Task.Delay(100, TestContext.Current.CancellationToken);
+        }
+    }
+
     [Fact]
     public async Task CrashPoint_DuringTheDrain_RecoveryServesExactlyTheAcknowledgedState()
     {
