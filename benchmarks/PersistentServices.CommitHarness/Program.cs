@@ -7,7 +7,7 @@ using PersistentServices.Log.Records;
 
 // The log's commit harness. In one run, on one disk, it measures:
 //   1. raw append + fdatasync of 512 bytes (the floor a durable commit is compared with);
-//   2. raw 512-byte O_DIRECT|O_SYNC appends (how FASTER's Linux device writes);
+//   2. raw 512-byte O_DIRECT|O_DSYNC appends (how the log's device and FASTER's Linux device write);
 //   3. the log's durable-commit latency with one writer (append 512-byte record + wait until durable);
 //   4. durable appends/s with 1, 8 and 64 writers (each loops append + wait until durable);
 //   5. how far the commit metadata's floor trails the durable end (the window in which outside damage to the log's last
@@ -39,7 +39,7 @@ try
     Console.WriteLine("| measurement | p50 (ms) | p99 (ms) | mean (ms) |");
     Console.WriteLine("|---|---:|---:|---:|");
     Console.WriteLine(raw.Row("raw append 512 B + fdatasync"));
-    Console.WriteLine(direct.Row("raw append 512 B, O_DIRECT|O_SYNC (FASTER's device)"));
+    Console.WriteLine(direct.Row("raw append 512 B, O_DIRECT|O_DSYNC (the log's device)"));
     Console.WriteLine(commit.Latency.Row("log: append 512 B record + wait until durable (1 writer)"));
     Console.WriteLine();
     Console.WriteLine($"durable-commit p50 / raw fdatasync p50 = {commit.Latency.P50 / raw.P50:F2} (target <= 1.5); commit metadata writes during the latency run: {commit.MetadataWrites} ({commit.Lag.Flushes} flushed) for {commit.Commits} commits; process CPU per durable append (1 writer): {LogRuns.LastCpuMicrosecondsPerCommit:F0} µs (raw append + fdatasync: {RawWrites.LastCpuMicrosecondsPerWrite:F0} µs)");
@@ -147,8 +147,8 @@ internal static partial class RawWrites
 
     public static unsafe Latencies AppendDirectSync(string path, int samples)
     {
-        const FileOptions noBuffering = (FileOptions)0x20000000; // O_DIRECT, as FASTER's ManagedLocalStorageDevice asks
-        using var handle = File.OpenHandle(path, FileMode.CreateNew, FileAccess.Write, FileShare.None, FileOptions.WriteThrough | noBuffering);
+        // O_DIRECT | O_DSYNC, opened as the log's device opens its segments (.NET's FileOptions cannot ask for O_DIRECT).
+        using var handle = PersistentServices.Log.DurableFile.OpenSegment(path, create: true);
         var memory = (byte*)NativeMemory.AlignedAlloc(RecordSize, 4096);
         try
         {

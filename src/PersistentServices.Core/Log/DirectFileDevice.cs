@@ -5,16 +5,15 @@ using Microsoft.Win32.SafeHandles;
 namespace PersistentServices.Log;
 
 /// <summary>
-/// A FASTER device over local segment files (<c>{base}.{segment}</c>), opened with the same flags as FASTER's own
-/// Linux device (<c>O_DIRECT | O_SYNC</c>: a completed write is durable), but each write or read is one synchronous
+/// A FASTER device over local segment files (<c>{base}.{segment}</c>), opened like FASTER's own Linux device
+/// (<c>O_DIRECT | O_DSYNC</c>: a completed write is durable, with no copy through the page cache; on a file system that
+/// refuses <c>O_DIRECT</c>, such as tmpfs, <c>O_DSYNC</c> alone: see <see cref="DurableFile.OpenSegment"/>), but each write or read is one synchronous
 /// <c>pwrite</c>/<c>pread</c> on a thread-pool thread: one hand-off per I/O instead of FASTER's <c>Task.Run</c>, async
 /// <c>FileStream</c> and <c>FlushAsync</c> chain, which costs a durable commit several thread hops
 /// (docs/benchmarks.md). Errors are reported to FASTER through the completion callback's error code.
 /// </summary>
 internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 {
-    private const FileOptions NoBuffering = (FileOptions)0x20000000; // O_DIRECT on Linux
-
     [ThreadStatic]
     private static List<Operation>? t_deferred;
 
@@ -26,8 +25,10 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     private readonly Lock _openLock = new();
     private volatile bool _disposed;
 
+    private const int Sector = 512;
+
     public DirectFileDevice(string basePath, LogIoThread io)
-        : base(basePath, 512, Devices.CAPACITY_UNSPECIFIED)
+        : base(basePath, Sector, Devices.CAPACITY_UNSPECIFIED)
     {
         _io = io;
         var segments = SegmentFiles.List(Path.GetDirectoryName(Path.GetFullPath(basePath))!);
@@ -167,7 +168,7 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
                 return null;
             }
 
-            handle = File.OpenHandle(path, create ? FileMode.OpenOrCreate : FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite, FileOptions.WriteThrough | NoBuffering);
+            handle = DurableFile.OpenSegment(path, create);
             _handles[segment] = handle;
             return handle;
         }
@@ -213,9 +214,11 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
                 }
                 else if (device.GetHandle(segment, create: false) is { } handle)
                 {
-                    // A short read at the end of a file is fine: FASTER reads whole sectors past a partial tail.
+                    // A short read at the end of a file is fine: FASTER reads whole sectors past a partial tail. A read
+                    // that ends off a sector boundary ended at the end of the file (O_DIRECT reads only whole sectors).
                     int read;
-                    while (_transferred < span.Length && (read = RandomAccess.Read(handle, span[_transferred..], (long)offset + _transferred)) > 0)
+                    while (_transferred < span.Length && _transferred % Sector == 0
+                           && (read = RandomAccess.Read(handle, span[_transferred..], (long)offset + _transferred)) > 0)
                     {
                         _transferred += read;
                     }
