@@ -82,7 +82,19 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
 
     private async Task RunAsync(HttpContext context, PersistentScope scope)
     {
-        var (reply, onCompleted) = await EndpointRunner.RunAsync(context, next, scope, loggedBody: null, logger).ConfigureAwait(false);
+        CapturedReply captured;
+        try
+        {
+            captured = await EndpointRunner.RunAsync(context, next, scope, loggedBody: null, logger).ConfigureAwait(false);
+        }
+        catch (SessionRequiredException ex) when (scope.Session is null)
+        {
+            await ProtocolProblems.WriteAsync(context, 400, "session-required", "Session required",
+                $"This endpoint reads session state ('{ex.StateName}'): send the PS-Session header of the session to read.").ConfigureAwait(false);
+            return;
+        }
+
+        var (reply, onCompleted) = captured;
         if (runtime.Domain.IsMember(runtime.Options.ServiceName))
         {
             // In a domain what the reply shows may depend on other members' state: a distributed flush of it ([MSP §3.1]).

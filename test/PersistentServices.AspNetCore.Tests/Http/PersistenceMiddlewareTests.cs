@@ -280,6 +280,19 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task ReadOnly_ReadingSessionStateWithoutASession_Is400SessionRequired()
+    {
+        var tail = _server.Runtime.Log.TailAddress;
+
+        var (response, body) = await _server.SendAsync(HttpMethod.Get, "/cart", session: null, sequence: null);
+
+        Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
+        Assert.Equal("application/problem+json", response.Content.Headers.ContentType?.MediaType);
+        Assert.Equal("urn:persistentservices:problem:session-required", body.GetProperty("type").GetString());
+        Assert.Equal(tail, _server.Runtime.Log.TailAddress);
+    }
+
+    [Fact]
     public async Task PlainEndpoint_IsUntouched()
     {
         var tail = _server.Runtime.Log.TailAddress;
