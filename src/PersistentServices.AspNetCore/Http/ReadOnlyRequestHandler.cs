@@ -90,7 +90,7 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         catch (SessionRequiredException ex) when (scope.Session is null)
         {
             await ProtocolProblems.WriteAsync(context, 400, "session-required", "Session required",
-                $"This endpoint reads session state ('{ex.StateName}'): send the PS-Session header of the session to read.").ConfigureAwait(false);
+                $"This endpoint reads session state ({ex.StateName}): send the PS-Session header of the session to read.").ConfigureAwait(false);
             return;
         }
 
