@@ -14,6 +14,8 @@ namespace PersistentServices.Log;
 /// </summary>
 internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 {
+    private const int Sector = 512;
+
     [ThreadStatic]
     private static List<Operation>? t_deferred;
 
@@ -24,8 +26,6 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     private readonly LogIoThread _io;
     private readonly Lock _openLock = new();
     private volatile bool _disposed;
-
-    private const int Sector = 512;
 
     public DirectFileDevice(string basePath, LogIoThread io)
         : base(basePath, Sector, Devices.CAPACITY_UNSPECIFIED)
