@@ -36,6 +36,10 @@ public static class PersistentServicesApplicationBuilderExtensions
         }
 
         var options = app.ApplicationServices.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
+
+        // Recovery's first part (verify the log, open it, the analysis scan) starts now, alongside the rest of the
+        // application's startup; the server still accepts traffic only once it is done (RecoveryHostedService).
+        _ = app.ApplicationServices.GetRequiredService<global::PersistentServices.Hosting.PersistentRuntime>().StartOpening();
         var sessions = SessionEndpoints.Map(endpoints, options.SessionsPath);
         configureSessionEndpoints?.Invoke(sessions);
         if (options.Domain.Members.Count > 0)

@@ -24,8 +24,9 @@ internal enum RecoveryStage
 }
 
 /// <summary>
-/// The service's persistence runtime: its one log, its sessions and where recovery stands. A singleton; opened by the
-/// recovery host before the server accepts traffic, disposed (log committed and closed) when the host stops.
+/// The service's persistence runtime: its one log, its sessions and where recovery stands. A singleton; its log is
+/// opened from <c>UsePersistentServices()</c> on (<see cref="StartOpening"/>), the server accepts traffic once that is
+/// done, and it is disposed (log committed and closed) when the host stops.
 /// </summary>
 internal sealed class PersistentRuntime : IAsyncDisposable
 {
@@ -157,7 +158,24 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     public bool IsAvailable => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready;
 
     /// <summary>Opens the log (verifying it) and runs the analysis scan. Before the server accepts traffic.</summary>
-    public async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
+    /// <summary>
+    /// Opens the log and runs the analysis scan, once, on the thread pool: started by <c>UsePersistentServices()</c>, so the
+    /// log's verification and scan overlap the rest of the application's startup (mapping endpoints, starting the host),
+    /// and awaited by the recovery host before the server accepts traffic. Every caller gets the same task.
+    /// </summary>
+    public Task StartOpening()
+    {
+        lock (_openingLock)
+        {
+            return _opening ??= Task.Run(() => OpenAndAnalyzeAsync(_disposing.Token));
+        }
+    }
+
+    private readonly Lock _openingLock = new();
+    private readonly CancellationTokenSource _disposing = new();
+    private Task? _opening;
+
+    private async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
     {
         _stage = RecoveryStage.Scanning;
         try
@@ -227,6 +245,20 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
+        // An open still running (a host built and never started, or stopped while recovering) ends first: it owns the log.
+        await _disposing.CancelAsync().ConfigureAwait(false);
+        Task? opening;
+        lock (_openingLock)
+        {
+            opening = _opening;
+        }
+
+        if (opening is not null)
+        {
+            await opening.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        }
+
+        _disposing.Dispose();
         if (SharedStateStore.Active == _shared)
         {
             SharedStateStore.Active = null;

@@ -33,7 +33,7 @@ internal sealed class RecoveryHostedService(
     {
         try
         {
-            await runtime.OpenAndAnalyzeAsync(cancellationToken).ConfigureAwait(false);
+            await runtime.StartOpening().WaitAsync(cancellationToken).ConfigureAwait(false);
         }
         catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
         {

@@ -5,12 +5,14 @@ using Microsoft.Win32.SafeHandles;
 namespace PersistentServices.Log;
 
 /// <summary>
-/// A FASTER device over local segment files (<c>{base}.{segment}</c>), opened like FASTER's own Linux device
-/// (<c>O_DIRECT | O_DSYNC</c>: a completed write is durable, with no copy through the page cache; on a file system that
-/// refuses <c>O_DIRECT</c>, such as tmpfs, <c>O_DSYNC</c> alone: see <see cref="DurableFile.OpenSegment"/>), but each write or read is one synchronous
-/// <c>pwrite</c>/<c>pread</c> on a thread-pool thread: one hand-off per I/O instead of FASTER's <c>Task.Run</c>, async
-/// <c>FileStream</c> and <c>FlushAsync</c> chain, which costs a durable commit several thread hops
-/// (docs/benchmarks.md). Errors are reported to FASTER through the completion callback's error code.
+/// A FASTER device over local segment files (<c>{base}.{segment}</c>). Writes go through a descriptor opened like
+/// FASTER's own Linux device (<c>O_DIRECT | O_DSYNC</c>: a completed write is durable, with no copy through the page
+/// cache; on a file system that refuses <c>O_DIRECT</c>, such as tmpfs, <c>O_DSYNC</c> alone: see
+/// <see cref="DurableFile.OpenSegment"/>); reads through a plain read-only one (the page cache: see
+/// <see cref="GetReadHandle"/>). Each write or read is one synchronous <c>pwrite</c>/<c>pread</c> on the log's I/O
+/// thread: one hand-off per I/O instead of FASTER's <c>Task.Run</c>, async <c>FileStream</c> and <c>FlushAsync</c> chain,
+/// which costs a durable commit several thread hops (docs/benchmarks.md). Errors are reported to FASTER through the
+/// completion callback's error code.
 /// </summary>
 internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 {
@@ -23,6 +25,7 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     private static bool t_deferring;
 
     private readonly ConcurrentDictionary<int, SafeFileHandle> _handles = new();
+    private readonly ConcurrentDictionary<int, SafeFileHandle> _readHandles = new();
     private readonly LogIoThread _io;
     private readonly Lock _openLock = new();
     private volatile bool _disposed;
@@ -116,6 +119,11 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
             handle.Dispose();
         }
 
+        if (_readHandles.TryRemove(segment, out var reader))
+        {
+            reader.Dispose();
+        }
+
         try
         {
             File.Delete(GetSegmentFilename(FileName, segment));
@@ -140,15 +148,16 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     public override void Dispose()
     {
         _disposed = true;
-        foreach (var handle in _handles.Values)
+        foreach (var handle in _handles.Values.Concat(_readHandles.Values))
         {
             handle.Dispose();
         }
 
         _handles.Clear();
+        _readHandles.Clear();
     }
 
-    private SafeFileHandle? GetHandle(int segment, bool create)
+    private SafeFileHandle GetWriteHandle(int segment)
     {
         if (_handles.TryGetValue(segment, out var handle))
         {
@@ -157,19 +166,44 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 
         lock (_openLock)
         {
-            if (_handles.TryGetValue(segment, out handle))
+            if (!_handles.TryGetValue(segment, out handle))
             {
-                return handle;
+                handle = DurableFile.OpenSegment(GetSegmentFilename(FileName, segment), create: true);
+                _handles[segment] = handle;
             }
 
-            var path = GetSegmentFilename(FileName, segment);
-            if (!create && !File.Exists(path))
+            return handle;
+        }
+    }
+
+    /// <summary>
+    /// Reads go through the page cache (a plain read-only handle), not <c>O_DIRECT</c>: recovery reads what the
+    /// verification pass has just read into the cache (sessions at rest, the analysis scan, replay), and the kernel reads
+    /// ahead for the sequential scan. Only committed bytes are read; a direct write invalidates the cached pages it
+    /// covers, and rewrites the committed part of a tail sector unchanged, so a read never sees other bytes
+    /// (docs/log-format.md).
+    /// </summary>
+    private SafeFileHandle? GetReadHandle(int segment)
+    {
+        if (_readHandles.TryGetValue(segment, out var handle))
+        {
+            return handle;
+        }
+
+        lock (_openLock)
+        {
+            if (!_readHandles.TryGetValue(segment, out handle))
             {
-                return null;
+                var path = GetSegmentFilename(FileName, segment);
+                if (!File.Exists(path))
+                {
+                    return null;
+                }
+
+                handle = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete);
+                _readHandles[segment] = handle;
             }
 
-            handle = DurableFile.OpenSegment(path, create);
-            _handles[segment] = handle;
             return handle;
         }
     }
@@ -209,13 +243,13 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
                 var span = new Span<byte>((void*)buffer, (int)length);
                 if (write)
                 {
-                    RandomAccess.Write(device.GetHandle(segment, create: true)!, span, (long)offset);
+                    RandomAccess.Write(device.GetWriteHandle(segment), span, (long)offset);
                     _transferred = (int)length;
                 }
-                else if (device.GetHandle(segment, create: false) is { } handle)
+                else if (device.GetReadHandle(segment) is { } handle)
                 {
                     // A short read at the end of a file is fine: FASTER reads whole sectors past a partial tail. A read
-                    // that ends off a sector boundary ended at the end of the file (O_DIRECT reads only whole sectors).
+                    // that ends off a sector boundary ended at the end of the file.
                     int read;
                     while (_transferred < span.Length && _transferred % Sector == 0
                            && (read = RandomAccess.Read(handle, span[_transferred..], (long)offset + _transferred)) > 0)
