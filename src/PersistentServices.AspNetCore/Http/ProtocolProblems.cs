@@ -25,14 +25,19 @@ internal static class ProtocolProblems
             response.Headers[ProtocolHeaders.ExpectedSequence] = expected.ToString(CultureInfo.InvariantCulture);
         }
 
-        var body = JsonSerializer.SerializeToUtf8Bytes(new Dictionary<string, object?>
+        var problem = new Dictionary<string, object?>
         {
             ["type"] = TypePrefix + type,
             ["title"] = title,
             ["status"] = status,
             ["detail"] = detail,
-            ["expectedSequence"] = expectedSequence,
-        });
+        };
+        if (expectedSequence is { } next)
+        {
+            problem["expectedSequence"] = next; // only the numbering refusals carry it
+        }
+
+        var body = JsonSerializer.SerializeToUtf8Bytes(problem);
         response.ContentLength = body.Length;
         return response.Body.WriteAsync(body, CancellationToken.None).AsTask();
     }

@@ -175,6 +175,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
         Assert.Equal("urn:persistentservices:problem:session-not-found", body.GetProperty("type").GetString());
+        Assert.False(body.TryGetProperty("expectedSequence", out _), "only the numbering refusals carry expectedSequence");
     }
 
     [Fact]
