@@ -46,6 +46,12 @@ internal sealed class SharedCell(string name)
     public bool CheckpointPending { get; set; }
 
     /// <summary>
+    /// An orphan rollback of this variable under way ([MSP §4.2]), read and set under <see cref="Gate"/>: live accesses
+    /// wait for it, so that none reads the orphan value or builds a write on it while the rollback reads the backward chain.
+    /// </summary>
+    public Task? RollingBack { get; set; }
+
+    /// <summary>
     /// Recovery: the session that held this variable's lock when the service crashed (its update's read is logged, its
     /// write is not). Until that session's replay writes the variable, other live accesses wait, as they would have
     /// waited for the lock; otherwise the replayed update would overwrite what they wrote from a value they never saw.

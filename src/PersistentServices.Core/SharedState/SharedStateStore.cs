@@ -111,7 +111,7 @@ internal sealed partial class SharedStateStore
             return ReadLogged<T>(cell, execution, forUpdate: false);
         }
 
-        lock (cell.Gate)
+        using (EnterForAccess(cell))
         {
             if (scope?.Mode == ExecutionMode.ReadOnly)
             {
@@ -137,7 +137,7 @@ internal sealed partial class SharedStateStore
         var cell = Cell(name);
         cell.WaitIfReservedByOther(execution.Session.Id);
         bool checkpoint;
-        lock (cell.Gate)
+        using (EnterForAccess(cell))
         {
             checkpoint = WriteLocked(cell, execution, value);
         }
@@ -200,7 +200,7 @@ internal sealed partial class SharedStateStore
         cell.WaitIfReservedByOther(execution.Session.Id);
         T updated;
         bool checkpoint;
-        lock (cell.Gate)
+        using (EnterForAccess(cell))
         {
             var current = ReadLogged<T>(cell, execution, forUpdate: true);
             updated = change(current);
@@ -348,87 +348,133 @@ internal sealed partial class SharedStateStore
     /// DV is not an orphan (or to a checkpoint, which never is) and makes that the variable's value. Returns true when
     /// the variable was rolled back.
     /// </summary>
+    /// <remarks>
+    /// Live reads and writes of the variable wait while the chain is read (<see cref="SharedCell.RollingBack"/>): a write
+    /// built on the orphan value would carry its DV and move the chain's head, so a rollback that looked again after
+    /// every such write could be overtaken without end by a steady stream of updates. The wait is short: the chain's
+    /// newest writes are forced, then read back until the first non-orphan one.
+    /// </remarks>
     public async Task<bool> RollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken = default)
     {
+        var cell = Cell(name);
+        TaskCompletionSource rollingBack;
+        long head;
         while (true)
         {
-            if (await TryRollBackOrphanAsync(name, recovered, cancellationToken).ConfigureAwait(false) is { } done)
+            Task? other;
+            lock (cell.Gate)
             {
-                return done;
+                if (!cell.Dv.IsOrphan(recovered))
+                {
+                    return false;
+                }
+
+                other = cell.RollingBack;
+                if (other is null)
+                {
+                    rollingBack = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+                    cell.RollingBack = rollingBack.Task;
+                    head = cell.ChainHead;
+                    break;
+                }
             }
+
+            // Another lost state's rollback of this variable is under way: look again after it.
+            await other.WaitAsync(cancellationToken).ConfigureAwait(false);
+        }
+
+        try
+        {
+            while (true)
+            {
+                var (value, format, dv, found) = await ReadChainToNonOrphanAsync(head, recovered, cancellationToken).ConfigureAwait(false);
+                lock (cell.Gate)
+                {
+                    if (cell.ChainHead != head)
+                    {
+                        // Only a checkpoint can have moved the head (writes wait): one whose distributed flush succeeded
+                        // before the lost state was learned. It logged a value that is no orphan; anything else, look again.
+                        if (!cell.Dv.IsOrphan(recovered))
+                        {
+                            return false;
+                        }
+
+                        head = cell.ChainHead;
+                        continue;
+                    }
+
+                    cell.SetBytes(value, format);
+                    cell.Dv = dv;
+                    cell.StateNumber = found;
+                    cell.ChainHead = found;
+                }
+
+                SharedStateEvents.RolledBack(_logger, name, recovered.Service, recovered.State.Epoch, recovered.State.Lsn, found);
+                return true;
+            }
+        }
+        finally
+        {
+            lock (cell.Gate)
+            {
+                cell.RollingBack = null;
+            }
+
+            rollingBack.TrySetResult();
         }
     }
 
-    /// <summary>One attempt of <see cref="RollBackOrphanAsync"/>: null when the variable was written meanwhile (look again).</summary>
-    private async Task<bool?> TryRollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken)
+    /// <summary>Reads a variable's backward chain from <paramref name="head"/> down to its latest write that is no orphan of <paramref name="recovered"/>, or its checkpoint.</summary>
+    private async Task<(byte[]? Value, ValueFormat Format, DependencyVector Dv, long Lsn)> ReadChainToNonOrphanAsync(
+        long head, RecoveredStateNumber recovered, CancellationToken cancellationToken)
     {
-        var cell = Cell(name);
-        long head;
-        lock (cell.Gate)
-        {
-            if (!cell.Dv.IsOrphan(recovered))
-            {
-                return false;
-            }
-
-            head = cell.ChainHead;
-        }
-
         // The chain's newest writes may not be durable yet (only committed records can be read back): force them first.
         if (head >= Log.DurableUntil)
         {
             await Log.WaitUntilDurableAsync(head, cancellationToken).ConfigureAwait(false);
         }
 
-        // Read the chain outside the lock, then install the result if the variable did not move meanwhile.
         var lsn = head;
-        byte[]? value = null;
-        var format = ValueFormat.Json;
-        var dv = DependencyVector.Empty;
-        long found = 0;
         while (lsn != 0)
         {
             var record = await Log.ReadAsync(lsn, cancellationToken).ConfigureAwait(false);
             if (record.Kind == RecordKind.SharedCheckpoint)
             {
                 var checkpoint = record.Parse(SharedCheckpoint.Parser);
-                value = checkpoint.Value.IsEmpty ? null : checkpoint.Value.ToByteArray();
-                format = checkpoint.ValueFormat;
-                found = lsn;
-                break;
+                return (checkpoint.Value.IsEmpty ? null : checkpoint.Value.ToByteArray(), checkpoint.ValueFormat, DependencyVector.Empty, lsn);
             }
 
             var write = record.Parse(SharedWrite.Parser);
             var writeDv = DependencyVector.FromRecord(write.Dv);
             if (!writeDv.IsOrphan(recovered))
             {
-                value = write.Value.ToByteArray();
-                format = write.ValueFormat;
-                dv = writeDv;
-                found = lsn;
-                break;
+                return (write.Value.ToByteArray(), write.ValueFormat, writeDv, lsn);
             }
 
             lsn = write.PreviousWriteLsn;
         }
 
-        lock (cell.Gate)
+        return (null, ValueFormat.Json, DependencyVector.Empty, 0);
+    }
+
+    /// <summary>
+    /// Takes the variable's lock for a live access, first waiting out an orphan rollback of the variable under way
+    /// (<see cref="SharedCell.RollingBack"/>): the thread blocks as it would on the lock itself, for the few log reads
+    /// the rollback takes.
+    /// </summary>
+    private static Lock.Scope EnterForAccess(SharedCell cell)
+    {
+        while (true)
         {
-            if (cell.ChainHead != head)
+            var scope = cell.Gate.EnterScope();
+            if (cell.RollingBack is not { } rollingBack)
             {
-                // Written again meanwhile: a blind write replaced the orphan value ([MSP §3.3]) and the variable is no orphan
-                // any more, or an update built on it and carries its DV: look again from the new head.
-                return null;
+                return scope;
             }
 
-            cell.SetBytes(value, format);
-            cell.Dv = dv;
-            cell.StateNumber = found;
-            cell.ChainHead = found;
+            scope.Dispose();
+            rollingBack.Wait();
         }
-
-        SharedStateEvents.RolledBack(_logger, name, recovered.Service, recovered.State.Epoch, recovered.State.Lsn, found);
-        return true;
     }
 
     /// <summary>Where each written variable's recovery starts (its latest checkpoint, or its first write), for the service checkpoint.</summary>
@@ -590,7 +636,7 @@ internal sealed partial class SharedStateStore
     {
         T value;
         DependencyVector dv;
-        lock (cell.Gate)
+        using (EnterForAccess(cell))
         {
             // Logged under the variable's lock: the read's place in the log matches the value it saw.
             value = cell.GetValue<T>(Codec);

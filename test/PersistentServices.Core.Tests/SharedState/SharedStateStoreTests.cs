@@ -192,6 +192,49 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task OrphanUndo_UnderASteadyStreamOfUpdates_FinishesWhileTheyRun_AndLaterUpdatesBuildOnTheRolledBackValue()
+    {
+        // As above: the value 3 depends on B's lost state, 2 does not. Then updates (each from a session of its own, with
+        // no dependency on B) run without pause: those that read the orphan value carry its DV and move the chain's head.
+        _store = new SharedStateStore(_log, Service, checkpointInterval: 1_000_000) { Epoch = 1 };
+        SharedStateStore.Active = _store;
+        foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
+        {
+            var writer = NewSession();
+            writer.Dv = writer.Dv.With("B", new StateId(1, peerLsn));
+            Run(writer, 1, () => Counter.Write(value));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        const int cap = 200_000;
+        Task<bool>? rollback = null;
+        var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var updater = Task.Run(() =>
+        {
+            var updates = 0;
+            while (!(rollback?.IsCompleted ?? false) && updates < cap)
+            {
+                Run(NewSession(), 1, () => Counter.Update(c => c + 1000));
+                if (++updates == 100)
+                {
+                    started.SetResult();
+                }
+            }
+
+            return updates;
+        }, Ct);
+        await started.Task.WaitAsync(Ct);
+
+        rollback = _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct);
+        var updates = await updater;
+
+        Assert.True(await rollback);
+        Assert.True(updates < cap, "the rollback was overtaken by every update until they stopped");
+        Assert.Equal(2, Counter.Read() % 1000);
+        Assert.False(_store.Cell("Tests.Counter").Dv.IsOrphan(new RecoveredStateNumber("B", new StateId(1, 250))));
+    }
+
+    [Fact]
     public async Task OrphanUndo_StopsAtACheckpoint_WhichIsNeverAnOrphan()
     {
         var writer = NewSession();
