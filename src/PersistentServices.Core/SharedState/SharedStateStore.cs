@@ -574,62 +574,100 @@ internal sealed partial class SharedStateStore
     }
 
     /// <summary>
-    /// A shared-variable checkpoint ([MSP §3.3]): once everything the variable depends on is durable (for one
-    /// service, its latest write), its value is logged; that value can never be an orphan and the chain ends there.
+    /// A shared-variable checkpoint ([MSP §3.3]): once the other services' state the variable's DV names is durable
+    /// (a distributed flush), its value is logged; that value can never be an orphan and the chain ends there.
     /// </summary>
+    /// <remarks>
+    /// This service's own entries need no force: the checkpoint record follows the writes it depends on in the same log,
+    /// so a crash that loses one of them loses the checkpoint too. The value logged is the one current when the record is
+    /// appended; writes made while a flush ran count as covered when every other service they depend on was in that
+    /// flush at or beyond their entry. A checkpoint that waits for a moment without writes (as this did before) is starved
+    /// by a variable that every request updates, and its recovery start holds the log's truncation point meanwhile
+    /// (docs/checkpoints.md).
+    /// </remarks>
     private async Task CheckpointAsync(SharedCell cell)
     {
         try
         {
+            var flushed = DependencyVector.Empty;
             while (true)
             {
-                long stateNumber;
-                DependencyVector dv;
+                DependencyVector others;
                 lock (cell.Gate)
                 {
-                    stateNumber = cell.StateNumber;
-                    dv = cell.Dv;
-                }
-
-                await Log.WaitUntilDurableAsync(stateNumber).ConfigureAwait(false);
-                if (DistributedFlush is { } flush)
-                {
-                    await flush(dv, CancellationToken.None).ConfigureAwait(false);
-                }
-                lock (cell.Gate)
-                {
-                    if (cell.StateNumber != stateNumber)
+                    others = OtherServices(cell.Dv);
+                    if (DistributedFlush is null || Covers(flushed, others))
                     {
-                        continue; // written meanwhile: wait for that write too
+                        var lsn = Log.Append(RecordKind.SharedCheckpoint, new SharedCheckpoint
+                        {
+                            Variable = cell.Name,
+                            Value = cell.Bytes is { } bytes ? ByteString.CopyFrom(bytes) : ByteString.Empty,
+                            ValueFormat = cell.Format,
+                        });
+                        cell.ChainHead = lsn;
+                        cell.StateNumber = lsn;
+                        cell.RecoveryLsn = lsn;
+                        cell.ServiceCheckpointsSinceCheckpoint = 0;
+                        cell.Dv = DependencyVector.Empty;
+                        cell.WritesSinceCheckpoint = 0;
+                        cell.CheckpointPending = false;
+                        Interlocked.Increment(ref _checkpoints);
+                        return;
                     }
-
-                    var lsn = Log.Append(RecordKind.SharedCheckpoint, new SharedCheckpoint
-                    {
-                        Variable = cell.Name,
-                        Value = cell.Bytes is { } bytes ? ByteString.CopyFrom(bytes) : ByteString.Empty,
-                        ValueFormat = cell.Format,
-                    });
-                    cell.ChainHead = lsn;
-                    cell.StateNumber = lsn;
-                    cell.RecoveryLsn = lsn;
-                    cell.ServiceCheckpointsSinceCheckpoint = 0;
-                    cell.Dv = DependencyVector.Empty;
-                    cell.WritesSinceCheckpoint = 0;
-                    cell.CheckpointPending = false;
-                    Interlocked.Increment(ref _checkpoints);
-                    return;
                 }
+
+                await DistributedFlush(others, CancellationToken.None).ConfigureAwait(false);
+                flushed = others;
             }
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
-            // The log faulted, or (in a domain) the distributed flush could not be done: the checkpoint is retried with
-            // the variable's next writes or the next service checkpoint. The variable's chain still reaches its last one.
+            // The log faulted, or (in a domain) the distributed flush could not be done or found an orphan: the checkpoint
+            // is retried with the variable's next writes or the next service checkpoint. The chain still reaches its last one.
             lock (cell.Gate)
             {
                 cell.CheckpointPending = false;
             }
         }
+    }
+
+    /// <summary>The entries of <paramref name="dv"/> that name another service than this one.</summary>
+    private DependencyVector OtherServices(DependencyVector dv)
+    {
+        var others = DependencyVector.Empty;
+        foreach (var (service, state) in dv.Entries)
+        {
+            if (service != Service)
+            {
+                others = others.With(service, state);
+            }
+        }
+
+        return others;
+    }
+
+    /// <summary>Whether every entry of <paramref name="needed"/> was made durable by a flush of <paramref name="flushed"/> (an entry of the same service and epoch, at or beyond it).</summary>
+    private static bool Covers(DependencyVector flushed, DependencyVector needed)
+    {
+        foreach (var (service, state) in needed.Entries)
+        {
+            var covered = false;
+            foreach (var (doneService, done) in flushed.Entries)
+            {
+                if (string.Equals(doneService, service, StringComparison.Ordinal) && done.Epoch == state.Epoch && done.Lsn >= state.Lsn)
+                {
+                    covered = true;
+                    break;
+                }
+            }
+
+            if (!covered)
+            {
+                return false;
+            }
+        }
+
+        return true;
     }
 
     private T ReadLogged<T>(SharedCell cell, RequestExecution execution, bool forUpdate)

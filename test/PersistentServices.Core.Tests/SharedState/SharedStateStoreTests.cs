@@ -122,7 +122,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     }
 
     [Fact]
-    public async Task EveryNWrites_ACheckpointIsLoggedOnceDurable_AndTheChainBreaksThere()
+    public async Task EveryNWrites_ACheckpointIsLogged_AndTheChainBreaksThere()
     {
         var writer = NewSession();
         for (var i = 1; i <= 3; i++)
@@ -142,6 +142,32 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         Assert.Equal("30", checkpoint.Parse(SharedCheckpoint.Parser).Value.ToStringUtf8());
         var last = (await RecordsAsync(RecordKind.SharedWrite)).Last().Parse(SharedWrite.Parser);
         Assert.Equal(checkpoint.Lsn, last.PreviousWriteLsn);
+    }
+
+    [Fact]
+    public async Task Checkpoints_OfAVariableUpdatedWithoutPause_AreTakenWhileTheUpdatesRun()
+    {
+        // A hot counter (every request updates it): its checkpoints must not wait for a moment without writes, or its
+        // recovery start, and with it the log's truncation point, stays where it was for as long as the load lasts.
+        const int cap = 100_000;
+        var updates = await Task.Run(() =>
+        {
+            var done = 0;
+            var session = NewSession();
+            while (_store.Checkpoints < 5 && done < cap)
+            {
+                done++;
+                Run(session, done, () => Counter.Update(c => c + 1));
+            }
+
+            return done;
+        }, Ct);
+
+        Assert.True(updates < cap, $"{_store.Checkpoints} checkpoints in {updates} updates");
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var checkpoints = await RecordsAsync(RecordKind.SharedCheckpoint);
+        Assert.True(checkpoints.Count >= 5);
+        Assert.Equal(_store.Cell("Tests.Counter").RecoveryLsn, checkpoints[^1].Lsn);
     }
 
     [Fact]
