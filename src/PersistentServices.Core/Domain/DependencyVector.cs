@@ -72,6 +72,42 @@ internal sealed class DependencyVector
         return new DependencyVector([.. _entries, new(service, state)]);
     }
 
+    /// <summary>
+    /// This vector with <paramref name="service"/> at <paramref name="state"/> and without that service's entries of
+    /// earlier epochs: a service's own dependency on itself ([MSP §3.1]). Its earlier epochs are behind a recovery of its
+    /// own, and whatever of them is still in its memory was read back from its durable log, so those entries can never
+    /// make anything an orphan; kept, they would grow every session's and shared variable's DV by one entry per restart
+    /// (and every logged shared access with it).
+    /// </summary>
+    public DependencyVector WithOwn(string service, StateId state)
+    {
+        var stale = 0;
+        foreach (var (name, entry) in _entries)
+        {
+            if (entry.Epoch < state.Epoch && string.Equals(name, service, StringComparison.Ordinal))
+            {
+                stale++;
+            }
+        }
+
+        if (stale == 0)
+        {
+            return With(service, state);
+        }
+
+        var kept = new KeyValuePair<string, StateId>[_entries.Length - stale];
+        var i = 0;
+        foreach (var entry in _entries)
+        {
+            if (entry.Value.Epoch >= state.Epoch || !string.Equals(entry.Key, service, StringComparison.Ordinal))
+            {
+                kept[i++] = entry;
+            }
+        }
+
+        return new DependencyVector(kept).With(service, state);
+    }
+
     /// <summary>Item-wise maximum of both vectors, per (service, epoch) ([MSP §3.1] "merged").</summary>
     public DependencyVector Merge(DependencyVector other)
     {

@@ -98,10 +98,13 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
         return lsn;
     }
 
-    /// <summary>The session's state number and own DV entry move to <paramref name="lsn"/> ([MSP §3.1]: a service depends on itself at its latest record).</summary>
+    /// <summary>
+    /// The session's state number and own DV entry move to <paramref name="lsn"/> ([MSP §3.1]: a service depends on itself
+    /// at its latest record); its own entries of earlier epochs are dropped (<see cref="DependencyVector.WithOwn"/>).
+    /// </summary>
     public void Advance(long lsn, long? epoch = null)
     {
         Session.StateNumber = Math.Max(Session.StateNumber, lsn);
-        Session.Dv = Session.Dv.With(Service, new StateId(epoch ?? Epoch, lsn));
+        Session.Dv = Session.Dv.WithOwn(Service, new StateId(epoch ?? Epoch, lsn));
     }
 }

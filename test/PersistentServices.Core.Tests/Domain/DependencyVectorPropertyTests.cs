@@ -64,6 +64,27 @@ public sealed class DependencyVectorPropertyTests
         }));
 
     [Fact]
+    public void WithOwn_KeepsEveryOtherServicesEntries_AndOnlyTheOwnEntriesOfTheCurrentEpochAndLater()
+        => Check(Prop.ForAll(Vector.ToArbitrary(), Entry.ToArbitrary(), (dv, own) =>
+        {
+            var result = dv.WithOwn(own.Service, own.State);
+            var expected = Set(dv.With(own.Service, own.State)).Where(e => e.Item1 != own.Service || e.Item2 >= own.State.Epoch);
+            return Set(result).SetEquals(expected);
+        }));
+
+    [Fact]
+    public void WithOwn_OneEntryPerRestartNoMore_AVectorCarriedAcrossFiftyEpochsStaysSmall()
+    {
+        var dv = DependencyVector.Empty.With("B", new StateId(3, 700));
+        for (var epoch = 1; epoch <= 50; epoch++)
+        {
+            dv = dv.WithOwn("A", new StateId(epoch, 100 * epoch)).WithOwn("A", new StateId(epoch, (100 * epoch) + 5));
+        }
+
+        Assert.Equal([("A", 50L, 5005L), ("B", 3L, 700L)], Set(dv).Order());
+    }
+
+    [Fact]
     public void FindOrphan_ExactlyWhenAnEntryLiesBeyondWhatItsServiceRecoveredInThatEpoch()
         => Check(Prop.ForAll(Vector.ToArbitrary(), Recovered.ToArbitrary(), (dv, recovered) =>
             (recovered.FindOrphan(dv) is not null) ==
