@@ -58,6 +58,21 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         return execution;
     }
 
+    /// <summary>A fresh store; the counter written 1, 2 and 3 by writers that depend on peer service B at LSNs 100, 200 and 300 of its epoch 1.</summary>
+    private async Task WriteOneTwoThreeDependingOnBAsync(int checkpointInterval)
+    {
+        _store = new SharedStateStore(_log, Service, checkpointInterval) { Epoch = 1 };
+        SharedStateStore.Active = _store;
+        foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
+        {
+            var writer = NewSession();
+            writer.Dv = writer.Dv.With("B", new StateId(1, peerLsn));
+            Run(writer, 1, () => Counter.Write(value));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+    }
+
     private async Task<List<LogRecord>> RecordsAsync(RecordKind kind)
     {
         await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
@@ -198,16 +213,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     public async Task OrphanUndo_FollowsTheBackwardChainToTheLatestNonOrphanWrite()
     {
         // Writers that depend on peer service B at LSNs 100, 200 and 300 of its epoch 1; B recovers only up to 250.
-        _store = new SharedStateStore(_log, Service, checkpointInterval: 100) { Epoch = 1 };
-        SharedStateStore.Active = _store;
-        foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
-        {
-            var writer = NewSession();
-            writer.Dv = writer.Dv.With("B", new StateId(1, peerLsn));
-            Run(writer, 1, () => Counter.Write(value));
-        }
-
-        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        await WriteOneTwoThreeDependingOnBAsync(checkpointInterval: 100);
         var rolledBack = await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct);
 
         Assert.True(rolledBack);
@@ -222,16 +228,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     {
         // As above: the value 3 depends on B's lost state, 2 does not. Then updates (each from a session of its own, with
         // no dependency on B) run without pause: those that read the orphan value carry its DV and move the chain's head.
-        _store = new SharedStateStore(_log, Service, checkpointInterval: 1_000_000) { Epoch = 1 };
-        SharedStateStore.Active = _store;
-        foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
-        {
-            var writer = NewSession();
-            writer.Dv = writer.Dv.With("B", new StateId(1, peerLsn));
-            Run(writer, 1, () => Counter.Write(value));
-        }
-
-        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        await WriteOneTwoThreeDependingOnBAsync(checkpointInterval: 1_000_000);
         const int cap = 200_000;
         Task<bool>? rollback = null;
         var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
