@@ -116,6 +116,38 @@ public sealed class CheckpointTests : IDisposable
         }
     }
 
+    [Fact]
+    public async Task KilledFiveTimes_DvsOfSessionsAndSharedVariablesKeepOneOwnEntry_NotOnePerRestart()
+    {
+        // Every restart is a new epoch; a DV entry of an earlier epoch of the service itself is durable by then and must
+        // go, or every logged shared access grows by one entry per restart (docs/domains.md).
+        var environment = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("log") };
+        string depositor;
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            depositor = await service.StartSessionAsync();
+            Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", depositor, 1, new { account = "d", amount = 1 })).Status);
+            await service.KillAsync();
+        }
+
+        for (var restart = 1; restart <= 5; restart++)
+        {
+            await using var service = await ServiceProcess.StartAsync(environment);
+            var (status, body, _) = await service.SendAsync(HttpMethod.Post, "/deposit", depositor, restart + 1, new { account = "d", amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal(restart + 1, body.GetProperty("balance").GetInt64());
+            if (restart < 5)
+            {
+                await service.KillAsync();
+                continue;
+            }
+
+            var (_, dv, _) = await service.SendAsync(HttpMethod.Get, "/debug/dv", depositor, null);
+            Assert.Equal(1, dv.GetProperty("session").GetInt32());
+            Assert.Equal(1, dv.GetProperty("accounts").GetInt32());
+        }
+    }
+
     public static TheoryData<string> RunningCrashPoints =>
     [
         "session-checkpoint.appended",

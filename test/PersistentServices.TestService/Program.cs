@@ -183,6 +183,14 @@ app.MapPost("/slow", [Persistent] async (Deposit body) =>
 });
 app.MapGet("/balances", [ReadOnly] () => Results.Ok((accounts.Read() ?? []).ToDictionary(a => a, balances.Get)));
 
+// Test-only: how many DV entries the calling session and the shared variable Test.Accounts carry (a service's own
+// entries of earlier epochs must not pile up with every restart). Read-only: nothing logged, no entry added.
+app.MapGet("/debug/dv", [ReadOnly] () => Results.Ok(new
+{
+    session = PersistentServices.Sessions.PersistentScope.Current?.Session?.Dv.Entries.Count,
+    accounts = PersistentServices.SharedState.SharedStateStore.Active!.Cell("Test.Accounts").Dv.Entries.Count,
+}));
+
 // A reply whose OnStarting callback throws: an endpoint failure (500), like plain ASP.NET Core.
 app.MapPost("/onstarting-throws", [Persistent] (HttpContext context) =>
 {
