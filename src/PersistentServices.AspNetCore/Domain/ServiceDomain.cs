@@ -66,21 +66,36 @@ internal sealed partial class ServiceDomain : IDisposable
         }
 
         // This service's own force and every member's flush run at once: the flush costs the slowest of them, not their sum.
+        // The members' requests go out first: a local force may write on this thread before it returns (the group commit's
+        // leader does), and the members' forces should not wait for that write.
         List<Task>? flushes = null;
+        StateId? own = null;
         foreach (var (service, state) in dv.Entries)
         {
             if (service == Self)
             {
                 if (state.Epoch == _runtime.Epoch && state.Lsn >= _runtime.Log.DurableUntil)
                 {
-                    PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
-                    (flushes ??= []).Add(_runtime.Log.WaitUntilDurableAsync(state.Lsn, cancellationToken).AsTask());
+                    own = state;
                 }
             }
             else if (IsMember(service))
             {
                 (flushes ??= []).Add(FlushRemoteAsync(service, state, cancellationToken));
             }
+        }
+
+        if (own is { } local)
+        {
+            PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
+            var force = _runtime.Log.WaitUntilDurableAsync(local.Lsn, cancellationToken);
+            if (flushes is null)
+            {
+                await force.ConfigureAwait(false);
+                return;
+            }
+
+            flushes.Add(force.AsTask());
         }
 
         if (flushes is not null)
