@@ -54,7 +54,7 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
         foreach (var variable in runtime.Shared.VariableNames())
         {
-            await runtime.Shared.RollBackOrphanAsync(variable, lost).ConfigureAwait(false);
+            await runtime.Shared.RollBackOrphanAsync(variable, lost, runtime.Domain.Recovered).ConfigureAwait(false);
         }
     }
 

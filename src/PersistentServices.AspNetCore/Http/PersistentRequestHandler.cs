@@ -477,6 +477,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     {
         if (request.IncomingDv is not null)
         {
+            ThrowIfKnownOrphan(request.Session);
             return;
         }
 
@@ -488,6 +489,21 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         }
 
         await ForceAsync(request, replyLsn).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// A reply to a member carries the session's DV unforced; it never leaves when this service already knows that DV
+    /// depends on lost state: the session rolls back instead ([MSP §4.1]). Checked when the reply leaves, not only when a
+    /// recovered state number is learned: a DV merged while that number was being learned (a request admitted or
+    /// replayed at that moment) would otherwise keep the orphan entry with no rollback scheduled, and every caller would
+    /// discard the session's replies, retry, and be discarded again, for ever.
+    /// </summary>
+    private void ThrowIfKnownOrphan(Sessions.Session session)
+    {
+        if (runtime.Domain.Recovered.FindOrphan(session.Dv) is { } lost)
+        {
+            throw new Domain.OrphanException(lost);
+        }
     }
 
     /// <summary>Waits until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
@@ -522,14 +538,15 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             return true;
         }
 
-        if (request.IncomingDv is not null)
-        {
-            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
-            return true;
-        }
-
         try
         {
+            if (request.IncomingDv is not null)
+            {
+                ThrowIfKnownOrphan(request.Session);
+                request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = Domain.DvHeader.Format(request.Session.Dv.Prune(runtime.Domain.Recovered));
+                return true;
+            }
+
             await domain.FlushAsync(request.Session.Dv, CancellationToken.None).ConfigureAwait(false);
             return true;
         }

@@ -346,7 +346,9 @@ internal sealed partial class SharedStateStore
     /// Shared state orphan recovery ([MSP §4.2]): when the variable's DV depends on state that
     /// <paramref name="recovered"/> says was lost, follows its backward chain of write records to the latest one whose
     /// DV is not an orphan (or to a checkpoint, which never is) and makes that the variable's value. Returns true when
-    /// the variable was rolled back.
+    /// the variable was rolled back. <paramref name="known"/>, the recovered state numbers learned before, keeps the walk
+    /// going past writes that are orphans of an earlier crash too: a write that was not the variable's latest when that
+    /// crash was learned was not rolled back then, and must not come back now.
     /// </summary>
     /// <remarks>
     /// Live reads and writes of the variable wait while the chain is read (<see cref="SharedCell.RollingBack"/>): a write
@@ -354,7 +356,7 @@ internal sealed partial class SharedStateStore
     /// every such write could be overtaken without end by a steady stream of updates. The wait is short: the chain's
     /// newest writes are forced, then read back until the first non-orphan one.
     /// </remarks>
-    public async Task<bool> RollBackOrphanAsync(string name, RecoveredStateNumber recovered, CancellationToken cancellationToken = default)
+    public async Task<bool> RollBackOrphanAsync(string name, RecoveredStateNumber recovered, RecoveredStates? known = null, CancellationToken cancellationToken = default)
     {
         var cell = Cell(name);
         TaskCompletionSource rollingBack;
@@ -387,7 +389,7 @@ internal sealed partial class SharedStateStore
         {
             while (true)
             {
-                var (value, format, dv, found) = await ReadChainToNonOrphanAsync(head, recovered, cancellationToken).ConfigureAwait(false);
+                var (value, format, dv, found) = await ReadChainToNonOrphanAsync(head, recovered, known, cancellationToken).ConfigureAwait(false);
                 lock (cell.Gate)
                 {
                     if (cell.ChainHead != head)
@@ -426,7 +428,7 @@ internal sealed partial class SharedStateStore
 
     /// <summary>Reads a variable's backward chain from <paramref name="head"/> down to its latest write that is no orphan of <paramref name="recovered"/>, or its checkpoint.</summary>
     private async Task<(byte[]? Value, ValueFormat Format, DependencyVector Dv, long Lsn)> ReadChainToNonOrphanAsync(
-        long head, RecoveredStateNumber recovered, CancellationToken cancellationToken)
+        long head, RecoveredStateNumber recovered, RecoveredStates? known, CancellationToken cancellationToken)
     {
         // The chain's newest writes may not be durable yet (only committed records can be read back): force them first.
         if (head >= Log.DurableUntil)
@@ -446,7 +448,7 @@ internal sealed partial class SharedStateStore
 
             var write = record.Parse(SharedWrite.Parser);
             var writeDv = DependencyVector.FromRecord(write.Dv);
-            if (!writeDv.IsOrphan(recovered))
+            if (!writeDv.IsOrphan(recovered) && known?.FindOrphan(writeDv) is null)
             {
                 return (write.Value.ToByteArray(), write.ValueFormat, writeDv, lsn);
             }

@@ -210,17 +210,46 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task OrphanUndo_AlsoSkipsWritesThatAnEarlierLearnedCrashMadeOrphans()
+    {
+        // Writes 1 and 2 depend on B (LSNs 100, 200 of its epoch 1); write 3 on C only (its writer saw no B state). B's
+        // crash (recovered to 150) was learned while write 3 was the latest: the variable was no orphan of it then. When
+        // C's crash takes write 3 back, the rollback must not stop at write 2, an orphan of B's crash.
+        _store = new SharedStateStore(_log, Service, checkpointInterval: 100) { Epoch = 1 };
+        SharedStateStore.Active = _store;
+        foreach (var (peer, peerLsn, value) in new[] { ("B", 100L, 1), ("B", 200L, 2), ("C", 50L, 3) })
+        {
+            var writer = NewSession();
+            writer.Dv = writer.Dv.With(peer, new StateId(1, peerLsn));
+            Run(writer, 1, () => Counter.Write(value));
+        }
+
+        await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
+        var known = new RecoveredStates();
+        var bLost = new RecoveredStateNumber("B", new StateId(1, 150));
+        known.Learn(bLost);
+        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", bLost, known, Ct));
+
+        var cLost = new RecoveredStateNumber("C", new StateId(1, 10));
+        known.Learn(cLost);
+        Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", cLost, known, Ct));
+
+        Assert.Equal(1, Counter.Read());
+        Assert.Null(known.FindOrphan(_store.Cell("Tests.Counter").Dv));
+    }
+
+    [Fact]
     public async Task OrphanUndo_FollowsTheBackwardChainToTheLatestNonOrphanWrite()
     {
         // Writers that depend on peer service B at LSNs 100, 200 and 300 of its epoch 1; B recovers only up to 250.
         await WriteOneTwoThreeDependingOnBAsync(checkpointInterval: 100);
-        var rolledBack = await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct);
+        var rolledBack = await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), cancellationToken: Ct);
 
         Assert.True(rolledBack);
         Assert.Equal(2, Counter.Read());
         Assert.Equal(new StateId(1, 200), _store.Cell("Tests.Counter").Dv["B"]);
-        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct));
-        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(2, 0)), Ct));
+        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), cancellationToken: Ct));
+        Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(2, 0)), cancellationToken: Ct));
     }
 
     [Fact]
@@ -248,7 +277,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         }, Ct);
         await started.Task.WaitAsync(Ct);
 
-        rollback = _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), Ct);
+        rollback = _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), cancellationToken: Ct);
         var updates = await updater;
 
         Assert.True(await rollback);
@@ -278,7 +307,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         Run(late, 1, () => Counter.Write(99));
         await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
 
-        Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 0)), Ct));
+        Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 0)), cancellationToken: Ct));
         Assert.Equal(3, Counter.Read());
     }
 
