@@ -38,12 +38,22 @@ internal static class DomainComparison
     private const string PeerKey = "benchmark-peer-key-not-a-secret-0123456789";
     private const int RedisPort = 6399;
 
-    public static async Task RunAsync(int seconds, int[] sessionCounts, int[] callCounts, string[] configs, double[] crashPeriods, int crashSeconds, bool phases = false)
+    public static async Task RunAsync(int seconds, int[] sessionCounts, int[] callCounts, string[] configs, double[] crashPeriods, int crashSeconds, bool phases = false,
+        string[]? logRoots = null)
     {
+        if (logRoots is { Length: not 2 })
+        {
+            throw new ArgumentException("--log-roots takes two directories: A's and B's (for example on two file systems).");
+        }
+
         var root = Path.Combine(Path.GetTempPath(), "ps-domain-" + Guid.NewGuid().ToString("N")[..8]);
         Directory.CreateDirectory(root);
+
+        // Each member's logs under its own directory (two file systems: [MSP §5] ran each service on its own machine and disk).
+        var logDirs = logRoots?.Select(r => Path.Combine(Path.GetFullPath(r), Path.GetFileName(root))).ToArray();
         using var redis = configs.Contains("stateserver") ? RedisServer.Start(RedisPort) : null;
-        Console.WriteLine($"- services: A and B as child processes (this program's `member` mode) on 127.0.0.1, logs and SQLite files in {root}" +
+        Console.WriteLine($"- services: A and B as child processes (this program's `member` mode) on 127.0.0.1, logs and SQLite files in " +
+                          (logDirs is null ? root : $"{logDirs[0]} (A) and {logDirs[1]} (B)") +
                           (redis is null ? "" : $"; redis-server {redis.Version} on 127.0.0.1:{RedisPort} (no persistence), StackExchange.Redis"));
         Console.WriteLine($"- an end request to A makes k calls to B; closed loop, {seconds} s per cell after 2 s warm-up; forces = log commits of A and B per end request");
         Console.WriteLine();
@@ -56,7 +66,7 @@ internal static class DomainComparison
         var p50 = new Dictionary<(string, int, int), double>();
         foreach (var config in configs)
         {
-            await using var pair = await MemberPair.StartAsync(root, config, phases);
+            await using var pair = await MemberPair.StartAsync(root, config, phases, logDirs);
             foreach (var sessions in sessionCounts)
             {
                 foreach (var k in callCounts)
@@ -117,7 +127,7 @@ internal static class DomainComparison
             {
                 foreach (var period in crashPeriods)
                 {
-                    await using var pair = await MemberPair.StartAsync(root, config, phases: false);
+                    await using var pair = await MemberPair.StartAsync(root, config, phases: false, logDirs);
                     Result result;
                     try
                     {
@@ -137,6 +147,10 @@ internal static class DomainComparison
         }
 
         Directory.Delete(root, recursive: true);
+        foreach (var dir in logDirs ?? [])
+        {
+            Directory.Delete(dir, recursive: true);
+        }
     }
 
     private sealed record Result(double RequestsPerSecond, double P50, double P99, double ForcesPerRequest, long Completed, int Kills, double CpuMsPerRequest, long Measured);
@@ -286,14 +300,16 @@ internal static class DomainComparison
 
         public bool Persistent { get; }
 
-        public static async Task<MemberPair> StartAsync(string root, string config, bool phases)
+        public static async Task<MemberPair> StartAsync(string root, string config, bool phases, string[]? logDirs)
         {
             var aPort = FreePort();
             var bPort = FreePort();
-            var dir = Path.Combine(root, config + "-" + Guid.NewGuid().ToString("N")[..6]);
+            var pairName = config + "-" + Guid.NewGuid().ToString("N")[..6];
+            var dir = Path.Combine(root, pairName);
             string[] common = ["--config", config, "--a", $"http://127.0.0.1:{aPort}", "--b", $"http://127.0.0.1:{bPort}", "--dir", dir, .. phases ? ["--phases", "on"] : Array.Empty<string>()];
-            var b = await Member.StartAsync([.. common, "--name", "B"], new Uri($"http://127.0.0.1:{bPort}"));
-            var a = await Member.StartAsync([.. common, "--name", "A"], new Uri($"http://127.0.0.1:{aPort}"));
+            string[] LogDir(int member) => logDirs is null ? [] : ["--log-dir", Path.Combine(logDirs[member], pairName, member == 0 ? "A" : "B", "log")];
+            var b = await Member.StartAsync([.. common, "--name", "B", .. LogDir(1)], new Uri($"http://127.0.0.1:{bPort}"));
+            var a = await Member.StartAsync([.. common, "--name", "A", .. LogDir(0)], new Uri($"http://127.0.0.1:{aPort}"));
             return new MemberPair(a, b, config is "pessimistic" or "optimistic", phases);
         }
 
@@ -480,7 +496,7 @@ internal static class DomainComparison
         builder.Services.AddSingleton<DomainBenchSession>();
         builder.Services.AddPersistentServices(o =>
         {
-            o.LogDirectory = Path.Combine(dir, "log");
+            o.LogDirectory = option("--log-dir") ?? Path.Combine(dir, "log");
             o.ServiceName = name;
             o.Calls.PeerKey = PeerKey;
             o.Calls.RetryDelay = TimeSpan.FromMilliseconds(20);

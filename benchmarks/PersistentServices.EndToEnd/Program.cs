@@ -31,6 +31,7 @@ using PersistentServices.Hosting;
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
 //            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 //            [--phases on]   (p50 of each traced step in A and B: request, distributed flush, force, HTTP in and out by path)
+//            [--log-roots DIR_A,DIR_B]   (A's logs under DIR_A, B's under DIR_B: two file systems, as services on two machines)
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
 if (mode is not ("throughput" or "state" or "recovery" or "domain" or "serve" or "member"))
 {
@@ -82,7 +83,8 @@ if (mode == "domain")
         configs: (Option("--configs") ?? "nolog,pessimistic,optimistic,psession,stateserver").Split(','),
         crashPeriods: [.. (Option("--crash-every") ?? "0,10,5,2.5").Split(',', StringSplitOptions.RemoveEmptyEntries).Select(s => double.Parse(s, CultureInfo.InvariantCulture))],
         crashSeconds: int.Parse(Option("--crash-seconds") ?? "20", CultureInfo.InvariantCulture),
-        phases: Option("--phases") is "on" or "true");
+        phases: Option("--phases") is "on" or "true",
+        logRoots: Option("--log-roots")?.Split(','));
     return 0;
 }
 
