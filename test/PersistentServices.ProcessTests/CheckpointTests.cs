@@ -164,6 +164,9 @@ public sealed class CheckpointTests : IDisposable
         var environment = SmallCheckpoints();
         environment["PERSISTENTSERVICES_CRASH_POINT"] = point;
         environment["PERSISTENTSERVICES_CRASH_AFTER"] = "1"; // not the checkpoint recovery takes at start: one taken while serving
+        // The first service checkpoint while serving comes one interval after the start: 3 s, so that the clients' sessions
+        // have started by then on a loaded CI host (with 1 s, starting four sessions in a cold process lost that race twice).
+        environment["PS_SERVICE_CHECKPOINT_SECONDS"] = "3";
         var clients = new Clients(4);
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
