@@ -180,13 +180,17 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         _stage = RecoveryStage.Scanning;
         try
         {
-            _log = await DurableLog.OpenAsync(Options.BuildLogOptions(), _logger, cancellationToken).ConfigureAwait(false);
+            // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
+            var logOptions = Options.BuildLogOptions();
+            var captured = AnalysisScan.CaptureFor(logOptions, readAtRest: !Domain.Enabled);
+            _log = await DurableLog.OpenAsync(logOptions, _logger, captured, cancellationToken).ConfigureAwait(false);
             _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
             var directory = Path.GetFullPath(Options.LogDirectory);
             var durableAtOpen = _log.DurableUntil;
             // Outside a domain, sessions at rest are read directly and the scan starts after them (docs/checkpoints.md); in a
             // domain the scan also relearns members' recovered states from the log, so it starts where it always did.
-            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken, recovered: Domain.Recovered, readAtRest: !Domain.Enabled).ConfigureAwait(false);
+            Analysis = await AnalysisScan.RunAsync(_log, directory, Sessions, _shared, cancellationToken, recovered: Domain.Recovered, readAtRest: !Domain.Enabled, captured: captured)
+                .ConfigureAwait(false);
             _checkpointer = new Checkpoints.ServiceCheckpointer(_log, directory, Sessions, _shared, Options.IdleCheckpointAfter, _logger, atRest: !Domain.Enabled)
             {
                 BeforeSessionCheckpoint = BeforeSessionCheckpointAsync,

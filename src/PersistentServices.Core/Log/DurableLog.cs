@@ -19,7 +19,7 @@ namespace PersistentServices.Log;
 ///   at most one commit is in flight; an idle log issues none.</item>
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
-/// <item><see cref="OpenAsync"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
+/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, CancellationToken)"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
 ///   logged; damage inside committed data, or files showing that committed data is missing, stop the open with an error
 ///   naming the address and the file, before anything on disk changes.</item>
 /// <item>The commit metadata's floor follows the durable end on its own thread (<see cref="CommitMetadataWriter"/>).</item>
@@ -131,7 +131,15 @@ internal sealed class DurableLog : IAsyncDisposable
     /// what to do. Nothing was changed on disk.
     /// </exception>
     /// <exception cref="IOException">The directory is in use by another process.</exception>
-    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
+    public static Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
+        => OpenAsync(options, logger, capture: null, cancellationToken);
+
+    /// <summary>Opens the log as <see cref="OpenAsync(LogOptions, ILogger?, CancellationToken)"/> does.</summary>
+    /// <param name="options">The log's options.</param>
+    /// <param name="logger">Where the open reports what it found.</param>
+    /// <param name="capture">Keeps the records the verification walk reads from its <see cref="RecordCapture.From"/> on (recovery's analysis scan).</param>
+    /// <param name="cancellationToken">Cancels the open.</param>
+    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(options);
         options.Validate();
@@ -156,12 +164,14 @@ internal sealed class DurableLog : IAsyncDisposable
                 LogEvents.MetadataDamaged(logger, metadataPath, string.Join("; ", damage));
             }
 
-            var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata);
+            var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata, capture);
             if (scan.Problems.Count > 0)
             {
                 // Refuse before anything on disk changes: the operator can still copy and inspect exactly what was found.
                 throw scan.Problems[0].ToException(options.Directory, scan.Problems.Count - 1);
             }
+
+            capture?.Complete(scan.CommittedUntil);
 
             if (scan.TornTail is { } torn)
             {

@@ -6,11 +6,9 @@ namespace PersistentServices.Log;
 /// <summary>A verified record read back from the log.</summary>
 internal sealed class LogRecord
 {
-    private readonly byte[] _entry;
-
-    private LogRecord(byte[] entry, RecordHeader header)
+    private LogRecord(ReadOnlyMemory<byte> body, RecordHeader header)
     {
-        _entry = entry;
+        Body = body;
         Header = header;
     }
 
@@ -21,7 +19,7 @@ internal sealed class LogRecord
     public RecordKind Kind => Header.Kind;
 
     /// <summary>The body bytes (the kind's protobuf message).</summary>
-    public ReadOnlyMemory<byte> Body => _entry.AsMemory(RecordEnvelope.HeaderSize, Header.BodyLength);
+    public ReadOnlyMemory<byte> Body { get; }
 
     /// <summary>Parses the body as <typeparamref name="T"/>.</summary>
     public T Parse<T>(MessageParser<T> parser)
@@ -37,6 +35,9 @@ internal sealed class LogRecord
             throw new LogCorruptionException($"Corrupt log record at address {address}: {damage}.", address);
         }
 
-        return new LogRecord(entry, header);
+        return new LogRecord(entry.AsMemory(RecordEnvelope.HeaderSize, header.BodyLength), header);
     }
+
+    /// <summary>A record whose envelope was verified where it was read (the open's verification walk).</summary>
+    public static LogRecord FromVerified(RecordHeader header, ReadOnlyMemory<byte> body) => new(body, header);
 }

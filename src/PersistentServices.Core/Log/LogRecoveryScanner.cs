@@ -68,8 +68,8 @@ internal sealed record LogProblem(string Message, long Address, string? File = n
 /// <summary>Receives the intact records a scan walks over (the verify command counts them); nothing is retained by the scanner.</summary>
 internal interface ILogScanVisitor
 {
-    /// <summary>An intact record (envelope verified); not yet known to be committed.</summary>
-    void Record(long lsn, RecordKind kind, ReadOnlySpan<byte> body);
+    /// <summary>An intact record (envelope verified); not yet known to be committed. <paramref name="body"/> is valid only during the call.</summary>
+    void Record(RecordHeader header, ReadOnlySpan<byte> body);
 
     /// <summary>An intact commit record: every record visited before <paramref name="until"/> is committed.</summary>
     void Committed(long until);
@@ -150,6 +150,17 @@ internal sealed class LogRecoveryScanner : IDisposable
     {
         using var scanner = new LogRecoveryScanner(directory, options, visitor);
         scanner.Walk(from, new WalkResult { CommittedUntil = from });
+    }
+
+    /// <summary>
+    /// Reads the record at <paramref name="lsn"/> straight from the segment files, before the log is opened; null when no
+    /// intact record starts there. Not a verification of the log (nothing says the record is committed): recovery uses it
+    /// only as a hint (where its analysis scan will start), and reads the record again once the log is open.
+    /// </summary>
+    public static LogRecord? TryReadRecord(string directory, LogOptions options, long lsn)
+    {
+        using var scanner = new LogRecoveryScanner(directory, options, visitor: null);
+        return scanner.ReadRecordAt(lsn);
     }
 
     /// <summary>Deletes segment files wholly before <paramref name="beginAddress"/> (left behind when a crash came between
@@ -521,7 +532,7 @@ internal sealed class LogRecoveryScanner : IDisposable
                     pendingTruncation = LogTruncated.Parser.ParseFrom(payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength)).UntilLsn;
                 }
 
-                _visitor?.Record(address, header.Kind, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength));
+                _visitor?.Record(header, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength));
             }
 
             address += entrySize;
@@ -600,6 +611,32 @@ internal sealed class LogRecoveryScanner : IDisposable
         return false;
     }
 
+    private LogRecord? ReadRecordAt(long lsn)
+    {
+        var pageStart = lsn & ~((long)_pageSize - 1);
+        var offset = (int)(lsn - pageStart);
+        var valid = LoadPage(pageStart);
+        if (lsn < FasterEntryLayout.FirstValidAddress || offset + FasterEntryLayout.HeaderSize > valid)
+        {
+            return null;
+        }
+
+        var length = FasterEntryLayout.ReadLength(_page.AsSpan(offset));
+        if (length <= 0 || length > _maxEntry || offset + FasterEntryLayout.EntrySize(length) > valid)
+        {
+            return null;
+        }
+
+        var entry = _page.AsSpan(offset, FasterEntryLayout.EntrySize(length));
+        var payload = entry.Slice(FasterEntryLayout.HeaderSize, length);
+        if (!FasterEntryLayout.ChecksumMatches(entry, length) || RecordEnvelope.Verify(payload, lsn, out var header) is not null)
+        {
+            return null;
+        }
+
+        return LogRecord.FromVerified(header, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength).ToArray());
+    }
+
     /// <summary>Loads the page at <paramref name="pageStart"/>; returns how many bytes of it exist on disk, or -1 when its segment file is missing.</summary>
     private int LoadPage(long pageStart)
     {
@@ -610,10 +647,10 @@ internal sealed class LogRecoveryScanner : IDisposable
         }
 
         _loadedPage = page;
-        Array.Clear(_page);
         var segment = (int)(pageStart >> _segmentSizeBits);
         if (!_segments.TryGetValue(segment, out var fileLength))
         {
+            Array.Clear(_page);
             _loadedValid = -1;
             return -1;
         }
@@ -638,6 +675,7 @@ internal sealed class LogRecoveryScanner : IDisposable
             read += n;
         }
 
+        _page.AsSpan(read).Clear(); // a page's unwritten rest reads as zeros, as in the file
         _loadedValid = read;
         return read;
     }

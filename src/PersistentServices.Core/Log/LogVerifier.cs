@@ -204,8 +204,9 @@ internal sealed class LogInventory : ILogScanVisitor
     /// <summary>Session checkpoints counted.</summary>
     public long SessionCheckpoints { get; private set; }
 
-    public void Record(long lsn, RecordKind kind, ReadOnlySpan<byte> body)
+    public void Record(RecordHeader header, ReadOnlySpan<byte> body)
     {
+        var (lsn, kind) = (header.Lsn, header.Kind);
         string? key;
         try
         {

@@ -39,17 +39,43 @@ internal static class AnalysisScan
     /// <summary>Record bytes the scan keeps in memory for replay before it keeps only positions (replay then reads them).</summary>
     public const long DefaultKeepBudgetBytes = 512L << 20;
 
+    /// <summary>
+    /// Before the log opens: a capture of the records this scan will read, for the open's verification walk to fill
+    /// (<see cref="RecordCapture"/>). It starts where the anchored service checkpoint says the scan starts (the log's begin
+    /// without an anchor). Only a hint, read straight from the files: <see cref="RunAsync"/> checks the anchor again on the
+    /// open log, and reads from the log whatever the capture does not hold. Null when the anchor cannot be followed.
+    /// </summary>
+    public static RecordCapture? CaptureFor(LogOptions options, bool readAtRest)
+    {
+        try
+        {
+            if (AnchorFile.Read(options.Directory) is not { } anchor)
+            {
+                return new RecordCapture(FasterEntryLayout.FirstValidAddress);
+            }
+
+            if (LogRecoveryScanner.TryReadRecord(options.Directory, options, anchor) is not { Kind: RecordKind.ServiceCheckpoint } record)
+            {
+                return null;
+            }
+
+            var checkpoint = record.Parse(ServiceCheckpoint.Parser);
+            var from = checkpoint.ScanFromLsn == 0 ? anchor : checkpoint.ScanFromLsn;
+            return readAtRest && checkpoint.AtRestScanFromLsn != 0
+                ? new RecordCapture(checkpoint.AtRestScanFromLsn, checkpoint.AtRest.Select(p => p.Lsn))
+                : new RecordCapture(from);
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or LogCorruptionException or Google.Protobuf.InvalidProtocolBufferException)
+        {
+            return null; // the open and the scan report it properly
+        }
+    }
+
     public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
-        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null, bool readAtRest = false)
+        long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null, bool readAtRest = false, RecordCapture? captured = null)
     {
         var started = Stopwatch.GetTimestamp();
-        long records = 0;
-        long requests = 0;
-        long epoch = 0;
-        long kept = 0;
-        long last = 0;
-        var fromCheckpoints = 0;
-        var variables = new HashSet<string>(StringComparer.Ordinal);
+        var scan = new RecordApplier(log, sessions, shared, recovered, keepBudgetBytes);
         var codec = shared.Codec;
         var (anchor, scanFrom, clean, atRest) = await StartPointAsync(log, directory, readAtRest, cancellationToken).ConfigureAwait(false);
 
@@ -57,7 +83,9 @@ internal static class AnalysisScan
         var variablesReadAtRest = 0;
         foreach (var position in atRest)
         {
-            var restRecord = await log.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
+            var restRecord = captured is not null && captured.TryGetSingle(position.Lsn, out var single)
+                ? single
+                : await log.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
             if (position.Variable.Length > 0)
             {
                 var variableAtRest = restRecord.Kind == RecordKind.SharedCheckpoint ? restRecord.Parse(SharedCheckpoint.Parser) : null;
@@ -68,7 +96,7 @@ internal static class AnalysisScan
                 }
 
                 shared.RollForward(variableAtRest.Variable, variableAtRest.Value, variableAtRest.ValueFormat, DependencyVector.Empty, restRecord.Lsn, checkpoint: true);
-                variables.Add(variableAtRest.Variable);
+                scan.Variables.Add(variableAtRest.Variable);
                 variablesReadAtRest++;
                 continue;
             }
@@ -88,172 +116,40 @@ internal static class AnalysisScan
             sessions.TryAdd(restored);
             if (restRecord.Kind == RecordKind.SessionCheckpoint)
             {
-                fromCheckpoints++;
+                scan.FromCheckpoints++;
             }
         }
 
-        // Per session: the variables its current request read for an update and has not written yet (it holds their locks).
-        var openUpdates = new Dictionary<SessionId, HashSet<string>>();
         var until = log.DurableUntil;
-        await foreach (var record in log.ScanAsync(scanFrom, until, cancellationToken).ConfigureAwait(false))
+        var next = scanFrom;
+        if (captured is not null && captured.From <= scanFrom && captured.Until > scanFrom)
         {
-            records++;
-            if (record.Kind != RecordKind.LogTruncated)
+            // What the open's verification walk kept: from memory, read and verified once.
+            foreach (var record in captured.Records)
             {
-                last = record.Lsn;
+                if (record.Lsn >= until)
+                {
+                    break;
+                }
+
+                if (record.Lsn >= scanFrom)
+                {
+                    scan.Apply(record);
+                }
             }
 
-            var keep = kept < keepBudgetBytes;
-            switch (record.Kind)
-            {
-                case RecordKind.SessionStarted:
-                    sessions.TryAdd(Started(record, codec));
-                    break;
+            next = captured.Until;
+        }
 
-                case RecordKind.SessionCheckpoint:
-                    var checkpoint = record.Parse(SessionCheckpoint.Parser);
-                    var checkpointed = SessionId.FromBytes(checkpoint.SessionId.Span);
-                    if (sessions.TryGet(checkpointed, out var known))
-                    {
-                        known.ContinueFromCheckpoint(record.Lsn, checkpoint);
-                    }
-                    else
-                    {
-                        sessions.TryAdd(SessionCheckpoints.Restore(checkpoint, record.Lsn, codec));
-                    }
-
-                    fromCheckpoints++;
-                    openUpdates.Remove(checkpointed);
-                    break;
-
-                case RecordKind.Request:
-                    var request = RequestHead.Read(record);
-                    if (sessions.TryGet(request.SessionId, out var owner))
-                    {
-                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
-                            DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
-                        owner.LoggedBytesSinceCheckpoint += record.Body.Length;
-                        if (keep)
-                        {
-                            var position = owner.PositionStream[^1];
-                            position.RequestRecord = record;
-                            position.AuxRecords = [];
-                            kept += record.Body.Length;
-                        }
-
-                        openUpdates.Remove(owner.Id);
-                        requests++;
-                    }
-
-                    break;
-
-                case RecordKind.Reply:
-                    var reply = record.Parse(ReplySent.Parser);
-                    if (sessions.TryGet(SessionId.FromBytes(reply.SessionId.Span), out var replied))
-                    {
-                        replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash.ToByteArray());
-                        if (reply.FullReply is not null)
-                        {
-                            // Kept in the log: once replayed, the session holds this location, not the replayed body.
-                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(reply, record.Lsn, record.Body.Length, log.MaxRecordBytes));
-                        }
-
-                        replied.StateNumber = record.Lsn;
-                        replied.LoggedBytesSinceCheckpoint += record.Body.Length;
-                    }
-
-                    break;
-
-                case RecordKind.EndOfSkip:
-                    var skip = record.Parse(EndOfSkip.Parser);
-                    if (sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
-                    {
-                        SkipFrom(skipping, skip.OrphanLsn);
-                        openUpdates.Remove(skipping.Id);
-                    }
-
-                    break;
-
-                case RecordKind.SessionEnded:
-                    sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
-                    break;
-
-                case RecordKind.SharedWrite:
-                    var write = record.Parse(SharedWrite.Parser);
-                    shared.RollForward(write.Variable, write.Value, write.ValueFormat, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
-                    variables.Add(write.Variable);
-                    kept += AddToRequest(sessions, write.SessionId, write.Sequence, record, keep);
-                    if (write.SessionId.Length == 16 && openUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
-                    {
-                        open.Remove(write.Variable);
-                    }
-
-                    break;
-
-                case RecordKind.SharedCheckpoint:
-                    var variableCheckpoint = record.Parse(SharedCheckpoint.Parser);
-                    shared.RollForward(variableCheckpoint.Variable, variableCheckpoint.Value, variableCheckpoint.ValueFormat, DependencyVector.Empty, record.Lsn, checkpoint: true);
-                    variables.Add(variableCheckpoint.Variable);
-                    break;
-
-                case RecordKind.SharedRead:
-                    var read = record.Parse(SharedRead.Parser);
-                    kept += AddToRequest(sessions, read.SessionId, read.Sequence, record, keep);
-                    if (read.ForUpdate && read.SessionId.Length == 16)
-                    {
-                        var reader = SessionId.FromBytes(read.SessionId.Span);
-                        if (!openUpdates.TryGetValue(reader, out var set))
-                        {
-                            openUpdates[reader] = set = new HashSet<string>(StringComparer.Ordinal);
-                        }
-
-                        set.Add(read.Variable);
-                    }
-
-                    break;
-
-                case RecordKind.NondeterministicValue:
-                    var value = record.Parse(NondeterministicValue.Parser);
-                    kept += AddToRequest(sessions, value.SessionId, value.Sequence, record, keep);
-                    break;
-
-                case RecordKind.CallReply:
-                    var call = record.Parse(CallReply.Parser);
-                    kept += AddToRequest(sessions, call.SessionId, call.Sequence, record, keep);
-                    break;
-
-                case RecordKind.EpochStarted:
-                    epoch = Math.Max(epoch, record.Parse(EpochStarted.Parser).Epoch);
-                    break;
-
-                case RecordKind.ServiceCheckpoint:
-                    epoch = Math.Max(epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
-                    break;
-
-                case RecordKind.RecoveredState:
-                    var state = record.Parse(RecoveredState.Parser);
-                    recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
-                    break;
-
-                case RecordKind.LogTruncated:
-                case RecordKind.Payload:
-                    break;
-
-                default:
-                    if (!record.Header.Flags.HasFlag(RecordFlags.SkippableIfUnknown))
-                    {
-                        throw new LogFormatException(
-                            $"The log holds a record of kind {(int)record.Kind} at LSN {record.Lsn} that this build does not know. Run a newer build.");
-                    }
-
-                    break;
-            }
+        await foreach (var record in log.ScanAsync(next, until, cancellationToken).ConfigureAwait(false))
+        {
+            scan.Apply(record);
         }
 
         // A session whose last request read a variable for an update and crashed before writing it held that variable's
         // lock: keep it reserved until the session's replay completes the update (SharedCell.ReservedFor).
         var reservations = 0;
-        foreach (var (sessionId, open) in openUpdates)
+        foreach (var (sessionId, open) in scan.OpenUpdates)
         {
             if (open.Count > 0 && sessions.TryGet(sessionId, out var holder))
             {
@@ -268,9 +164,197 @@ internal static class AnalysisScan
         }
 
         CrashPoints.Hit(CrashPoints.RecoveryScanned);
-        return new AnalysisResult(sessions.Count, requests, records, scanFrom, until, Stopwatch.GetElapsedTime(started), epoch, variables.Count, reservations,
-            anchor, fromCheckpoints, CleanShutdown: clean && last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
+        return new AnalysisResult(sessions.Count, scan.Requests, scan.Records, scanFrom, until, Stopwatch.GetElapsedTime(started), scan.Epoch, scan.Variables.Count, reservations,
+            anchor, scan.FromCheckpoints, CleanShutdown: clean && scan.Last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
             VariablesReadAtRest: variablesReadAtRest);
+    }
+
+    /// <summary>The scan's state while it applies records in log order (what each kind of record rebuilds).</summary>
+    private sealed class RecordApplier(DurableLog log, SessionTable sessions, SharedStateStore shared, RecoveredStates? recovered, long keepBudgetBytes)
+    {
+        private readonly DurableLog _log = log;
+        private readonly SessionTable _sessions = sessions;
+        private readonly SharedStateStore _shared = shared;
+        private readonly RecoveredStates? _recovered = recovered;
+        private readonly Serialization.ValueCodec _codec = shared.Codec;
+        private readonly long _keepBudgetBytes = keepBudgetBytes;
+        private long _records;
+        private long _requests;
+        private long _epoch;
+        private long _kept;
+        private long _last;
+
+        public long Records => _records;
+
+        public long Requests => _requests;
+
+        public long Epoch => _epoch;
+
+        public long Last => _last;
+
+        public int FromCheckpoints { get; set; }
+
+        public HashSet<string> Variables { get; } = new(StringComparer.Ordinal);
+
+        /// <summary>Per session: the variables its current request read for an update and has not written yet (it holds their locks).</summary>
+        public Dictionary<SessionId, HashSet<string>> OpenUpdates { get; } = [];
+
+        // Runs for every record the scan visits: optimized at once, not first as tier-0 code (recovery time).
+        [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
+        public void Apply(LogRecord record)
+        {
+                _records++;
+                if (record.Kind != RecordKind.LogTruncated)
+                {
+                    _last = record.Lsn;
+                }
+
+                var keep = _kept < _keepBudgetBytes;
+                switch (record.Kind)
+                {
+                    case RecordKind.SessionStarted:
+                        _sessions.TryAdd(Started(record, _codec));
+                        break;
+
+                    case RecordKind.SessionCheckpoint:
+                        var checkpoint = record.Parse(SessionCheckpoint.Parser);
+                        var checkpointed = SessionId.FromBytes(checkpoint.SessionId.Span);
+                        if (_sessions.TryGet(checkpointed, out var known))
+                        {
+                            known.ContinueFromCheckpoint(record.Lsn, checkpoint);
+                        }
+                        else
+                        {
+                            _sessions.TryAdd(SessionCheckpoints.Restore(checkpoint, record.Lsn, _codec));
+                        }
+
+                        FromCheckpoints++;
+                        OpenUpdates.Remove(checkpointed);
+                        break;
+
+                    case RecordKind.Request:
+                        var request = RequestHead.Read(record);
+                        if (_sessions.TryGet(request.SessionId, out var owner))
+                        {
+                            owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
+                                DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
+                            owner.LoggedBytesSinceCheckpoint += record.Body.Length;
+                            if (keep)
+                            {
+                                var position = owner.PositionStream[^1];
+                                position.RequestRecord = record;
+                                position.AuxRecords = [];
+                                _kept += record.Body.Length;
+                            }
+
+                            OpenUpdates.Remove(owner.Id);
+                            _requests++;
+                        }
+
+                        break;
+
+                    case RecordKind.Reply:
+                        var reply = ReplyHead.Read(record);
+                        if (_sessions.TryGet(reply.SessionId, out var replied))
+                        {
+                            replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash);
+                            if (reply.HasFullReply && record.Parse(ReplySent.Parser) is { FullReply: not null } full)
+                            {
+                                // Kept in the log: once replayed, the session holds this location, not the replayed body.
+                                replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _log.MaxRecordBytes));
+                            }
+
+                            replied.StateNumber = record.Lsn;
+                            replied.LoggedBytesSinceCheckpoint += record.Body.Length;
+                        }
+
+                        break;
+
+                    case RecordKind.EndOfSkip:
+                        var skip = record.Parse(EndOfSkip.Parser);
+                        if (_sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
+                        {
+                            SkipFrom(skipping, skip.OrphanLsn);
+                            OpenUpdates.Remove(skipping.Id);
+                        }
+
+                        break;
+
+                    case RecordKind.SessionEnded:
+                        _sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
+                        break;
+
+                    case RecordKind.SharedWrite:
+                        var write = record.Parse(SharedWrite.Parser);
+                        _shared.RollForward(write.Variable, write.Value, write.ValueFormat, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
+                        Variables.Add(write.Variable);
+                        _kept += AddToRequest(_sessions, write.SessionId, write.Sequence, record, keep);
+                        if (write.SessionId.Length == 16 && OpenUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
+                        {
+                            open.Remove(write.Variable);
+                        }
+
+                        break;
+
+                    case RecordKind.SharedCheckpoint:
+                        var variableCheckpoint = record.Parse(SharedCheckpoint.Parser);
+                        _shared.RollForward(variableCheckpoint.Variable, variableCheckpoint.Value, variableCheckpoint.ValueFormat, DependencyVector.Empty, record.Lsn, checkpoint: true);
+                        Variables.Add(variableCheckpoint.Variable);
+                        break;
+
+                    case RecordKind.SharedRead:
+                        var read = record.Parse(SharedRead.Parser);
+                        _kept += AddToRequest(_sessions, read.SessionId, read.Sequence, record, keep);
+                        if (read.ForUpdate && read.SessionId.Length == 16)
+                        {
+                            var reader = SessionId.FromBytes(read.SessionId.Span);
+                            if (!OpenUpdates.TryGetValue(reader, out var set))
+                            {
+                                OpenUpdates[reader] = set = new HashSet<string>(StringComparer.Ordinal);
+                            }
+
+                            set.Add(read.Variable);
+                        }
+
+                        break;
+
+                    case RecordKind.NondeterministicValue:
+                        var value = record.Parse(NondeterministicValue.Parser);
+                        _kept += AddToRequest(_sessions, value.SessionId, value.Sequence, record, keep);
+                        break;
+
+                    case RecordKind.CallReply:
+                        var call = record.Parse(CallReply.Parser);
+                        _kept += AddToRequest(_sessions, call.SessionId, call.Sequence, record, keep);
+                        break;
+
+                    case RecordKind.EpochStarted:
+                        _epoch = Math.Max(_epoch, record.Parse(EpochStarted.Parser).Epoch);
+                        break;
+
+                    case RecordKind.ServiceCheckpoint:
+                        _epoch = Math.Max(_epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
+                        break;
+
+                    case RecordKind.RecoveredState:
+                        var state = record.Parse(RecoveredState.Parser);
+                        _recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
+                        break;
+
+                    case RecordKind.LogTruncated:
+                    case RecordKind.Payload:
+                        break;
+
+                    default:
+                        if (!record.Header.Flags.HasFlag(RecordFlags.SkippableIfUnknown))
+                        {
+                            throw new LogFormatException(
+                                $"The log holds a record of kind {(int)record.Kind} at LSN {record.Lsn} that this build does not know. Run a newer build.");
+                        }
+
+                        break;
+                }
+        }
     }
 
     /// <summary>A session as its SessionStarted record describes it (before any request).</summary>

@@ -6,7 +6,7 @@ using PersistentServices.Sessions;
 
 namespace PersistentServices.Core.Tests.Recovery;
 
-/// <summary>The analysis scan's reading of a logged request's head fields agrees with a full parse.</summary>
+/// <summary>The analysis scan's reading of a logged request's and reply's head fields agrees with a full parse.</summary>
 public sealed class RequestHeadTests
 {
     private static LogRecord Record(LoggedRequest request, long lsn = 8192)
@@ -67,5 +67,57 @@ public sealed class RequestHeadTests
         RecordEnvelope.Write(entry, 4096, RecordKind.Request, RecordFlags.None, cut);
 
         Assert.Throws<LogFormatException>(() => RequestHead.Read(LogRecord.FromEntry(entry, entry.Length, 4096)));
+    }
+
+    private static LogRecord Reply(ReplySent reply, long lsn = 8192)
+    {
+        var body = reply.ToByteArray();
+        var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
+        RecordEnvelope.Write(entry, lsn, RecordKind.Reply, RecordFlags.None, body);
+        return LogRecord.FromEntry(entry, entry.Length, lsn);
+    }
+
+    [Fact]
+    public void ReplyHead_OfAShortReply_GivesTheFieldsAFullParseGives()
+    {
+        var id = SessionId.NewRandom();
+        var reply = new ReplySent
+        {
+            SessionId = ByteString.CopyFrom(id.ToBytes()),
+            Sequence = 300_000_000_000,
+            StatusCode = 201,
+            ReplyHash = ByteString.CopyFrom(Enumerable.Range(0, 32).Select(i => (byte)(i * 3)).ToArray()),
+            RequestLsn = 123_456,
+        };
+
+        var head = ReplyHead.Read(Reply(reply));
+
+        Assert.Equal(id, head.SessionId);
+        Assert.Equal(reply.Sequence, head.Sequence);
+        Assert.Equal(201, head.StatusCode);
+        Assert.Equal(reply.ReplyHash.ToByteArray(), head.ReplyHash);
+        Assert.False(head.HasFullReply);
+    }
+
+    [Fact]
+    public void ReplyHead_OfAReplyKeptInTheLog_SaysSo()
+    {
+        var whole = new ReplySent { SessionId = ByteString.CopyFrom(SessionId.NewRandom().ToBytes()), Sequence = 2, StatusCode = 200, FullReply = new LoggedReply { StatusCode = 200 } };
+        var parted = new ReplySent { SessionId = ByteString.CopyFrom(SessionId.NewRandom().ToBytes()), Sequence = 3, StatusCode = 200, BodyPartLsns = { 4096, 8192 } };
+
+        Assert.True(ReplyHead.Read(Reply(whole)).HasFullReply);
+        Assert.True(ReplyHead.Read(Reply(parted)).HasFullReply);
+        Assert.Equal(2, ReplyHead.Read(Reply(whole)).Sequence);
+    }
+
+    [Fact]
+    public void ReplyHead_OfATruncatedBody_ThrowsLogFormatException()
+    {
+        var body = new ReplySent { SessionId = ByteString.CopyFrom(SessionId.NewRandom().ToBytes()), Sequence = 7, ReplyHash = ByteString.CopyFrom(new byte[32]) }.ToByteArray();
+        var cut = body[..^10];
+        var entry = new byte[RecordEnvelope.HeaderSize + cut.Length];
+        RecordEnvelope.Write(entry, 4096, RecordKind.Reply, RecordFlags.None, cut);
+
+        Assert.Throws<LogFormatException>(() => ReplyHead.Read(LogRecord.FromEntry(entry, entry.Length, 4096)));
     }
 }
