@@ -27,7 +27,9 @@ using PersistentServices.Hosting;
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
 //        [--saved-log DIR]: the first run saves the killed service's log (and the session ids) in DIR; later runs restart
-//        on a copy of it instead of driving again (restart measurements of one log, before and after a change).
+//        on a copy of it instead of driving again (restart measurements of one log, before and after a change);
+//        with PS_BENCH_COLD_LOG=1 the copy's pages are evicted from the page cache, as a kill -9 leaves an O_DIRECT log;
+//        PS_BENCH_SAMPLE=path/to/PersistentServices.Sample.dll runs another build of the sample (a ReadyToRun publish).
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
 //            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 //            [--phases on]   (p50 of each traced step in A and B: request, distributed flush, force, HTTP in and out by path)
@@ -261,7 +263,10 @@ namespace PersistentServices.EndToEnd
         public static async Task RunAsync(int requests, int sessions, int? checkpointBytes, string? savedLog)
         {
             var settings = checkpointBytes is { } b ? new[] { $"--PersistentServices:SessionCheckpointBytes={b}" } : [];
-            var sample = typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
+            // PS_BENCH_SAMPLE: another build of the sample (a ReadyToRun publish: docs/operations.md "Start time").
+            var sample = Environment.GetEnvironmentVariable("PS_BENCH_SAMPLE") is { Length: > 0 } other
+                ? other
+                : typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
             var logDir = Path.Combine(Path.GetTempPath(), "ps-recovery-" + Guid.NewGuid().ToString("N")[..8]);
             const string url = "http://127.0.0.1:5099";
             using var client = new HttpClient { BaseAddress = new Uri(url), Timeout = TimeSpan.FromSeconds(30) };
@@ -280,6 +285,18 @@ namespace PersistentServices.EndToEnd
                 sessions = ids.Length;
                 CopyDirectory(savedLog!, logDir);
                 File.Delete(Path.Combine(logDir, "session-ids.txt"));
+                if (Environment.GetEnvironmentVariable("PS_BENCH_COLD_LOG") == "1")
+                {
+                    // As after a kill -9: the log's pages were written with O_DIRECT and are not in the page cache (the
+                    // runtime's and the application's files are, as on a node that restarts a container).
+                    foreach (var file in Directory.GetFiles(logDir))
+                    {
+                        using var handle = File.OpenHandle(file, FileMode.Open, FileAccess.ReadWrite);
+                        RandomAccess.FlushToDisk(handle);
+                        _ = PosixFadvise((int)handle.DangerousGetHandle(), 0, 0, 4 /* POSIX_FADV_DONTNEED */);
+                    }
+                }
+
                 logBytes = Directory.GetFiles(logDir, "log.*").Sum(f => new FileInfo(f).Length);
                 Console.WriteLine($"- service: {sample} on {url}, log copied from {savedLog} ({perSession * sessions:N0} persistent requests over {sessions:N0} sessions) to {logDir}; " +
                                   $"session checkpoints {(checkpointBytes is { } sb ? (sb == int.MaxValue ? "off" : $"every {sb:N0} bytes") : "at the default threshold")}");
@@ -385,6 +402,9 @@ namespace PersistentServices.EndToEnd
             await service.WaitForExitAsync();
             Directory.Delete(logDir, recursive: true);
         }
+
+        [System.Runtime.InteropServices.DllImport("libc", EntryPoint = "posix_fadvise")]
+        private static extern int PosixFadvise(int fd, long offset, long length, int advice);
 
         private static void CopyDirectory(string from, string to)
         {

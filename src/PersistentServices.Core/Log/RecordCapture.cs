@@ -1,10 +1,9 @@
 namespace PersistentServices.Log;
 
 /// <summary>
-/// Keeps the records the open's verification walk reads from <see cref="From"/> on (and single records before it, asked for
-/// by LSN), so that recovery's analysis scan takes
-/// them from memory instead of reading and verifying the same bytes a second time through FASTER's iterator
-/// (docs/checkpoints.md "Where recovery reads the log"). Bodies are copied into shared chunks of memory (no array per
+/// Keeps the records the open's verification walk reads from <see cref="From"/> on (and single records before it, asked
+/// for by LSN), so that recovery's analysis scan takes them from memory instead of reading and verifying the same bytes a
+/// second time through FASTER's iterator (docs/checkpoints.md "Where recovery reads the log"). Bodies are copied into shared chunks of memory (no array per
 /// record); capture stops once <c>budgetBytes</c> are kept, and what follows is read from the log as before. After the
 /// walk only committed records are kept: <see cref="Complete"/> drops a torn tail.
 /// </summary>
@@ -16,9 +15,8 @@ internal sealed class RecordCapture(long from, IEnumerable<long>? singles = null
     private const int ChunkSize = 1 << 16;
 
     private readonly List<LogRecord> _records = [];
-    private readonly long[] _wanted = singles is null ? [] : [.. singles.Where(lsn => lsn < from).Order()];
-    private readonly Dictionary<long, LogRecord> _singles = [];
-    private int _nextWanted;
+    private readonly HashSet<long> _wanted = singles is null ? [] : [.. singles.Where(lsn => lsn < from)];
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<long, LogRecord> _singles = new();
     private byte[] _chunk = [];
     private int _chunkUsed;
     private long _bytes;
@@ -45,13 +43,8 @@ internal sealed class RecordCapture(long from, IEnumerable<long>? singles = null
     {
         if (header.Lsn < From)
         {
-            // The walk visits records in LSN order: the next wanted single is the only one to compare with.
-            while (_nextWanted < _wanted.Length && _wanted[_nextWanted] < header.Lsn)
-            {
-                _nextWanted++;
-            }
-
-            if (_nextWanted < _wanted.Length && _wanted[_nextWanted] == header.Lsn)
+            // Below the run: two walkers may visit these at once (LogRecoveryScanner walks a long log in two halves).
+            if (_wanted.Count > 0 && _wanted.Contains(header.Lsn))
             {
                 _singles[header.Lsn] = LogRecord.FromVerified(header, body.ToArray());
             }
@@ -90,11 +83,23 @@ internal sealed class RecordCapture(long from, IEnumerable<long>? singles = null
 
         foreach (var lsn in _singles.Keys.Where(lsn => lsn >= committedUntil).ToList())
         {
-            _singles.Remove(lsn);
+            _singles.TryRemove(lsn, out _);
         }
 
         Until = _full ? Math.Min(Until, committedUntil) : committedUntil;
         Until = Math.Max(Until, From);
+    }
+
+    /// <summary>Forgets everything captured (the walk starts over).</summary>
+    public void Reset()
+    {
+        _records.Clear();
+        _singles.Clear();
+        _chunk = [];
+        _chunkUsed = 0;
+        _bytes = 0;
+        _full = false;
+        Until = 0;
     }
 
     [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
