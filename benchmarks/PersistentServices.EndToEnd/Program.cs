@@ -263,7 +263,7 @@ namespace PersistentServices.EndToEnd
         public static async Task RunAsync(int requests, int sessions, int? checkpointBytes, string? savedLog)
         {
             var settings = checkpointBytes is { } b ? new[] { $"--PersistentServices:SessionCheckpointBytes={b}" } : [];
-            // PS_BENCH_SAMPLE: another build of the sample (a ReadyToRun publish: docs/operations.md "Start time").
+            // PS_BENCH_SAMPLE: another build of the sample (a ReadyToRun publish: docs/operations.md "Start time after a crash").
             var sample = Environment.GetEnvironmentVariable("PS_BENCH_SAMPLE") is { Length: > 0 } other
                 ? other
                 : typeof(RecoveryRun).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "SamplePath").Value!;
