@@ -439,24 +439,33 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         var first = new WalkResult { CommittedUntil = start };
         var second = new WalkResult { CommittedUntil = split };
-        bool joined;
+        var firstHalf = Task.Factory.StartNew(
+            () =>
+            {
+                using var other = new LogRecoveryScanner(_directory, _options, _visitor);
+                other.Walk(start, first, until: split);
+            },
+            CancellationToken.None, TaskCreationOptions.LongRunning, TaskScheduler.Default);
+        var joined = true;
         try
         {
-            var firstHalf = Task.Factory.StartNew(
-                () =>
-                {
-                    using var other = new LogRecoveryScanner(_directory, _options, _visitor);
-                    other.Walk(start, first, until: split);
-                },
-                CancellationToken.None, TaskCreationOptions.LongRunning, TaskScheduler.Default);
             Walk(split, second);
-            firstHalf.GetAwaiter().GetResult();
-            joined = first.FailureAddress < 0 && first.EndAddress == split && (second.FirstCommitNum == 0 || second.FirstCommitNum > first.CommitNum);
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
             joined = false; // the single walk below meets the same record and reports it
         }
+
+        try
+        {
+            firstHalf.GetAwaiter().GetResult(); // always waited for: it shares the visitor
+        }
+        catch (Exception ex) when (ex is not OutOfMemoryException)
+        {
+            joined = false;
+        }
+
+        joined = joined && first.FailureAddress < 0 && first.EndAddress == split && (second.FirstCommitNum == 0 || second.FirstCommitNum > first.CommitNum);
 
         if (!joined)
         {
@@ -500,7 +509,8 @@ internal sealed class LogRecoveryScanner : IDisposable
         var end = PhysicalEnd;
         if (_splitAt > 0)
         {
-            return _splitAt > start && _splitAt < end && (_splitAt & ~pageMask) == 0 ? _splitAt : null;
+            var below = _visitor is not RecordCapture fixedCapture || _splitAt <= fixedCapture.From;
+            return below && _splitAt > start && _splitAt < end && (_splitAt & ~pageMask) == 0 ? _splitAt : null;
         }
 
         var split = (start + (end - start) / 2) & pageMask;

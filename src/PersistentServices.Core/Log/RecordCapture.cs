@@ -70,6 +70,7 @@ internal sealed class RecordCapture(long from, IEnumerable<long>? singles = null
 
     public void Committed(long until)
     {
+        // Nothing here: two walkers report commits out of order; what is committed is decided once, by Complete.
     }
 
     /// <summary>The walk ended with every record before <paramref name="committedUntil"/> committed: drops the rest.</summary>
