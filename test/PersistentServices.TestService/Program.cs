@@ -22,7 +22,8 @@ using PersistentServices.SharedState;
 //                            503, as from a member that is unreachable or still recovering (nothing else is affected)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
-//   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS
+//   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
+//   PS_LOG_PAGE_SIZE_BITS
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
@@ -63,6 +64,15 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_SESSION_MEMORY_BUDGET_BYTES") is { Length: > 0 } budget)
     {
         options.SessionMemoryBudgetBytes = long.Parse(budget, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_LOG_PAGE_SIZE_BITS") is { Length: > 0 } pageBits)
+    {
+        // Small log pages (a long log in few bytes): requests and held replies shrink to fit half a page.
+        options.Log.PageSizeBits = int.Parse(pageBits, System.Globalization.CultureInfo.InvariantCulture);
+        options.MaxRequestBodyBytes = options.Log.PageSize / 4;
+        options.MaxLoggedHeaderBytes = options.Log.PageSize / 8;
+        options.MaxBufferedReplyBytes = options.Log.PageSize / 8;
     }
 
     if (Environment.GetEnvironmentVariable("PS_UNUSED_SESSION_SECONDS") is { Length: > 0 } unused)

@@ -235,7 +235,7 @@ internal sealed class DurableLog : IAsyncDisposable
 
             created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, logger);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
-                (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+                (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
             return created;
         }
         catch

@@ -6,8 +6,8 @@ namespace PersistentServices.Log;
 internal static partial class LogEvents
 {
     [LoggerMessage(1000, LogLevel.Information,
-        "Opened log '{Directory}': begin {BeginAddress}, committed until {CommittedUntil}, {Records} committed records verified in {ElapsedMs} ms")]
-    public static partial void Opened(ILogger logger, string directory, long beginAddress, long committedUntil, long records, long elapsedMs);
+        "Opened log '{Directory}': begin {BeginAddress}, committed until {CommittedUntil}, {Records} committed records verified in {ElapsedMs} ms by {Walkers} walker(s)")]
+    public static partial void Opened(ILogger logger, string directory, long beginAddress, long committedUntil, long records, long elapsedMs, int walkers);
 
     [LoggerMessage(1001, LogLevel.Warning,
         "Truncated the tail [{From}, {To}) of the log in '{Directory}': {Bytes} bytes after the last intact commit record, with {UncommittedRecords} intact records " +
