@@ -19,9 +19,10 @@ namespace PersistentServices.Log;
 ///   at most one commit is in flight; an idle log issues none.</item>
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
-/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, CancellationToken)"/> verifies the files first (<see cref="LogRecoveryScanner"/>): torn tails are truncated and
-///   logged; damage inside committed data, or files showing that committed data is missing, stop the open with an error
-///   naming the address and the file, before anything on disk changes.</item>
+/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, CancellationToken)"/> verifies the files first
+///   (<see cref="LogRecoveryScanner"/>): torn tails are truncated and logged; damage inside committed data, or files
+///   showing that committed data is missing, stop the open with an error naming the address and the file, before
+///   anything on disk changes.</item>
 /// <item>The commit metadata's floor follows the durable end on its own thread (<see cref="CommitMetadataWriter"/>).</item>
 /// </list>
 /// </summary>

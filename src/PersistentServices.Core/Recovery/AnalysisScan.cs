@@ -203,157 +203,157 @@ internal static class AnalysisScan
         [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
         public void Apply(LogRecord record)
         {
-                _records++;
-                if (record.Kind != RecordKind.LogTruncated)
-                {
-                    _last = record.Lsn;
-                }
+            _records++;
+            if (record.Kind != RecordKind.LogTruncated)
+            {
+                _last = record.Lsn;
+            }
 
-                var keep = _kept < _keepBudgetBytes;
-                switch (record.Kind)
-                {
-                    case RecordKind.SessionStarted:
-                        _sessions.TryAdd(Started(record, _codec));
-                        break;
+            var keep = _kept < _keepBudgetBytes;
+            switch (record.Kind)
+            {
+                case RecordKind.SessionStarted:
+                    _sessions.TryAdd(Started(record, _codec));
+                    break;
 
-                    case RecordKind.SessionCheckpoint:
-                        var checkpoint = record.Parse(SessionCheckpoint.Parser);
-                        var checkpointed = SessionId.FromBytes(checkpoint.SessionId.Span);
-                        if (_sessions.TryGet(checkpointed, out var known))
+                case RecordKind.SessionCheckpoint:
+                    var checkpoint = record.Parse(SessionCheckpoint.Parser);
+                    var checkpointed = SessionId.FromBytes(checkpoint.SessionId.Span);
+                    if (_sessions.TryGet(checkpointed, out var known))
+                    {
+                        known.ContinueFromCheckpoint(record.Lsn, checkpoint);
+                    }
+                    else
+                    {
+                        _sessions.TryAdd(SessionCheckpoints.Restore(checkpoint, record.Lsn, _codec));
+                    }
+
+                    FromCheckpoints++;
+                    OpenUpdates.Remove(checkpointed);
+                    break;
+
+                case RecordKind.Request:
+                    var request = RequestHead.Read(record);
+                    if (_sessions.TryGet(request.SessionId, out var owner))
+                    {
+                        owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
+                            DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
+                        owner.LoggedBytesSinceCheckpoint += record.Body.Length;
+                        if (keep)
                         {
-                            known.ContinueFromCheckpoint(record.Lsn, checkpoint);
-                        }
-                        else
-                        {
-                            _sessions.TryAdd(SessionCheckpoints.Restore(checkpoint, record.Lsn, _codec));
-                        }
-
-                        FromCheckpoints++;
-                        OpenUpdates.Remove(checkpointed);
-                        break;
-
-                    case RecordKind.Request:
-                        var request = RequestHead.Read(record);
-                        if (_sessions.TryGet(request.SessionId, out var owner))
-                        {
-                            owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
-                                DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
-                            owner.LoggedBytesSinceCheckpoint += record.Body.Length;
-                            if (keep)
-                            {
-                                var position = owner.PositionStream[^1];
-                                position.RequestRecord = record;
-                                position.AuxRecords = [];
-                                _kept += record.Body.Length;
-                            }
-
-                            OpenUpdates.Remove(owner.Id);
-                            _requests++;
+                            var position = owner.PositionStream[^1];
+                            position.RequestRecord = record;
+                            position.AuxRecords = [];
+                            _kept += record.Body.Length;
                         }
 
-                        break;
+                        OpenUpdates.Remove(owner.Id);
+                        _requests++;
+                    }
 
-                    case RecordKind.Reply:
-                        var reply = ReplyHead.Read(record);
-                        if (_sessions.TryGet(reply.SessionId, out var replied))
+                    break;
+
+                case RecordKind.Reply:
+                    var reply = ReplyHead.Read(record);
+                    if (_sessions.TryGet(reply.SessionId, out var replied))
+                    {
+                        replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash);
+                        if (reply.HasFullReply && record.Parse(ReplySent.Parser) is { FullReply: not null } full)
                         {
-                            replied.LoggedReplies[reply.Sequence] = (reply.StatusCode, reply.ReplyHash);
-                            if (reply.HasFullReply && record.Parse(ReplySent.Parser) is { FullReply: not null } full)
-                            {
-                                // Kept in the log: once replayed, the session holds this location, not the replayed body.
-                                replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _log.MaxRecordBytes));
-                            }
-
-                            replied.StateNumber = record.Lsn;
-                            replied.LoggedBytesSinceCheckpoint += record.Body.Length;
+                            // Kept in the log: once replayed, the session holds this location, not the replayed body.
+                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _log.MaxRecordBytes));
                         }
 
-                        break;
+                        replied.StateNumber = record.Lsn;
+                        replied.LoggedBytesSinceCheckpoint += record.Body.Length;
+                    }
 
-                    case RecordKind.EndOfSkip:
-                        var skip = record.Parse(EndOfSkip.Parser);
-                        if (_sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
+                    break;
+
+                case RecordKind.EndOfSkip:
+                    var skip = record.Parse(EndOfSkip.Parser);
+                    if (_sessions.TryGet(SessionId.FromBytes(skip.SessionId.Span), out var skipping))
+                    {
+                        SkipFrom(skipping, skip.OrphanLsn);
+                        OpenUpdates.Remove(skipping.Id);
+                    }
+
+                    break;
+
+                case RecordKind.SessionEnded:
+                    _sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
+                    break;
+
+                case RecordKind.SharedWrite:
+                    var write = record.Parse(SharedWrite.Parser);
+                    _shared.RollForward(write.Variable, write.Value, write.ValueFormat, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
+                    Variables.Add(write.Variable);
+                    _kept += AddToRequest(_sessions, write.SessionId, write.Sequence, record, keep);
+                    if (write.SessionId.Length == 16 && OpenUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
+                    {
+                        open.Remove(write.Variable);
+                    }
+
+                    break;
+
+                case RecordKind.SharedCheckpoint:
+                    var variableCheckpoint = record.Parse(SharedCheckpoint.Parser);
+                    _shared.RollForward(variableCheckpoint.Variable, variableCheckpoint.Value, variableCheckpoint.ValueFormat, DependencyVector.Empty, record.Lsn, checkpoint: true);
+                    Variables.Add(variableCheckpoint.Variable);
+                    break;
+
+                case RecordKind.SharedRead:
+                    var read = record.Parse(SharedRead.Parser);
+                    _kept += AddToRequest(_sessions, read.SessionId, read.Sequence, record, keep);
+                    if (read.ForUpdate && read.SessionId.Length == 16)
+                    {
+                        var reader = SessionId.FromBytes(read.SessionId.Span);
+                        if (!OpenUpdates.TryGetValue(reader, out var set))
                         {
-                            SkipFrom(skipping, skip.OrphanLsn);
-                            OpenUpdates.Remove(skipping.Id);
+                            OpenUpdates[reader] = set = new HashSet<string>(StringComparer.Ordinal);
                         }
 
-                        break;
+                        set.Add(read.Variable);
+                    }
 
-                    case RecordKind.SessionEnded:
-                        _sessions.Remove(SessionId.FromBytes(record.Parse(SessionEnded.Parser).SessionId.Span));
-                        break;
+                    break;
 
-                    case RecordKind.SharedWrite:
-                        var write = record.Parse(SharedWrite.Parser);
-                        _shared.RollForward(write.Variable, write.Value, write.ValueFormat, DependencyVector.FromRecord(write.Dv), record.Lsn, checkpoint: false);
-                        Variables.Add(write.Variable);
-                        _kept += AddToRequest(_sessions, write.SessionId, write.Sequence, record, keep);
-                        if (write.SessionId.Length == 16 && OpenUpdates.TryGetValue(SessionId.FromBytes(write.SessionId.Span), out var open))
-                        {
-                            open.Remove(write.Variable);
-                        }
+                case RecordKind.NondeterministicValue:
+                    var value = record.Parse(NondeterministicValue.Parser);
+                    _kept += AddToRequest(_sessions, value.SessionId, value.Sequence, record, keep);
+                    break;
 
-                        break;
+                case RecordKind.CallReply:
+                    var call = record.Parse(CallReply.Parser);
+                    _kept += AddToRequest(_sessions, call.SessionId, call.Sequence, record, keep);
+                    break;
 
-                    case RecordKind.SharedCheckpoint:
-                        var variableCheckpoint = record.Parse(SharedCheckpoint.Parser);
-                        _shared.RollForward(variableCheckpoint.Variable, variableCheckpoint.Value, variableCheckpoint.ValueFormat, DependencyVector.Empty, record.Lsn, checkpoint: true);
-                        Variables.Add(variableCheckpoint.Variable);
-                        break;
+                case RecordKind.EpochStarted:
+                    _epoch = Math.Max(_epoch, record.Parse(EpochStarted.Parser).Epoch);
+                    break;
 
-                    case RecordKind.SharedRead:
-                        var read = record.Parse(SharedRead.Parser);
-                        _kept += AddToRequest(_sessions, read.SessionId, read.Sequence, record, keep);
-                        if (read.ForUpdate && read.SessionId.Length == 16)
-                        {
-                            var reader = SessionId.FromBytes(read.SessionId.Span);
-                            if (!OpenUpdates.TryGetValue(reader, out var set))
-                            {
-                                OpenUpdates[reader] = set = new HashSet<string>(StringComparer.Ordinal);
-                            }
+                case RecordKind.ServiceCheckpoint:
+                    _epoch = Math.Max(_epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
+                    break;
 
-                            set.Add(read.Variable);
-                        }
+                case RecordKind.RecoveredState:
+                    var state = record.Parse(RecoveredState.Parser);
+                    _recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
+                    break;
 
-                        break;
+                case RecordKind.LogTruncated:
+                case RecordKind.Payload:
+                    break;
 
-                    case RecordKind.NondeterministicValue:
-                        var value = record.Parse(NondeterministicValue.Parser);
-                        _kept += AddToRequest(_sessions, value.SessionId, value.Sequence, record, keep);
-                        break;
+                default:
+                    if (!record.Header.Flags.HasFlag(RecordFlags.SkippableIfUnknown))
+                    {
+                        throw new LogFormatException(
+                            $"The log holds a record of kind {(int)record.Kind} at LSN {record.Lsn} that this build does not know. Run a newer build.");
+                    }
 
-                    case RecordKind.CallReply:
-                        var call = record.Parse(CallReply.Parser);
-                        _kept += AddToRequest(_sessions, call.SessionId, call.Sequence, record, keep);
-                        break;
-
-                    case RecordKind.EpochStarted:
-                        _epoch = Math.Max(_epoch, record.Parse(EpochStarted.Parser).Epoch);
-                        break;
-
-                    case RecordKind.ServiceCheckpoint:
-                        _epoch = Math.Max(_epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
-                        break;
-
-                    case RecordKind.RecoveredState:
-                        var state = record.Parse(RecoveredState.Parser);
-                        _recovered?.Learn(new RecoveredStateNumber(state.Service, new StateId(state.Epoch, state.Lsn)));
-                        break;
-
-                    case RecordKind.LogTruncated:
-                    case RecordKind.Payload:
-                        break;
-
-                    default:
-                        if (!record.Header.Flags.HasFlag(RecordFlags.SkippableIfUnknown))
-                        {
-                            throw new LogFormatException(
-                                $"The log holds a record of kind {(int)record.Kind} at LSN {record.Lsn} that this build does not know. Run a newer build.");
-                        }
-
-                        break;
-                }
+                    break;
+            }
         }
     }
 
