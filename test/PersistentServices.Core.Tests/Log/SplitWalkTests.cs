@@ -87,6 +87,34 @@ public sealed class SplitWalkTests
         File.WriteAllBytes(path, bytes);
     }
 
+    /// <summary>"torn-tail": the last commit record never reached the disk, nor the metadata that followed it. "no-metadata": commit.meta lost.</summary>
+    private static void Damage(string directory, string damage, byte[] metadataBeforeLastCommit, long lastCommitStart, long end)
+    {
+        var metadataPath = Path.Combine(directory, CommitMetadataFile.FileName);
+        if (damage == "torn-tail")
+        {
+            File.WriteAllBytes(metadataPath, metadataBeforeLastCommit);
+            WriteAt(directory, lastCommitStart, new byte[end - lastCommitStart]);
+        }
+        else if (damage == "no-metadata")
+        {
+            File.Delete(metadataPath);
+        }
+    }
+
+    private static void AssertSameFindings(LogScanResult one, LogScanResult two)
+    {
+        Assert.Equal(one.BeginAddress, two.BeginAddress);
+        Assert.Equal(one.CommittedUntil, two.CommittedUntil);
+        Assert.Equal(one.CommitNum, two.CommitNum);
+        Assert.Equal(one.RecordsVerified, two.RecordsVerified);
+        Assert.Equal(one.TornTail, two.TornTail);
+        Assert.Equal(one.UncommittedRecords, two.UncommittedRecords);
+        Assert.Equal(one.TailReason, two.TailReason);
+        Assert.Equal(one.RecoveredWithoutMetadata, two.RecoveredWithoutMetadata);
+        Assert.Equal(one.Problems.Select(p => p.Message), two.Problems.Select(p => p.Message));
+    }
+
     public static TheoryData<string> Damages => new()
     {
         "none", "torn-tail", "flip-early", "flip-late", "flip-commit-late", "zeros-late", "no-metadata", "garbage-after-data", "segment-missing",
@@ -103,9 +131,8 @@ public sealed class SplitWalkTests
         Assert.True(SegmentFiles.List(dir.Path).Count >= 8, "the log must be long enough to be walked in two");
         switch (damage)
         {
-            case "torn-tail": // the last commit record never reached the disk, nor the metadata that followed it
-                File.WriteAllBytes(metadataPath, metadata);
-                WriteAt(dir.Path, lastCommitStart, new byte[end - lastCommitStart]);
+            case "torn-tail" or "no-metadata":
+                Damage(dir.Path, damage, metadata, lastCommitStart, end);
                 break;
             case "flip-early":
                 Flip(dir.Path, lsns[150] + 40);
@@ -118,9 +145,6 @@ public sealed class SplitWalkTests
                 break;
             case "zeros-late":
                 WriteAt(dir.Path, lsns[400], new byte[3000]);
-                break;
-            case "no-metadata":
-                File.Delete(metadataPath);
                 break;
             case "garbage-after-data":
                 File.AppendAllText(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), SegmentFiles.List(dir.Path).Keys.Max()), "garbage");
@@ -136,15 +160,7 @@ public sealed class SplitWalkTests
 
         Assert.False(one.WalkedInTwo);
         Assert.Equal(damage != "flip-early", two.WalkedInTwo); // damage in the first half: walked once again
-        Assert.Equal(one.BeginAddress, two.BeginAddress);
-        Assert.Equal(one.CommittedUntil, two.CommittedUntil);
-        Assert.Equal(one.CommitNum, two.CommitNum);
-        Assert.Equal(one.RecordsVerified, two.RecordsVerified);
-        Assert.Equal(one.TornTail, two.TornTail);
-        Assert.Equal(one.UncommittedRecords, two.UncommittedRecords);
-        Assert.Equal(one.TailReason, two.TailReason);
-        Assert.Equal(one.RecoveredWithoutMetadata, two.RecoveredWithoutMetadata);
-        Assert.Equal(one.Problems.Select(p => p.Message), two.Problems.Select(p => p.Message));
+        AssertSameFindings(one, two);
         if (damage == "none")
         {
             Assert.Empty(two.Problems);
@@ -163,16 +179,7 @@ public sealed class SplitWalkTests
         var (_, metadata, lastCommitStart, end) = await WriteAsync(dir.Path);
         var options = LogTestOptions.Small(dir.Path);
         var metadataPath = Path.Combine(dir.Path, CommitMetadataFile.FileName);
-        if (damage == "torn-tail")
-        {
-            File.WriteAllBytes(metadataPath, metadata);
-            WriteAt(dir.Path, lastCommitStart, new byte[end - lastCommitStart]);
-        }
-        else if (damage == "no-metadata")
-        {
-            File.Delete(metadataPath);
-        }
-
+        Damage(dir.Path, damage, metadata, lastCommitStart, end);
         var (recorded, _) = CommitMetadataFile.Read(metadataPath);
         var one = LogRecoveryScanner.Scan(dir.Path, options, recorded, walkInTwo: false);
         var splits = 0;
@@ -180,13 +187,7 @@ public sealed class SplitWalkTests
         {
             var two = LogRecoveryScanner.Scan(dir.Path, options, recorded, splitAt: split);
             splits += two.WalkedInTwo ? 1 : 0;
-            Assert.Equal(one.BeginAddress, two.BeginAddress);
-            Assert.Equal(one.CommittedUntil, two.CommittedUntil);
-            Assert.Equal(one.CommitNum, two.CommitNum);
-            Assert.Equal(one.RecordsVerified, two.RecordsVerified);
-            Assert.Equal(one.TornTail, two.TornTail);
-            Assert.Equal(one.UncommittedRecords, two.UncommittedRecords);
-            Assert.Equal(one.Problems.Select(p => p.Message), two.Problems.Select(p => p.Message));
+            AssertSameFindings(one, two);
         }
 
         Assert.True(splits > 20, $"walked in two at {splits} page boundaries");

@@ -9,11 +9,14 @@ namespace PersistentServices.Core.Tests.Recovery;
 /// <summary>The analysis scan's reading of a logged request's and reply's head fields agrees with a full parse.</summary>
 public sealed class RequestHeadTests
 {
-    private static LogRecord Record(LoggedRequest request, long lsn = 8192)
+    private static LogRecord Record(LoggedRequest request) => Record(RecordKind.Request, request.ToByteArray());
+
+    private static LogRecord Reply(ReplySent reply) => Record(RecordKind.Reply, reply.ToByteArray());
+
+    private static LogRecord Record(RecordKind kind, byte[] body, long lsn = 8192)
     {
-        var body = request.ToByteArray();
         var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
-        RecordEnvelope.Write(entry, lsn, RecordKind.Request, RecordFlags.None, body);
+        RecordEnvelope.Write(entry, lsn, kind, RecordFlags.None, body);
         return LogRecord.FromEntry(entry, entry.Length, lsn);
     }
 
@@ -69,14 +72,6 @@ public sealed class RequestHeadTests
         Assert.Throws<LogFormatException>(() => RequestHead.Read(LogRecord.FromEntry(entry, entry.Length, 4096)));
     }
 
-    private static LogRecord Reply(ReplySent reply, long lsn = 8192)
-    {
-        var body = reply.ToByteArray();
-        var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
-        RecordEnvelope.Write(entry, lsn, RecordKind.Reply, RecordFlags.None, body);
-        return LogRecord.FromEntry(entry, entry.Length, lsn);
-    }
-
     [Fact]
     public void ReplyHead_OfAShortReply_GivesTheFieldsAFullParseGives()
     {
@@ -114,10 +109,7 @@ public sealed class RequestHeadTests
     public void ReplyHead_OfATruncatedBody_ThrowsLogFormatException()
     {
         var body = new ReplySent { SessionId = ByteString.CopyFrom(SessionId.NewRandom().ToBytes()), Sequence = 7, ReplyHash = ByteString.CopyFrom(new byte[32]) }.ToByteArray();
-        var cut = body[..^10];
-        var entry = new byte[RecordEnvelope.HeaderSize + cut.Length];
-        RecordEnvelope.Write(entry, 4096, RecordKind.Reply, RecordFlags.None, cut);
 
-        Assert.Throws<LogFormatException>(() => ReplyHead.Read(LogRecord.FromEntry(entry, entry.Length, 4096)));
+        Assert.Throws<LogFormatException>(() => ReplyHead.Read(Record(RecordKind.Reply, body[..^10], lsn: 4096)));
     }
 }
