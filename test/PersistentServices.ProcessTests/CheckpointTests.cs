@@ -248,6 +248,82 @@ public sealed class CheckpointTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// A session state larger than a log record (docs/checkpoints.md "A state larger than a record"): its checkpoints are
+    /// written in parts; the requests that take them succeed; the parts are kept while their checkpoint is the session's
+    /// latest, through truncations as another session logs; after SIGKILL, and after a graceful stop, the state is exact.
+    /// </summary>
+    [Fact]
+    public async Task LargeSessionState_IsCheckpointedInParts_AndRecoversExactly_AfterKillAndAfterDrain()
+    {
+        const int Ops = 8;
+        var environment = SmallCheckpoints(); // every request of the session checkpoints it; idle ones after each service checkpoint
+        string session;
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            session = await service.StartSessionAsync();
+            for (var i = 1; i <= Ops; i++)
+            {
+                var (status, body, _) = await service.SendAsync(HttpMethod.Post, "/tally", session, i, new { account = LargeOp(i), amount = 1 });
+                Assert.True(status == HttpStatusCode.OK, $"request {i}: {status}\n{service.Output}");
+                Assert.Equal(i, body.GetProperty("ops").GetInt32());
+            }
+
+            // Another session logs while service checkpoints (every second) truncate the log and checkpoint the idle large
+            // session again (new parts each time, the old ones let go).
+            var busy = await service.StartSessionAsync();
+            var deadline = DateTime.UtcNow.AddSeconds(30);
+            for (var seq = 1; DateTime.UtcNow < deadline && (seq <= 100 || Count(service.Output, "Truncated the log") < 4); seq++)
+            {
+                Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/tally", busy, seq, new { account = "b", amount = 1 })).Status);
+            }
+
+            Assert.True(Count(service.Output, "Truncated the log") >= 4, service.Output);
+            await AssertLargeStateAsync(service, session, Ops);
+            await service.KillAsync();
+        }
+
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            Assert.Matches(@"\(1 checkpointed session states read from parts\)", service.Output);
+            await AssertLargeStateAsync(service, session, Ops);
+            var (status, body, _) = await service.SendAsync(HttpMethod.Post, "/tally", session, Ops + 1, new { account = LargeOp(Ops + 1), amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal(Ops + 1, body.GetProperty("ops").GetInt32());
+            Assert.Equal(0, await service.TerminateAsync(TimeSpan.FromSeconds(30)));
+        }
+
+        await using (var service = await ServiceProcess.StartAsync(environment))
+        {
+            Assert.Matches(@"0 logged requests, .*\(1 checkpointed session states read from parts\)", service.Output);
+            await AssertLargeStateAsync(service, session, Ops + 1);
+        }
+
+        // 300,000 characters each: eight make a state of about 2.4 MB, three parts at the default 1 MiB record.
+        static string LargeOp(int i) => i.ToString("D4", System.Globalization.CultureInfo.InvariantCulture) + new string((char)('a' + (i % 26)), 300_000);
+
+        static async Task AssertLargeStateAsync(ServiceProcess service, string session, int ops)
+        {
+            var (status, digest, _) = await service.SendAsync(HttpMethod.Get, "/tally/digest", session, null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal(ops, digest.GetProperty("count").GetInt64());
+            Assert.Equal(ops, digest.GetProperty("ops").GetInt32());
+            var expected = System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(string.Join("\n", Enumerable.Range(1, ops).Select(LargeOp))));
+            Assert.Equal(Convert.ToHexString(expected), digest.GetProperty("sha256").GetString());
+        }
+    }
+
+    private static int Count(string text, string what)
+    {
+        var count = 0;
+        for (var at = text.IndexOf(what, StringComparison.Ordinal); at >= 0; at = text.IndexOf(what, at + what.Length, StringComparison.Ordinal))
+        {
+            count++;
+        }
+
+        return count;
+    }
+
     public static TheoryData<string> RunningCrashPoints =>
     [
         "session-checkpoint.appended",

@@ -167,6 +167,13 @@ app.MapPost("/page", [Persistent] (Page body, Tally tally) =>
     return Results.Bytes(Page.Content(body.OpId, tally.Count, body.Size), "application/octet-stream");
 });
 app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.Count, ops = tally.Ops?.Count ?? 0 }));
+// Every byte of the tally's ops, as a SHA-256 (a session state larger than a log record is checked whole).
+app.MapGet("/tally/digest", [ReadOnly] (Tally tally) => Results.Ok(new
+{
+    count = tally.Count,
+    ops = tally.Ops?.Count ?? 0,
+    sha256 = Convert.ToHexString(System.Security.Cryptography.SHA256.HashData(System.Text.Encoding.UTF8.GetBytes(string.Join("\n", tally.Ops ?? [])))),
+}));
 
 #pragma warning disable PS0201 // deliberately nondeterministic: the divergence tests need an endpoint whose replay differs
 app.MapPost("/now", [Persistent] () => Results.Ok(new { now = DateTime.UtcNow.Ticks }));

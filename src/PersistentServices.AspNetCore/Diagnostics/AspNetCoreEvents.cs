@@ -39,8 +39,8 @@ internal static partial class AspNetCoreEvents
     public static partial void DvRefused(ILogger logger, string caller, string reason);
 
     [LoggerMessage(1200, LogLevel.Information,
-        "Analysis scan: {Sessions} live sessions ({AtRest} at rest read directly, and {VariablesAtRest} shared variables), {Requests} logged requests, {Records} records from LSN {ScannedFrom} in {ElapsedMs} ms; accepting new sessions")]
-    public static partial void AnalysisDone(ILogger logger, int sessions, int atRest, int variablesAtRest, long requests, long records, long scannedFrom, long elapsedMs);
+        "Analysis scan: {Sessions} live sessions ({AtRest} at rest read directly, and {VariablesAtRest} shared variables), {Requests} logged requests, {Records} records from LSN {ScannedFrom} in {ElapsedMs} ms ({StatesFromParts} checkpointed session states read from parts); accepting new sessions")]
+    public static partial void AnalysisDone(ILogger logger, int sessions, int atRest, int variablesAtRest, long requests, long records, long scannedFrom, long elapsedMs, int statesFromParts);
 
     [LoggerMessage(1201, LogLevel.Information, "Replayed {Sessions} sessions ({Requests} requests) in {ElapsedMs} ms; recovery finished")]
     public static partial void ReplayDone(ILogger logger, int sessions, long requests, long elapsedMs);

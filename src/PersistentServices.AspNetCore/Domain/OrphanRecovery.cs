@@ -1,4 +1,5 @@
 using Microsoft.Extensions.Logging;
+using PersistentServices.Checkpoints;
 using PersistentServices.Hosting;
 using PersistentServices.Log.Records;
 using PersistentServices.Recovery;
@@ -155,7 +156,9 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
             var start = await runtime.Log.ReadAsync(session.RecoveryLsn).ConfigureAwait(false);
             if (start.Kind == RecordKind.SessionCheckpoint)
             {
-                session.ResetToRecoveryPoint(start.Parse(SessionCheckpoint.Parser), 0);
+                var checkpoint = start.Parse(SessionCheckpoint.Parser);
+                await SessionCheckpoints.ReadStateAsync(runtime.Log, checkpoint, session.RecoveryLsn, CancellationToken.None).ConfigureAwait(false);
+                session.ResetToRecoveryPoint(checkpoint, 0);
             }
             else
             {

@@ -48,7 +48,7 @@ internal sealed class RecoveryHostedService(
 
         var analysis = runtime.Analysis!;
         AspNetCoreEvents.AnalysisDone(logger, analysis.Sessions, analysis.SessionsReadAtRest, analysis.VariablesReadAtRest, analysis.Requests, analysis.RecordsScanned, analysis.ScannedFrom,
-            (long)analysis.Elapsed.TotalMilliseconds);
+            (long)analysis.Elapsed.TotalMilliseconds, analysis.StatesReadFromParts);
         lifetime.ApplicationStarted.Register(() => _replay = Task.Run(replayCheck is null ? ReplayAllAsync : () => replayCheck.RunAsync(runtime, ReplayAllAsync)));
     }
 

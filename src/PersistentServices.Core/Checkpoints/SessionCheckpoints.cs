@@ -27,8 +27,8 @@ internal static class SessionCheckpoints
             return 0;
         }
 
-        var lsn = log.Append(RecordKind.SessionCheckpoint, Capture(session));
-        session.ContinueFromCheckpoint(lsn);
+        var (lsn, firstLsn) = Append(log, Capture(session));
+        session.ContinueFromCheckpoint(lsn, firstLsn: firstLsn);
         Diagnostics.PersistentServicesMetrics.SessionCheckpoints.Add(1);
         CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
         return lsn;
@@ -94,6 +94,123 @@ internal static class SessionCheckpoints
         }
 
         return record;
+    }
+
+    /// <summary>Bytes of a state part record besides its data: session id, field tags and lengths.</summary>
+    private const int PartOverheadBytes = 64;
+
+    /// <summary>
+    /// Appends <paramref name="record"/>; a state too large for one record goes first into <c>SessionCheckpointPart</c>
+    /// records the checkpoint lists (as a large reply body goes into body parts). Returns the checkpoint's LSN and the
+    /// first LSN it needs: its first part's, or its own. The parts are only ever read through the checkpoint, which is
+    /// committed after them (the log commits a prefix), so a crash between them leaves parts nothing refers to.
+    /// </summary>
+    /// <exception cref="InvalidOperationException">The checkpoint does not fit one record even without its state.</exception>
+    public static (long Lsn, long FirstLsn) Append(DurableLog log, SessionCheckpoint record)
+    {
+        var limit = log.MaxRecordBytes;
+        if (record.CalculateSize() <= limit)
+        {
+            var lsn = log.Append(RecordKind.SessionCheckpoint, record);
+            return (lsn, lsn);
+        }
+
+        var state = new SessionCheckpointState();
+        state.State.Add(record.State);
+        record.State.Clear();
+        var bytes = state.ToByteArray();
+        var partBytes = limit - PartOverheadBytes;
+        var parts = (bytes.Length + partBytes - 1) / partBytes;
+        if (record.CalculateSize() + (parts * 11) + 11 > limit)
+        {
+            record.State.Add(state.State);
+            throw new InvalidOperationException(
+                $"A checkpoint of session {Convert.ToHexString(record.SessionId.Span)[..8]}… does not fit a log record of {limit} bytes even without its state ({record.CalculateSize()} bytes): raise PersistentServicesOptions.MaxRequestBodyBytes.");
+        }
+
+        for (var offset = 0; offset < bytes.Length; offset += partBytes)
+        {
+            var part = new SessionCheckpointPart
+            {
+                SessionId = record.SessionId,
+                Data = UnsafeByteOperations.UnsafeWrap(bytes.AsMemory(offset, Math.Min(partBytes, bytes.Length - offset))),
+            };
+            record.StatePartLsns.Add(log.Append(RecordKind.SessionCheckpointPart, part));
+        }
+
+        record.StateBytes = bytes.Length;
+        Diagnostics.PersistentServicesMetrics.SessionCheckpointParts.Add(record.StatePartLsns.Count);
+        return (log.Append(RecordKind.SessionCheckpoint, record), record.StatePartLsns[0]);
+    }
+
+    /// <summary>True when <paramref name="record"/>'s state is in parts not read yet (<see cref="ReadStateAsync"/>).</summary>
+    public static bool StateInParts(SessionCheckpoint record) => record.StatePartLsns.Count > 0 && record.State.Count == 0;
+
+    /// <summary>
+    /// Reads the state of a checkpoint written in parts into <paramref name="record"/>'s <c>state</c>: each part verified by
+    /// the log (CRC-32C, its own LSN), of the right kind and session, and the whole of the length the checkpoint gives;
+    /// anything else is corruption and names the LSN. Does nothing for a checkpoint in one record.
+    /// </summary>
+    public static async ValueTask ReadStateAsync(DurableLog log, SessionCheckpoint record, long checkpointLsn, CancellationToken cancellationToken)
+    {
+        if (!StateInParts(record))
+        {
+            return;
+        }
+
+        if (record.StateBytes is < 0 or > int.MaxValue)
+        {
+            throw new LogCorruptionException($"The session checkpoint at LSN {checkpointLsn} gives a state of {record.StateBytes} bytes.", checkpointLsn);
+        }
+
+        var bytes = new byte[record.StateBytes];
+        var filled = 0;
+        foreach (var partLsn in record.StatePartLsns)
+        {
+            var partRecord = await log.ReadAsync(partLsn, cancellationToken).ConfigureAwait(false);
+            if (partRecord.Kind != RecordKind.SessionCheckpointPart)
+            {
+                throw new LogCorruptionException(
+                    $"A part of the session checkpoint at LSN {checkpointLsn} should be at LSN {partLsn}, but that record is a {partRecord.Kind}.", partLsn);
+            }
+
+            var part = partRecord.Parse(SessionCheckpointPart.Parser);
+            if (!part.SessionId.Span.SequenceEqual(record.SessionId.Span) || part.Data.Length > bytes.Length - filled)
+            {
+                throw new LogCorruptionException($"The part at LSN {partLsn} does not belong to the session checkpoint at LSN {checkpointLsn}.", partLsn);
+            }
+
+            part.Data.Span.CopyTo(bytes.AsSpan(filled));
+            filled += part.Data.Length;
+        }
+
+        if (filled != bytes.Length)
+        {
+            throw new LogCorruptionException(
+                $"The parts of the session checkpoint at LSN {checkpointLsn} hold {filled} bytes of its {bytes.Length}-byte state.", checkpointLsn);
+        }
+
+        record.State.Add(SessionCheckpointState.Parser.ParseFrom(bytes).State);
+    }
+
+    /// <summary>
+    /// After the analysis scan: reads the state of every session restored from a checkpoint written in parts (the scan
+    /// applies records without reading the log, so it leaves those for here).
+    /// </summary>
+    public static async ValueTask<int> ReadPendingStatesAsync(DurableLog log, SessionTable sessions, CancellationToken cancellationToken)
+    {
+        var read = 0;
+        foreach (var session in sessions.All)
+        {
+            if (session.PendingCheckpoint is { } pending)
+            {
+                await ReadStateAsync(log, pending, session.RecoveryLsn, cancellationToken).ConfigureAwait(false);
+                session.RestoreCheckpointState(pending);
+                read++;
+            }
+        }
+
+        return read;
     }
 
     /// <summary>Analysis scan: a session known only from its checkpoint (its start was truncated away).</summary>

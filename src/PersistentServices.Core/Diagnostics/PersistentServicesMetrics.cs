@@ -45,6 +45,9 @@ internal static class PersistentServicesMetrics
     public static readonly Counter<long> SessionCheckpoints = Meter.CreateCounter<long>(
         "persistentservices.checkpoints.sessions", "{checkpoint}", "Session checkpoints taken.");
 
+    public static readonly Counter<long> SessionCheckpointParts = Meter.CreateCounter<long>(
+        "persistentservices.checkpoints.session_parts", "{record}", "Records holding parts of session checkpoints whose state did not fit one record.");
+
     public static readonly Counter<long> ServiceCheckpoints = Meter.CreateCounter<long>(
         "persistentservices.checkpoints.service", "{checkpoint}", "Service (fuzzy) checkpoints taken; each may truncate the log.");
 

@@ -23,7 +23,8 @@ internal sealed record AnalysisResult(
     int SessionsFromCheckpoints = 0,
     bool CleanShutdown = false,
     int SessionsReadAtRest = 0,
-    int VariablesReadAtRest = 0);
+    int VariablesReadAtRest = 0,
+    int StatesReadFromParts = 0);
 
 /// <summary>
 /// The single-threaded analysis scan of MSP crash recovery (MSP §4.3, Fig. 12; Phoenix/App §4.4). It starts where the
@@ -163,10 +164,13 @@ internal static class AnalysisScan
             }
         }
 
+        // Checkpoints whose state is in parts (too large for one record): read now, the scan applied them without reading.
+        var statesFromParts = await SessionCheckpoints.ReadPendingStatesAsync(log, sessions, cancellationToken).ConfigureAwait(false);
+
         CrashPoints.Hit(CrashPoints.RecoveryScanned);
         return new AnalysisResult(sessions.Count, scan.Requests, scan.Records, scanFrom, until, Stopwatch.GetElapsedTime(started), scan.Epoch, scan.Variables.Count, reservations,
             anchor, scan.FromCheckpoints, CleanShutdown: clean && scan.Last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
-            VariablesReadAtRest: variablesReadAtRest);
+            VariablesReadAtRest: variablesReadAtRest, StatesReadFromParts: statesFromParts);
     }
 
     /// <summary>The scan's state while it applies records in log order (what each kind of record rebuilds).</summary>
@@ -343,6 +347,7 @@ internal static class AnalysisScan
 
                 case RecordKind.LogTruncated:
                 case RecordKind.Payload:
+                case RecordKind.SessionCheckpointPart: // read through the checkpoint that lists it
                     break;
 
                 default:

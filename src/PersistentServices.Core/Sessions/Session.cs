@@ -94,6 +94,9 @@ internal sealed class Session
     private (long Sequence, ReplyLocation Location)? _loggedFullReply;
     private long _recoveryLsn;
 
+    /// <summary>The latest checkpoint's LSN and its first state part's, when its state is in parts (else null); one reference, read atomically.</summary>
+    private Tuple<long, long>? _checkpointParts;
+
     public Session(SessionId id, byte[] owner, DateTimeOffset startedAt, bool replaying, int ownerVersion = SessionOwner.CurrentVersion, Serialization.ValueCodec? codec = null)
     {
         Id = id;
@@ -193,6 +196,11 @@ internal sealed class Session
         get
         {
             var lsn = RecoveryLsn;
+            if (Volatile.Read(ref _checkpointParts) is { Item1: var checkpointLsn, Item2: var firstPart } && checkpointLsn == lsn)
+            {
+                lsn = firstPart; // its latest checkpoint's state parts
+            }
+
             if (Volatile.Read(ref _lastReply) is { InLog: true } held && held.Location.FirstLsn < lsn)
             {
                 lsn = held.Location.FirstLsn;
@@ -746,8 +754,21 @@ internal sealed class Session
     /// longer needed, so its position stream and logged reply hashes start empty; with <paramref name="restore"/> the
     /// numbers, reply and state come from the checkpoint record.
     /// </summary>
-    public void ContinueFromCheckpoint(long lsn, Log.Records.SessionCheckpoint? restore = null)
+    /// <remarks>
+    /// <paramref name="firstLsn"/> (or the first of <paramref name="restore"/>'s state parts) is the checkpoint's first
+    /// record when its state is in parts written before it: <see cref="RetainLsn"/> keeps the log from there. A restored
+    /// checkpoint whose parts were not read yet leaves the state to <see cref="RestoreCheckpointState"/> (<see cref="PendingCheckpoint"/>).
+    /// </remarks>
+    public void ContinueFromCheckpoint(long lsn, Log.Records.SessionCheckpoint? restore = null, long firstLsn = 0)
     {
+        if (restore is { StatePartLsns.Count: > 0 })
+        {
+            firstLsn = restore.StatePartLsns[0];
+        }
+
+        // Written before RecoveryLsn, which RetainLsn reads first: a reader that sees the new position sees its parts.
+        Volatile.Write(ref _checkpointParts, firstLsn != 0 && firstLsn < lsn ? Tuple.Create(lsn, firstLsn) : null);
+        PendingCheckpoint = null;
         StateNumber = Math.Max(StateNumber, lsn);
         LoggedBytesSinceCheckpoint = 0;
         ServiceCheckpointsSinceCheckpoint = 0;
@@ -785,8 +806,28 @@ internal sealed class Session
             CallCounters[callee] = number;
         }
 
+        if (Checkpoints.SessionCheckpoints.StateInParts(restore))
+        {
+            _state.Clear();
+            PendingCheckpoint = restore;
+            return;
+        }
+
+        RestoreCheckpointState(restore);
+    }
+
+    /// <summary>
+    /// A checkpoint the analysis scan restored whose state is in parts not read yet (the scan does not read the log):
+    /// read after the scan (<see cref="Checkpoints.SessionCheckpoints.ReadPendingStatesAsync"/>), before any replay.
+    /// </summary>
+    public Log.Records.SessionCheckpoint? PendingCheckpoint { get; private set; }
+
+    /// <summary>The state values of <paramref name="checkpoint"/> (read in full) become the session's.</summary>
+    public void RestoreCheckpointState(Log.Records.SessionCheckpoint checkpoint)
+    {
+        PendingCheckpoint = null;
         _state.Clear();
-        foreach (var value in restore.State)
+        foreach (var value in checkpoint.State)
         {
             _state[value.Name] = SessionStateSlot.Restored(value.Value.ToByteArray(), value.ValueFormat);
         }
