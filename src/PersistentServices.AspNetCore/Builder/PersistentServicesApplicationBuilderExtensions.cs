@@ -38,7 +38,7 @@ public static class PersistentServicesApplicationBuilderExtensions
         var options = app.ApplicationServices.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
 
         // Recovery's first part (verify the log, open it, the analysis scan) starts now, alongside the rest of the
-        // application's startup; the server still accepts traffic only once it is done (RecoveryHostedService).
+        // application's startup and the server's; requests are served only once it is done (PersistenceMiddleware holds them).
         _ = app.ApplicationServices.GetRequiredService<global::PersistentServices.Hosting.PersistentRuntime>().StartOpening();
         var sessions = SessionEndpoints.Map(endpoints, options.SessionsPath);
         configureSessionEndpoints?.Invoke(sessions);

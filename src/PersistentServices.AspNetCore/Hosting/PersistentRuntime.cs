@@ -25,8 +25,8 @@ internal enum RecoveryStage
 
 /// <summary>
 /// The service's persistence runtime: its one log, its sessions and where recovery stands. A singleton; its log is
-/// opened from <c>UsePersistentServices()</c> on (<see cref="StartOpening"/>), the server accepts traffic once that is
-/// done, and it is disposed (log committed and closed) when the host stops.
+/// opened from <c>UsePersistentServices()</c> on (<see cref="StartOpening"/>), requests are served once that is done
+/// (the persistence middleware holds them until then), and it is disposed (log committed and closed) when the host stops.
 /// </summary>
 internal sealed class PersistentRuntime : IAsyncDisposable
 {

@@ -13,6 +13,7 @@ namespace PersistentServices.Http;
 internal sealed class PersistenceMiddleware
 {
     private readonly RequestDelegate _next;
+    private readonly PersistentRuntime _runtime;
     private readonly bool _useRoles;
     private readonly PersistentRequestHandler _persistent;
     private readonly ReadOnlyRequestHandler _readOnly;
@@ -20,13 +21,39 @@ internal sealed class PersistenceMiddleware
     public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
+        _runtime = runtime;
         _useRoles = runtime.Options.Calls.UseRoles;
         _persistent = new PersistentRequestHandler(next, runtime, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
         pipeline.Register(router, next);
     }
 
-    public Task InvokeAsync(HttpContext context) => EndpointRoles.Of(context.GetEndpoint()) switch
+    public Task InvokeAsync(HttpContext context) => _runtime.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
+
+    /// <summary>
+    /// The server listens while recovery verifies the log and runs the analysis scan (<c>RecoveryHostedService</c>): a
+    /// request that comes meanwhile waits until that is done, as it would have waited for the server to listen, so no
+    /// endpoint, persistent or plain, ever sees a half-recovered service. If recovery fails, the endpoints answer 503.
+    /// </summary>
+    private async Task AfterAnalysisAsync(HttpContext context)
+    {
+        try
+        {
+            await _runtime.StartOpening().WaitAsync(context.RequestAborted).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
+        {
+            return; // the client went away
+        }
+        catch (Exception)
+        {
+            // Recovery failed: the recovery host logs it and stops the service; persistent endpoints answer 503 meanwhile.
+        }
+
+        await DispatchAsync(context).ConfigureAwait(false);
+    }
+
+    private Task DispatchAsync(HttpContext context) => EndpointRoles.Of(context.GetEndpoint()) switch
     {
         EndpointRole.Persistent => _persistent.InvokeAsync(context),
         EndpointRole.ReadOnly => _readOnly.InvokeAsync(context),

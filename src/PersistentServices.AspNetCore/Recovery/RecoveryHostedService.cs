@@ -8,8 +8,9 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Recovery;
 
 /// <summary>
-/// MSP crash recovery (MSP §4.3, Fig. 12) as a hosted service. Before the server accepts traffic: open the log
-/// (verifying it), run the analysis scan from the anchored service checkpoint, take a service checkpoint. Once the
+/// MSP crash recovery (MSP §4.3, Fig. 12) as a hosted service. Before any request is served: open the log (verifying
+/// it), run the analysis scan from the anchored service checkpoint, take a service checkpoint; the server starts
+/// listening meanwhile, and the persistence middleware holds requests until this part is done. Once the
 /// application has started: accept new sessions at once while the recovered sessions replay in parallel, a session
 /// whose client waits first; a request of a session still replaying waits for it. A session whose replay diverges is
 /// quarantined (<see cref="PersistentServicesOptions.OnDivergence"/>); a replay that cannot run, or a logged shared value
@@ -21,7 +22,7 @@ internal sealed class RecoveryHostedService(
     SessionReplayer replayer,
     IHostApplicationLifetime lifetime,
     ILogger<RecoveryHostedService> logger,
-    Testing.ReplayCheckRun? replayCheck = null) : IHostedService, IDisposable
+    Testing.ReplayCheckRun? replayCheck = null) : IHostedLifecycleService, IDisposable
 {
     private readonly CancellationTokenSource _stopping = new();
     private Task _replay = Task.CompletedTask;
@@ -29,7 +30,20 @@ internal sealed class RecoveryHostedService(
     /// <summary>Completes when every recovered session has replayed (or recovery failed).</summary>
     public Task Completion => _replay;
 
-    public async Task StartAsync(CancellationToken cancellationToken)
+    public Task StartingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    /// <summary>
+    /// Returns at once: the server starts listening while recovery's first part (verification, the analysis scan) runs,
+    /// and the persistence middleware holds every request until that part is done (<see cref="StartedAsync"/>).
+    /// </summary>
+    public Task StartAsync(CancellationToken cancellationToken)
+    {
+        _ = runtime.StartOpening();
+        return Task.CompletedTask;
+    }
+
+    /// <summary>After every hosted service's start (the server listens): waits for the analysis; the host is started after it.</summary>
+    public async Task StartedAsync(CancellationToken cancellationToken)
     {
         try
         {
@@ -51,6 +65,10 @@ internal sealed class RecoveryHostedService(
             (long)analysis.Elapsed.TotalMilliseconds, analysis.StatesReadFromParts);
         lifetime.ApplicationStarted.Register(() => _replay = Task.Run(replayCheck is null ? ReplayAllAsync : () => replayCheck.RunAsync(runtime, ReplayAllAsync)));
     }
+
+    public Task StoppingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
 
     public async Task StopAsync(CancellationToken cancellationToken)
     {

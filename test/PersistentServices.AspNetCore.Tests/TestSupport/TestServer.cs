@@ -37,6 +37,40 @@ internal sealed class TestServer : IAsyncDisposable
         Action<WebApplicationBuilder>? build = null, Action<Microsoft.AspNetCore.Builder.IEndpointConventionBuilder>? sessionEndpoints = null,
         Action<WebApplication>? beforePersistentServices = null)
     {
+        var app = Build(logDirectory, configure, time, build, sessionEndpoints, beforePersistentServices);
+        await app.StartAsync(TestContext.Current.CancellationToken);
+        var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
+        return new TestServer(app, client, logDirectory);
+    }
+
+    /// <summary>
+    /// Starts the app without waiting for the host's start to finish (it waits for recovery's analysis): returns once the
+    /// server listens, with the host's start still running.
+    /// </summary>
+    public static async Task<(TestServer Server, Task Started)> StartListeningAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null)
+    {
+        var app = Build(logDirectory, configure, time: null, build: null, sessionEndpoints: null, beforePersistentServices: null);
+        var started = app.StartAsync(TestContext.Current.CancellationToken);
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (app.Urls.All(url => url.EndsWith(":0", StringComparison.Ordinal)))
+        {
+            Assert.True(DateTime.UtcNow < deadline, "the server did not listen within 30 s");
+            if (started.IsCompleted)
+            {
+                await started;
+            }
+
+            await Task.Delay(10, TestContext.Current.CancellationToken);
+        }
+
+        var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
+        return (new TestServer(app, client, logDirectory), started);
+    }
+
+    private static WebApplication Build(string logDirectory, Action<PersistentServicesOptions>? configure, TimeProvider? time,
+        Action<WebApplicationBuilder>? build, Action<Microsoft.AspNetCore.Builder.IEndpointConventionBuilder>? sessionEndpoints,
+        Action<WebApplication>? beforePersistentServices)
+    {
         var builder = WebApplication.CreateBuilder();
         builder.WebHost.UseUrls("http://127.0.0.1:0");
         builder.Logging.ClearProviders();
@@ -63,9 +97,7 @@ internal sealed class TestServer : IAsyncDisposable
         build?.Invoke(builder);
         var app = builder.Build();
         TestApp.Configure(app, sessionEndpoints, beforePersistentServices);
-        await app.StartAsync(TestContext.Current.CancellationToken);
-        var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
-        return new TestServer(app, client, logDirectory);
+        return app;
     }
 
     public async Task<string> StartSessionAsync(string? user = null)
