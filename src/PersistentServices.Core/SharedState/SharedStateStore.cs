@@ -220,11 +220,14 @@ internal sealed partial class SharedStateStore
     /// Logs a write (Fig. 8) and installs the value; the caller holds the variable's lock. True when a checkpoint is due:
     /// the caller starts it after releasing the lock (it may issue a commit).
     /// </summary>
+    /// <summary>Room kept in a record besides a written value's: its read and checkpoint records carry other fields than the write's.</summary>
+    private const int ValueRecordMarginBytes = 256;
+
     private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
     {
         var (bytes, format) = Codec.Encode(value);
         var writerDv = execution.Session.Dv;
-        var lsn = execution.Append(RecordKind.SharedWrite, new SharedWrite
+        var write = new SharedWrite
         {
             Variable = cell.Name,
             Value = ByteString.CopyFrom(bytes),
@@ -233,7 +236,19 @@ internal sealed partial class SharedStateStore
             PreviousWriteLsn = cell.ChainHead,
             SessionId = execution.SessionId,
             Sequence = execution.Position.Sequence,
-        });
+        };
+
+        // A shared value is logged whole in one record (and read back whole by every logged read): refuse one that does
+        // not fit, naming the variable and the option, before anything is logged (the request fails as its endpoint threw).
+        if (write.CalculateSize() + ValueRecordMarginBytes > Log.MaxRecordBytes)
+        {
+            throw new InvalidOperationException(
+                $"Shared variable '{cell.Name}': its new value serializes to {bytes.Length} bytes, more than one log record holds " +
+                $"({Log.MaxRecordBytes} bytes: PersistentServicesOptions.MaxRequestBodyBytes + MaxLoggedHeaderBytes). Nothing was written. " +
+                "Keep shared values small (a SharedMap<TKey, TValue> logs one entry per write), or raise MaxRequestBodyBytes.");
+        }
+
+        var lsn = execution.Append(RecordKind.SharedWrite, write);
         cell.SetValue(value, bytes, format);
         if (cell.RecoveryLsn == 0)
         {

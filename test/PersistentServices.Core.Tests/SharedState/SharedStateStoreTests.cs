@@ -130,6 +130,23 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task Write_AValueLargerThanARecord_IsRefusedNamingTheVariable_AndNothingIsLoggedOrChanged()
+    {
+        var writer = NewSession();
+        Run(writer, 1, () => Names.Write(["small"]));
+        var tail = _log.TailAddress;
+
+        // The small test log's records hold at most 4096 bytes.
+        var ex = Assert.Throws<InvalidOperationException>(() => Run(writer, 2, () => Names.Write([new string('x', 5000)])));
+
+        Assert.Contains("Shared variable 'Tests.Names'", ex.Message, StringComparison.Ordinal);
+        Assert.Contains("MaxRequestBodyBytes", ex.Message, StringComparison.Ordinal);
+        Assert.Single(await RecordsAsync(RecordKind.SharedWrite));
+        Run(NewSession(), 1, () => Assert.Equal(["small"], Names.Read()!));
+        Assert.True(_log.TailAddress > tail); // only the request records and that read
+    }
+
+    [Fact]
     public void WriteOutsideAPersistentRequest_Throws_ReadIsPlain()
     {
         Assert.Throws<InvalidOperationException>(() => Counter.Write(1));
