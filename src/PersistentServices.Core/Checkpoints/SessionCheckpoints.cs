@@ -125,7 +125,7 @@ internal static class SessionCheckpoints
         {
             record.State.Add(state.State);
             throw new InvalidOperationException(
-                $"A checkpoint of session {Convert.ToHexString(record.SessionId.Span)[..8]}… does not fit a log record of {limit} bytes even without its state ({record.CalculateSize()} bytes): raise PersistentServicesOptions.MaxRequestBodyBytes.");
+                $"A session checkpoint does not fit a log record of {limit} bytes even without its state ({record.CalculateSize()} bytes): raise PersistentServicesOptions.MaxRequestBodyBytes.");
         }
 
         for (var offset = 0; offset < bytes.Length; offset += partBytes)
