@@ -40,7 +40,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         foreach (var position in session.PositionStream)
         {
             loaded.Add(position is { RequestRecord: { } kept, AuxRecords: { } keptAux }
-                ? new LoadedRequest(position, kept.Parse(LoggedRequest.Parser), keptAux)
+                ? new LoadedRequest(position, ReplayRequestReader.Read(kept), keptAux)
                 : await LoadAsync(position, cancellationToken).ConfigureAwait(false));
         }
 
@@ -62,7 +62,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
         {
             var position = positions[i];
             var request = preloaded?[i]
-                          ?? (position is { RequestRecord: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, kept.Parse(LoggedRequest.Parser), keptAux) : null)
+                          ?? (position is { RequestRecord: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, ReplayRequestReader.Read(kept), keptAux) : null)
                           ?? await LoadAsync(position, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;
@@ -202,7 +202,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
 
     private async Task<LoadedRequest> LoadAsync(LoggedPosition position, CancellationToken cancellationToken)
     {
-        var record = (await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false)).Parse(LoggedRequest.Parser);
+        var record = ReplayRequestReader.Read(await runtime.Log.ReadAsync(position.RequestLsn, cancellationToken).ConfigureAwait(false));
         var aux = new List<LogRecord>(position.Aux.Count);
         foreach (var lsn in position.Aux)
         {

@@ -84,6 +84,9 @@ internal ref struct WireFields(ReadOnlySpan<byte> body, long lsn, string message
     /// <summary>The current field's number.</summary>
     public int Field { get; private set; }
 
+    /// <summary>The current field's wire type (0 varint, 1 fixed 64-bit, 2 length-delimited, 5 fixed 32-bit).</summary>
+    public int WireType { get; private set; }
+
     /// <summary>A length-delimited field: <see cref="Bytes"/> holds it.</summary>
     public bool IsBytes { get; private set; }
 
@@ -106,7 +109,8 @@ internal ref struct WireFields(ReadOnlySpan<byte> body, long lsn, string message
         IsBytes = false;
         Value = 0;
         Bytes = default;
-        switch ((int)(tag & 7))
+        WireType = (int)(tag & 7);
+        switch (WireType)
         {
             case 0:
                 Value = (long)ReadVarint();
