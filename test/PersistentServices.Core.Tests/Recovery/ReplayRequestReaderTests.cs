@@ -1,4 +1,5 @@
 using Google.Protobuf;
+using PersistentServices.Tests.TestSupport;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
 using PersistentServices.Recovery;
@@ -9,12 +10,7 @@ namespace PersistentServices.Core.Tests.Recovery;
 /// <summary>Replay's reader of a logged request builds exactly the message the generated parser builds.</summary>
 public sealed class ReplayRequestReaderTests
 {
-    private static LogRecord Record(byte[] body, long lsn = 8192)
-    {
-        var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
-        RecordEnvelope.Write(entry, lsn, RecordKind.Request, RecordFlags.None, body);
-        return LogRecord.FromEntry(entry, entry.Length, lsn);
-    }
+    private static LogRecord Record(byte[] body, long lsn = 8192) => LogRecords.Of(RecordKind.Request, body, lsn);
 
     private static LoggedRequest Full(long sequence, string path) => new()
     {

@@ -1,4 +1,5 @@
 using Google.Protobuf;
+using PersistentServices.Tests.TestSupport;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
 using PersistentServices.Recovery;
@@ -13,12 +14,7 @@ public sealed class RequestHeadTests
 
     private static LogRecord Reply(ReplySent reply) => Record(RecordKind.Reply, reply.ToByteArray());
 
-    private static LogRecord Record(RecordKind kind, byte[] body, long lsn = 8192)
-    {
-        var entry = new byte[RecordEnvelope.HeaderSize + body.Length];
-        RecordEnvelope.Write(entry, lsn, kind, RecordFlags.None, body);
-        return LogRecord.FromEntry(entry, entry.Length, lsn);
-    }
+    private static LogRecord Record(RecordKind kind, byte[] body, long lsn = 8192) => LogRecords.Of(kind, body, lsn);
 
     [Fact]
     public void Read_AFullRequest_GivesTheFieldsAFullParseGives()
