@@ -158,6 +158,8 @@ namespace PersistentServices.EndToEnd
             var builder = WebApplication.CreateBuilder();
             builder.WebHost.UseUrls(url);
             builder.Logging.ClearProviders();
+            builder.Logging.AddSimpleConsole(o => o.SingleLine = true); // warnings and errors only: a fault shows
+            builder.Logging.SetMinimumLevel(LogLevel.Warning);
             builder.Services.AddSingleton<BenchSession>();
             builder.Services.AddPersistentServices(o => o.LogDirectory = logDirectory);
             var app = builder.Build();

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Plain vs [Persistent] endpoints of one server process, loaded by wrk from another process (the end-to-end figure of
 # docs/benchmarks.md, "request path CPU"). Needs wrk (apt-get install wrk). Usage:
-#   benchmarks/wrk/run.sh [CONNECTIONS...]        default: 16 64; SECONDS=10 by default
+#   benchmarks/wrk/run.sh [CONNECTIONS...]        default: 16 64; SECONDS_PER_CELL=10 by default
+# SERVER_DLL=path/to/PersistentServices.EndToEnd.dll runs that build instead of building this one (A/B comparisons).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 conns=("${@:-16 64}"); conns=(${conns[@]})
 seconds=${SECONDS_PER_CELL:-10}
 port=${PORT:-5090}
 work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
-dotnet build -c Release benchmarks/PersistentServices.EndToEnd >/dev/null
-dotnet benchmarks/PersistentServices.EndToEnd/bin/Release/net10.0/PersistentServices.EndToEnd.dll serve --port "$port" --log "$work/log" >"$work/server.log" 2>&1 &
+server=""
+trap '[ -n "$server" ] && kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$work"' EXIT
+server_dll=${SERVER_DLL:-}
+if [ -z "$server_dll" ]; then
+  dotnet build -c Release benchmarks/PersistentServices.EndToEnd >/dev/null
+  server_dll=benchmarks/PersistentServices.EndToEnd/bin/Release/net10.0/PersistentServices.EndToEnd.dll
+fi
+dotnet "$server_dll" serve --port "$port" --log "$work/log" >"$work/server.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do curl -sf -o /dev/null -X POST "http://127.0.0.1:$port/plain" -H 'Content-Type: application/json' -d '{"n":1}' && break; sleep 0.2; done
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }

@@ -126,23 +126,31 @@ internal static partial class DurableFile
     /// 512-byte sectors); where the file system refuses <c>O_DIRECT</c> (tmpfs, some network file systems),
     /// <c>O_DSYNC</c> alone (as durable, one more copy). Elsewhere a write-through .NET handle.
     /// </summary>
-    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create)
+    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create) => OpenSegment(path, create, out _);
+
+    /// <summary>Opens a log segment as <see cref="OpenSegment(string, bool)"/> does.</summary>
+    /// <param name="path">The segment file.</param>
+    /// <param name="create">Create the file when it does not exist.</param>
+    /// <param name="direct">Whether the handle writes with <c>O_DIRECT</c> (to the disk, not the page cache).</param>
+    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create, out bool direct)
     {
+        direct = false;
         if (!OperatingSystem.IsLinux())
         {
             return File.OpenHandle(path, create ? FileMode.OpenOrCreate : FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite, FileOptions.WriteThrough);
         }
 
         const int ReadWrite = 0x2, Create = 0x40, DataSync = 0x1000, CloseOnExec = 0x80000, Einval = 22;
-        var direct = RuntimeInformation.ProcessArchitecture switch
+        var directFlag = RuntimeInformation.ProcessArchitecture switch
         {
             Architecture.X64 or Architecture.X86 => 0x4000,
             Architecture.Arm64 or Architecture.Arm => 0x10000,
             _ => 0,
         };
         var flags = ReadWrite | DataSync | CloseOnExec | (create ? Create : 0);
-        var fd = direct == 0 ? -1 : OpenMode(path, flags | direct, 0x1B6 /* 0666, less the umask */);
-        if (fd < 0 && (direct == 0 || Marshal.GetLastPInvokeError() == Einval))
+        var fd = directFlag == 0 ? -1 : OpenMode(path, flags | directFlag, 0x1B6 /* 0666, less the umask */);
+        direct = fd >= 0;
+        if (fd < 0 && (directFlag == 0 || Marshal.GetLastPInvokeError() == Einval))
         {
             fd = OpenMode(path, flags, 0x1B6);
         }

@@ -374,14 +374,22 @@ internal sealed class LogRecoveryScanner : IDisposable
             }
         }
 
+        // The torn range ends at its last non-zero byte: zeroed space after the data is not part of it.
+        var tornEnd = NonZeroBytesEnd(committed, PhysicalEnd);
+
         // FASTER's devices write whole sectors: a segment of any other length was cut from outside, unless it is the last
         // and what follows the last commit is damage (bytes added after the data), which is a torn tail.
         foreach (var (segment, length) in _segments.Where(s => s.Value % SectorSize != 0))
         {
             var file = SegmentFiles.PathOf(_basePath, segment);
-            if (segment == lastDataSegment && walk.Stop == WalkStop.Damage && walk.FailureAddress >= committed)
+            // The same when the walk ended on zeros (the log keeps zeroed space after its data, DirectFileDevice) a whole
+            // entry header before the file's end, and non-zero bytes follow: bytes added after the zeros. Only zeros after
+            // the data at a length this log never writes is a cut, as before.
+            var afterZeros = walk.Stop == WalkStop.End && tornEnd > committed
+                && walk.EndAddress + FasterEntryLayout.HeaderSize <= ((long)segment << _segmentSizeBits) + length;
+            if (segment == lastDataSegment && ((walk.Stop == WalkStop.Damage && walk.FailureAddress >= committed) || afterZeros))
             {
-                tailReason = $"{walk.FailureReason}; and '{file}' is {length} bytes, not whole {SectorSize}-byte sectors: bytes were added after the log's data from outside";
+                tailReason = $"{walk.FailureReason ?? "zeros after the data"}; and '{file}' is {length} bytes, not whole {SectorSize}-byte sectors: bytes were added after the log's data from outside";
                 continue;
             }
 
@@ -394,7 +402,7 @@ internal sealed class LogRecoveryScanner : IDisposable
                 length));
         }
 
-        (long, long)? torn = HasNonZeroBytes(committed, PhysicalEnd) ? (committed, PhysicalEnd) : null;
+        (long, long)? torn = tornEnd > committed ? (committed, tornEnd) : null;
         return new LogScanResult
         {
             BeginAddress = begin,
@@ -711,23 +719,25 @@ internal sealed class LogRecoveryScanner : IDisposable
         return null;
     }
 
-    private bool HasNonZeroBytes(long from, long to)
+    /// <summary>The end of the last non-zero byte in [<paramref name="from"/>, <paramref name="to"/>), or <paramref name="from"/> when all are zero.</summary>
+    private long NonZeroBytesEnd(long from, long to)
     {
+        var end = from;
         var address = from;
         while (address < to)
         {
             var pageStart = address & ~((long)_pageSize - 1);
             var valid = LoadPage(pageStart);
             var offset = (int)(address - pageStart);
-            if (valid > offset && _page.AsSpan(offset, valid - offset).IndexOfAnyExcept((byte)0) >= 0)
+            if (valid > offset && _page.AsSpan(offset, valid - offset).LastIndexOfAnyExcept((byte)0) is var last and >= 0)
             {
-                return true;
+                end = address + last + 1;
             }
 
             address = pageStart + _pageSize;
         }
 
-        return false;
+        return end;
     }
 
     private LogRecord? ReadRecordAt(long lsn)

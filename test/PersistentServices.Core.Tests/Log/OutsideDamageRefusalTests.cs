@@ -22,9 +22,9 @@ public sealed class OutsideDamageRefusalTests
     }
 
     /// <summary>Appends <paramref name="commits"/> commits of <paramref name="perCommit"/> records and returns the open log.</summary>
-    private static async Task<DurableLog> OpenAndWriteAsync(string directory, int commits, int perCommit = 2, int size = 300)
+    private static async Task<DurableLog> OpenAndWriteAsync(string directory, int commits, int perCommit = 2, int size = 300, long zeroFill = DirectFileDevice.DefaultZeroFillBytes)
     {
-        var log = await DurableLog.OpenAsync(LogTestOptions.Small(directory), cancellationToken: Ct);
+        var log = await DurableLog.OpenAsync(LogTestOptions.Small(directory, (basePath, io) => DurableLog.CreateDefaultDevice(basePath, io, zeroFill)), cancellationToken: Ct);
         uint tag = 0;
         for (var c = 0; c < commits; c++)
         {
@@ -266,15 +266,23 @@ public sealed class OutsideDamageRefusalTests
         Assert.Contains("20", error.Message, StringComparison.Ordinal);
     }
 
-    [Fact]
-    public async Task Open_GarbageAppendedAfterTheData_IsCutAsATornTail_AndTheWarningDoesNotClaimNeverAcknowledged()
+    [Theory]
+    [InlineData(0)] // the file ends with the data
+    [InlineData(8192)] // zeroed space after the data (what the log keeps), then the garbage
+    public async Task Open_GarbageAppendedAfterTheData_IsCutAsATornTail_AndTheWarningDoesNotClaimNeverAcknowledged(int zeroFill)
     {
         using var dir = new TempDirectory();
         long durable;
-        await using (var log = await OpenAndWriteAsync(dir.Path, commits: 5))
+        await using (var log = await OpenAndWriteAsync(dir.Path, commits: 5, zeroFill: zeroFill))
         {
             durable = log.DurableUntil;
+            for (var i = 0; i < 1000 && zeroFill > 0 && SegmentFiles.List(dir.Path).Last().Value < LogRecoveryScanner.CeilSector(durable) + zeroFill; i++)
+            {
+                await Task.Delay(2, Ct); // the fill runs on the thread pool
+            }
         }
+
+        Assert.True(SegmentFiles.List(dir.Path).Last().Value >= LogRecoveryScanner.CeilSector(durable) + zeroFill);
 
         var segment = SegmentFiles.List(dir.Path).Last();
         var garbage = new byte[777];
