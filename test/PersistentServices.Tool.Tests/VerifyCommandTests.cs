@@ -80,8 +80,10 @@ public sealed class VerifyCommandTests
         File.Delete(dir.Combine("directory.lock"));
         var garbage = new byte[1000];
         new Random(7).NextBytes(garbage);
-        using (var stream = new FileStream(dir.Combine("log.0"), FileMode.Append, FileAccess.Write))
+        using (var stream = new FileStream(dir.Combine("log.0"), FileMode.Open, FileAccess.Write))
         {
+            // Right after the committed data (a write cut short; the file may go on with zeroed space).
+            stream.Position = committed;
             stream.Write(garbage);
         }
 
@@ -102,12 +104,15 @@ public sealed class VerifyCommandTests
     public async Task Verify_DamageTheServiceRefuses_ListsIt_ExitsOne_AndAgreesWithOpen(string damage, string expected)
     {
         using var dir = new TempDirectory();
+        long dataEnd;
         await using (var log = await DurableLog.OpenAsync(Options(dir.Path), cancellationToken: Ct))
         {
             for (uint i = 0; i < 60; i++)
             {
                 await log.WaitUntilDurableAsync(log.Append(RecordKind.Payload, new Payload { Tag = i, Data = ByteString.CopyFrom(new byte[200]) }), Ct);
             }
+
+            dataEnd = log.DurableUntil; // in segment 0: the file may go on with zeroed space after it
         }
 
         var segment = dir.Combine("log.0");
@@ -127,7 +132,7 @@ public sealed class VerifyCommandTests
             case "cut at a 4 KiB boundary below the metadata":
                 using (var stream = new FileStream(segment, FileMode.Open, FileAccess.Write))
                 {
-                    stream.SetLength((length - 1) & ~4095L);
+                    stream.SetLength((dataEnd - 1) & ~4095L);
                 }
 
                 break;
