@@ -464,8 +464,13 @@ internal sealed class DurableLog : IAsyncDisposable
 
         await WaitUntilDurableAsync(marker, cancellationToken).ConfigureAwait(false);
 
-        // The commit above recorded the new begin address in the metadata. FASTER (and StorageDeviceBase) delete the
-        // segment files before it from epoch callbacks that may not run before the log closes; delete them here.
+        // The commit is durable; the metadata records its begin address, flushed, before any segment goes. FASTER's report
+        // of the commit writes it too, but that report can trail the commit's writer, which released the wait above
+        // (IssueCommit).
+        _metadataWriter.WriteNow(untilLsn, DurableUntil, LastCommitNum());
+
+        // FASTER (and StorageDeviceBase) delete the segment files before it from epoch callbacks that may not run before the
+        // log closes; delete them here.
         var beginSegment = (int)(untilLsn >> _segmentSizeBits);
         foreach (var segment in SegmentFiles.List(_directory).Keys.Where(s => s < beginSegment))
         {
