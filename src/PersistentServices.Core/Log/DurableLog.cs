@@ -31,8 +31,6 @@ internal sealed class DurableLog : IAsyncDisposable
     /// <summary>The lock file every open log holds (an exclusive <c>flock</c>), released when its process dies.</summary>
     internal const string LockFileName = "directory.lock";
 
-    private const long NothingIssued = long.MinValue;
-
     private readonly FasterLog _log;
     private readonly IDevice _device;
     private readonly CommitMetadataFile _metadata;
@@ -49,10 +47,8 @@ internal sealed class DurableLog : IAsyncDisposable
     private readonly LogIoThread _io;
     private readonly IssueCommitItem _issueCommit;
     private List<Waiter> _waiters = [];
+    private List<Waiter> _pending = [];
     private bool _commitInFlight;
-    // The tail of the commit in flight (guarded by _waitersLock): a report of a durable address at or past it ends that
-    // commit. NothingIssued while a commit turned out to have nothing to write; long.MaxValue while none is in flight.
-    private long _inFlightTail = long.MaxValue;
     private TaskCompletionSource? _idle;
     private long _commitStarted;
     private long _durableUntil;
@@ -373,13 +369,6 @@ internal sealed class DurableLog : IAsyncDisposable
             throw new ArgumentOutOfRangeException(nameof(lsn), lsn, $"Only committed records in [{BeginAddress}, {DurableUntil}) can be read.");
         }
 
-        if (lsn >= _log.CommittedUntilAddress)
-        {
-            // Durable (its commit's writer published it, IssueCommit), but FASTER, which reads only below its own committed
-            // address, learns of the commit in its callback a moment later.
-            await _log.WaitForCommitAsync(lsn + 1, commitNum: 0, cancellationToken).ConfigureAwait(false);
-        }
-
         var (entry, length) = await _log.ReadAsync(lsn, 0, cancellationToken).ConfigureAwait(false);
         if (entry is null)
         {
@@ -465,8 +454,8 @@ internal sealed class DurableLog : IAsyncDisposable
         await WaitUntilDurableAsync(marker, cancellationToken).ConfigureAwait(false);
 
         // The commit is durable; the metadata records its begin address, flushed, before any segment goes. FASTER's report
-        // of the commit writes it too, but that report can trail the commit's writer, which released the wait above
-        // (IssueCommit).
+        // of the commit writes it too, but only after it has released the commit's waiters (FasterLog's commit worker runs
+        // the commit callback, OnCommitted, first), so the wait above can end before that write.
         _metadataWriter.WriteNow(untilLsn, DurableUntil, LastCommitNum());
 
         // FASTER (and StorageDeviceBase) delete the segment files before it from epoch callbacks that may not run before the
@@ -577,43 +566,29 @@ internal sealed class DurableLog : IAsyncDisposable
         {
             bool issued;
             long tail;
+            long commitNum;
             lock (_appendLock)
             {
                 // Nothing appended since the last commit (and the begin address unchanged): an idle log costs nothing.
                 issued = _fault is null && (_log.TailAddress > DurableUntil || _log.BeginAddress > _committedBegin);
-                tail = 0;
+                tail = commitNum = 0;
                 if (issued)
                 {
                     _commitStarted = Stopwatch.GetTimestamp();
                     DirectFileDevice.DeferWrites();
-                    issued = _log.CommitStrongly(out tail, out var commitNum, spinWait: false, callback: _onCommitted);
+                    issued = _log.CommitStrongly(out tail, out commitNum, spinWait: false, callback: _onCommitted);
                     _committedBegin = _log.BeginAddress;
                     Volatile.Write(ref _lastCommitNum, Math.Max(commitNum, _lastCommitNum));
                 }
-
-                lock (_waitersLock)
-                {
-                    _inFlightTail = issued ? tail : NothingIssued;
-                }
             }
 
-            // The commit's write, on this thread, outside the append lock. A failed write faults the log through
-            // FaultObservingDevice.
+            // The commit's write, on this thread, outside the append lock; FASTER's callback publishes it (OnCommitted).
+            // A failed write faults the log through FaultObservingDevice.
             DirectFileDevice.RunDeferredWrites();
             if (!issued)
             {
                 CommitFinished(_log.CommittedUntilAddress);
             }
-            else if (_log.FlushedUntilAddress >= tail)
-            {
-                // The write ran here and succeeded (a segment write returns once it is durable, DirectFileDevice): the
-                // commit record ending at the commit's tail is on disk, so the commit is durable now. Publish it on this
-                // thread instead of waiting for FASTER's callback, which FASTER runs through Task.Run: one thread
-                // wake-up less per commit, and the leader's own request goes on without one (docs/benchmarks.md).
-                CommitFinished(tail);
-            }
-
-            // Else the write was queued behind another on the log's thread: FASTER's callback publishes it (OnCommitted).
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
@@ -623,18 +598,20 @@ internal sealed class DurableLog : IAsyncDisposable
     }
 
     /// <summary>FASTER's commit callback: the commit record and everything before it are durable.</summary>
-    private void OnCommitted() => CommitFinished(_log.CommittedUntilAddress);
+    private void OnCommitted()
+    {
+        Interlocked.Increment(ref _commits);
+        PersistentServicesMetrics.LogCommits.Add(1);
+        PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
+        CommitFinished(_log.CommittedUntilAddress);
+    }
 
-    /// <summary>
-    /// Publishes the durable address, releases the waiters below it, and, when this ends the commit in flight (its
-    /// writer and FASTER's callback both report it; the first one ends it), commits again if waiters remain.
-    /// </summary>
+    /// <summary>Publishes the durable address, releases the waiters below it, and commits again if some remain.</summary>
     private void CommitFinished(long committed)
     {
         List<Waiter>? ready = null;
         bool again;
         TaskCompletionSource? idle = null;
-        var counted = false;
         lock (_waitersLock)
         {
             if (_fault is not null)
@@ -644,10 +621,10 @@ internal sealed class DurableLog : IAsyncDisposable
 
             if (committed > _durableUntil)
             {
-                // A fresh list: the commit's writer and FASTER's callback may both release waiters, one after the other.
                 Volatile.Write(ref _durableUntil, committed);
                 ready = _waiters;
-                _waiters = [];
+                _waiters = _pending;
+                _pending = ready;
                 for (var i = ready.Count - 1; i >= 0; i--)
                 {
                     if (ready[i].Lsn >= committed)
@@ -658,27 +635,13 @@ internal sealed class DurableLog : IAsyncDisposable
                 }
             }
 
-            // A report of an earlier commit (FASTER's callback after the writer published it) changes nothing else.
-            again = false;
-            if (_commitInFlight && committed >= _inFlightTail)
+            again = _waiters.Count > 0;
+            _commitInFlight = again;
+            if (!again)
             {
-                counted = _inFlightTail != NothingIssued;
-                _inFlightTail = long.MaxValue;
-                again = _waiters.Count > 0;
-                _commitInFlight = again;
-                if (!again)
-                {
-                    idle = _idle;
-                    _idle = null;
-                }
+                idle = _idle;
+                _idle = null;
             }
-        }
-
-        if (counted)
-        {
-            Interlocked.Increment(ref _commits);
-            PersistentServicesMetrics.LogCommits.Add(1);
-            PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
         }
 
         if (again)
@@ -696,6 +659,8 @@ internal sealed class DurableLog : IAsyncDisposable
             {
                 waiter.TrySetResult();
             }
+
+            ready.Clear();
         }
     }
 

@@ -123,8 +123,8 @@ public sealed class DurableLogTests
     [Fact]
     public async Task WaitUntilDurable_ConcurrentWritersReadTheirRecordAtOnce_EveryRecordReadable()
     {
-        // The commit's writer publishes a commit before FASTER's own callback does (DurableLog.IssueCommit), and FASTER
-        // reads only below the address its callback sets: a record is still readable as soon as its wait completes.
+        // A record is readable (FASTER reads only below its committed address) as soon as its wait completes, while
+        // other writers keep commits going.
         using var dir = new TempDirectory();
         await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct);
         var writers = Enumerable.Range(0, 16).Select(w => Task.Run(async () =>
