@@ -289,8 +289,19 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
                 }
 
                 // The tail entered this segment: what the file holds (a restart's earlier fill included) is written.
+                // Never an error for the write that just succeeded: without the length, no fill.
+                long length;
+                try
+                {
+                    length = RandomAccess.GetLength(handle);
+                }
+                catch (Exception ex) when (ex is IOException or ObjectDisposedException)
+                {
+                    return;
+                }
+
                 _zeroSegment = segment;
-                _zeroedUntil = RandomAccess.GetLength(handle) & ~(long)(FileSystemBlock - 1);
+                _zeroedUntil = length & ~(long)(FileSystemBlock - 1);
             }
 
             if (_fillFrom >= 0 || _zeroedUntil - end >= _zeroFillBytes || _zeroedUntil >= segmentSize)
