@@ -35,20 +35,24 @@ internal static class LoggedRequests
             PathBase = request.PathBase.Value ?? "",
             Path = request.Path.Value ?? "",
             QueryString = request.QueryString.Value ?? "",
-            Body = ByteString.CopyFrom(body),
+            // The body and hash arrays are this request's own and never written again: wrapped, not copied.
+            Body = UnsafeByteOperations.UnsafeWrap(body),
             ReceivedAtUnixMs = receivedAt.ToUnixTimeMilliseconds(),
             Endpoint = context.GetEndpoint()?.DisplayName ?? "",
             RemoteIp = context.Connection.RemoteIpAddress?.ToString() ?? "",
-            RequestHash = ByteString.CopyFrom(requestHash),
+            RequestHash = UnsafeByteOperations.UnsafeWrap(requestHash),
             RequestHashVersion = RequestIdentity.CurrentVersion,
             CanHaveBody = context.Features.Get<IHttpRequestBodyDetectionFeature>()?.CanHaveBody ?? body.Length > 0,
         };
 
-        foreach (var (name, values) in request.Headers)
+        var headers = request.Headers;
+        record.Headers.Capacity = headers.Count;
+        foreach (var (name, values) in headers)
         {
             if (IsLogged(name, excluded))
             {
                 var header = new LoggedHeader { Name = name };
+                header.Values.Capacity = values.Count; // most headers have one value: no default 8-slot array
                 foreach (var value in values)
                 {
                     header.Values.Add(value ?? "");

@@ -19,16 +19,17 @@ internal static class ReplyWriter
         var response = context.Response;
         if (onCompleted is not null)
         {
-            foreach (var (callback, state) in onCompleted)
+            for (var i = 0; i < onCompleted.Count; i++)
             {
-                response.OnCompleted(callback, state);
+                response.OnCompleted(onCompleted[i].Callback, onCompleted[i].State);
             }
         }
 
         response.StatusCode = reply.StatusCode;
-        foreach (var (name, values) in reply.Headers)
+        var headers = reply.Headers;
+        for (var i = 0; i < headers.Count; i++)
         {
-            response.Headers[name] = values;
+            response.Headers[headers[i].Key] = headers[i].Value;
         }
 
         if (session is not null)

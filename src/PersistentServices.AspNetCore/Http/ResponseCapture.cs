@@ -21,7 +21,8 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
     // The body goes straight into one growable buffer, through a PipeWriter and a Stream that both write to it (no
     // MemoryStream + StreamPipeWriter adapter pair per request).
     private readonly ArrayBufferWriter<byte> _buffer = new();
-    private readonly List<(Func<object, Task> Callback, object State)> _onStarting = [];
+    private List<(Func<object, Task> Callback, object State)>? _onStarting;
+    private List<(Func<object, Task> Callback, object State)>? _onCompleted;
     private BufferPipeWriter? _writer;
     private BufferStream? _stream;
 
@@ -44,12 +45,12 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
 
     public PipeWriter Writer => _writer ??= new BufferPipeWriter(_buffer);
 
-    /// <summary>OnCompleted callbacks, handed to the real response when the reply is sent.</summary>
-    public List<(Func<object, Task> Callback, object State)> OnCompletedCallbacks { get; } = [];
+    /// <summary>OnCompleted callbacks, handed to the real response when the reply is sent (most endpoints register none).</summary>
+    public IReadOnlyList<(Func<object, Task> Callback, object State)> OnCompletedCallbacks => (IReadOnlyList<(Func<object, Task> Callback, object State)>?)_onCompleted ?? [];
 
-    public void OnStarting(Func<object, Task> callback, object state) => _onStarting.Add((callback, state));
+    public void OnStarting(Func<object, Task> callback, object state) => (_onStarting ??= []).Add((callback, state));
 
-    public void OnCompleted(Func<object, Task> callback, object state) => OnCompletedCallbacks.Add((callback, state));
+    public void OnCompleted(Func<object, Task> callback, object state) => (_onCompleted ??= []).Add((callback, state));
 
     public void DisableBuffering()
     {
@@ -85,7 +86,7 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
     {
         _buffer.Clear();
         Headers.Clear();
-        _onStarting.Clear();
+        _onStarting?.Clear();
         StatusCode = statusCode;
         ReasonPhrase = null;
     }
@@ -93,7 +94,7 @@ internal sealed class ResponseCapture : IHttpResponseFeature, IHttpResponseBodyF
     /// <summary>Runs the OnStarting callbacks, last registered first (as servers do), each once.</summary>
     public async Task RunOnStartingAsync()
     {
-        while (_onStarting.Count > 0)
+        while (_onStarting is { Count: > 0 })
         {
             var (callback, state) = _onStarting[^1];
             _onStarting.RemoveAt(_onStarting.Count - 1);

@@ -76,7 +76,21 @@ internal sealed class BufferedReply
         return bytes;
     }
 
-    public string? ContentType => Headers.FirstOrDefault(h => string.Equals(h.Key, "Content-Type", StringComparison.OrdinalIgnoreCase)).Value?.FirstOrDefault();
+    public string? ContentType
+    {
+        get
+        {
+            for (var i = 0; i < Headers.Count; i++)
+            {
+                if (string.Equals(Headers[i].Key, "Content-Type", StringComparison.OrdinalIgnoreCase))
+                {
+                    return Headers[i].Value is [var first, ..] ? first : null;
+                }
+            }
+
+            return null;
+        }
+    }
 
     /// <summary>The reply as a checkpoint logs it: whole (status, headers, body).</summary>
     public Log.Records.LoggedReply ToLogged()

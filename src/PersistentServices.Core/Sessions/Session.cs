@@ -79,6 +79,10 @@ internal sealed class Session
     private TaskCompletionSource _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private TaskCompletionSource<BufferedReply>? _executing;
 
+    // _executing while a request executes and no duplicate waits for it: the completion source a duplicate waits on is
+    // made only when one arrives (most executions have none). Never completed.
+    private static readonly TaskCompletionSource<BufferedReply> ExecutingUnwatched = new();
+
     // The buffered reply and what it costs against the session memory budget of the table the session is in.
     private HeldReply? _lastReply;
     private long _heldBytes;
@@ -317,6 +321,11 @@ internal sealed class Session
 
                 if (_executing is { } running)
                 {
+                    if (running == ExecutingUnwatched)
+                    {
+                        _executing = running = new TaskCompletionSource<BufferedReply>(TaskCreationOptions.RunContinuationsAsynchronously);
+                    }
+
                     return new Admission(AdmitOutcome.DuplicateInFlight, expected, Pending: running.Task);
                 }
 
@@ -350,7 +359,7 @@ internal sealed class Session
             LastRequestHash = requestHash;
             LastRequestHashVersion = RequestIdentity.CurrentVersion;
             SetLastReplyLocked(null);
-            _executing = new TaskCompletionSource<BufferedReply>(TaskCreationOptions.RunContinuationsAsynchronously);
+            _executing = ExecutingUnwatched;
             return new Admission(AdmitOutcome.Execute, expected);
         }
     }
@@ -370,7 +379,10 @@ internal sealed class Session
             _executing = null;
         }
 
-        executing?.TrySetResult(reply);
+        if (executing != ExecutingUnwatched)
+        {
+            executing?.TrySetResult(reply);
+        }
     }
 
     /// <summary>The executing request could not complete (the log faulted): duplicates waiting for it fail too.</summary>
@@ -385,7 +397,10 @@ internal sealed class Session
             _reservedBytes = 0;
         }
 
-        executing?.TrySetException(error);
+        if (executing != ExecutingUnwatched)
+        {
+            executing?.TrySetException(error);
+        }
     }
 
     /// <summary>
@@ -577,7 +592,11 @@ internal sealed class Session
             }
 
             // A duplicate waiting for the voided execution gets 503 (the request handler's "session rolled back" type), not 500.
-            _executing?.TrySetException(new SessionRolledBackException("The session rolls back: it depended on state a crash of another service took back."));
+            if (_executing != ExecutingUnwatched)
+            {
+                _executing?.TrySetException(new SessionRolledBackException("The session rolls back: it depended on state a crash of another service took back."));
+            }
+
             _executing = null;
         }
     }

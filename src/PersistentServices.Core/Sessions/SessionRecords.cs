@@ -54,7 +54,7 @@ internal static class SessionRecords
             SessionId = session.IdBytes,
             Sequence = position.Sequence,
             StatusCode = reply.StatusCode,
-            ReplyHash = ByteString.CopyFrom(reply.Hash),
+            ReplyHash = UnsafeByteOperations.UnsafeWrap(reply.Hash), // the reply's hash is never written again
             RequestLsn = position.RequestLsn,
         };
 
