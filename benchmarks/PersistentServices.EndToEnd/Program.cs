@@ -52,6 +52,7 @@ if (mode == "serve")
 {
     // The same endpoints on a fixed port, for a load generator in another process (benchmarks/wrk/run.sh).
     using var allocations = Environment.GetEnvironmentVariable("PS_BENCH_ALLOC_TICKS") == "1" ? new PersistentServices.EndToEnd.AllocationSampler() : null;
+    using var commits = Environment.GetEnvironmentVariable("PS_BENCH_COMMIT_STATS") == "1" ? new PersistentServices.EndToEnd.CommitStats() : null;
     var allocatedAtStart = GC.GetTotalAllocatedBytes();
     var serveDir = Option("--log") ?? Path.Combine(Path.GetTempPath(), "ps-e2e-serve-" + Guid.NewGuid().ToString("N")[..8]);
     await using var served = await BenchServer.StartAsync(serveDir, $"http://127.0.0.1:{Option("--port") ?? "5090"}");
@@ -60,6 +61,7 @@ if (mode == "serve")
     using var sigterm = System.Runtime.InteropServices.PosixSignalRegistration.Create(System.Runtime.InteropServices.PosixSignal.SIGTERM, c => { c.Cancel = true; stop.TrySetResult(); });
     using var sigint = System.Runtime.InteropServices.PosixSignalRegistration.Create(System.Runtime.InteropServices.PosixSignal.SIGINT, c => { c.Cancel = true; stop.TrySetResult(); });
     await stop.Task;
+    commits?.Print(Console.Out);
     if (allocations is not null)
     {
         Console.WriteLine($"allocated since start: {GC.GetTotalAllocatedBytes() - allocatedAtStart:N0} bytes");
