@@ -300,6 +300,23 @@ internal sealed class LogRecoveryScanner : IDisposable
             }
         }
 
+        // A segment file holds exactly the addresses of its segment: the log never writes past its end (nor does the zeroed
+        // space after the data, docs/log-format.md). A longer file was lengthened from outside, or belongs to a log with
+        // larger segments: what it holds is not this log's, and the log will not guess.
+        foreach (var (segment, length) in _segments)
+        {
+            if (length > SegmentSize)
+            {
+                var at = (long)segment << _segmentSizeBits;
+                problems.Add(new LogProblem(
+                    $"Segment file '{SegmentFiles.PathOf(_basePath, segment)}' is {length} bytes, longer than the segment size {SegmentSize} " +
+                    $"(log addresses [{at}, {at + SegmentSize})): bytes were added to it from outside, or it belongs to a log written with larger segments",
+                    at + SegmentSize,
+                    SegmentFiles.PathOf(_basePath, segment),
+                    SegmentSize));
+            }
+        }
+
         var walk = new WalkResult { CommittedUntil = start };
         var walkedInTwo = WalkInTwo(start, walk);
         while (problems.Count < MaxProblems)

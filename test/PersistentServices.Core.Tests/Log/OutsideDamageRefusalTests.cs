@@ -241,6 +241,26 @@ public sealed class OutsideDamageRefusalTests
     }
 
     [Fact]
+    public async Task Open_FullSegmentLengthenedFromOutside_RefusesNamingFileAndLength()
+    {
+        using var dir = new TempDirectory();
+        await (await OpenAndWriteAsync(dir.Path, commits: 80, perCommit: 3, size: 900)).DisposeAsync();
+        Assert.True(SegmentFiles.List(dir.Path).Count >= 3, "the test needs a full segment before the last");
+        var path = SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), 1);
+        var segmentSize = 1L << LogTestOptions.Small(dir.Path).SegmentSizeBits;
+        Assert.Equal(segmentSize, new FileInfo(path).Length);
+        using (var stream = new FileStream(path, FileMode.Append, FileAccess.Write))
+        {
+            stream.Write(new byte[4096]); // zeros: even bytes that look like the log's own zeroed space are not this log's
+        }
+
+        var error = await AssertRefusedAsync(dir.Path);
+
+        Assert.Equal(path, error.File);
+        Assert.Contains($"is {segmentSize + 4096} bytes, longer than the segment size {segmentSize}", error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public async Task Open_MetadataBeginSegmentMissingAndNoTruncationRecordCoversIt_Refuses()
     {
         using var dir = new TempDirectory();
