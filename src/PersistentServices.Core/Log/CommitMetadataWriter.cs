@@ -216,6 +216,8 @@ internal sealed class CommitMetadataWriter : IDisposable
         Volatile.Write(ref _writes, _writes + 1);
     }
 
+    // The thread's whole life is this loop: compiled optimized at once (a tier-0 loop is only replaced on stack later).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     private void Run()
     {
         while (true)

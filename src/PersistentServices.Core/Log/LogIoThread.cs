@@ -49,6 +49,8 @@ internal sealed class LogIoThread : IDisposable
         _signal.Dispose();
     }
 
+    // The thread's whole life is this loop: compiled optimized at once (a tier-0 loop is only replaced on stack later).
+    [System.Runtime.CompilerServices.MethodImpl(System.Runtime.CompilerServices.MethodImplOptions.AggressiveOptimization)]
     private void Run()
     {
         while (true)
