@@ -226,13 +226,19 @@ public sealed class OutsideDamageRefusalTests
         Assert.Contains($"'{path}' is missing", error.Message, StringComparison.Ordinal);
     }
 
+    /// <summary>Writes a log of at least three segments and closes it; returns the path of segment 1 (full, neither first nor last).</summary>
+    private static async Task<string> WriteThreeSegmentsAsync(string directory)
+    {
+        await (await OpenAndWriteAsync(directory, commits: 80, perCommit: 3, size: 900)).DisposeAsync();
+        Assert.True(SegmentFiles.List(directory).Count >= 3, "the test needs three segments");
+        return SegmentFiles.PathOf(SegmentFiles.BasePath(directory), 1);
+    }
+
     [Fact]
     public async Task Open_SegmentMissingBetweenOthers_Refuses()
     {
         using var dir = new TempDirectory();
-        await (await OpenAndWriteAsync(dir.Path, commits: 80, perCommit: 3, size: 900)).DisposeAsync();
-        Assert.True(SegmentFiles.List(dir.Path).Count >= 3, "the test needs three segments");
-        var path = SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), 1);
+        var path = await WriteThreeSegmentsAsync(dir.Path);
         File.Delete(path);
 
         var error = await AssertRefusedAsync(dir.Path);
@@ -244,9 +250,7 @@ public sealed class OutsideDamageRefusalTests
     public async Task Open_FullSegmentLengthenedFromOutside_RefusesNamingFileAndLength()
     {
         using var dir = new TempDirectory();
-        await (await OpenAndWriteAsync(dir.Path, commits: 80, perCommit: 3, size: 900)).DisposeAsync();
-        Assert.True(SegmentFiles.List(dir.Path).Count >= 3, "the test needs a full segment before the last");
-        var path = SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), 1);
+        var path = await WriteThreeSegmentsAsync(dir.Path);
         var segmentSize = 1L << LogTestOptions.Small(dir.Path).SegmentSizeBits;
         Assert.Equal(segmentSize, new FileInfo(path).Length);
         using (var stream = new FileStream(path, FileMode.Append, FileAccess.Write))
