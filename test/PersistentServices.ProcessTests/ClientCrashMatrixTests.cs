@@ -178,6 +178,14 @@ public sealed class ClientCrashMatrixTests : IDisposable
                         ? new ClientTests.ClientRun(_dir.File($"store-{_runId}"), service.Port, string.Join(',', ops))
                         : KeyRun(service.Port, ops, null);
                     await WaitForAsync(() => service.HasExited || app.Lines.Contains("done"));
+
+                    // At server.reply.sent the service dies only after the reply is on the wire: when that was the last
+                    // operation's reply the application can finish first. Give the crash point a moment to fire.
+                    for (var waited = 0; !service.HasExited && waited < 5000; waited += 20)
+                    {
+                        await Task.Delay(20, Ct);
+                    }
+
                     if (service.HasExited && service.Output.Contains($"crash point {point}", StringComparison.Ordinal))
                     {
                         // Restarted on the same address, without the crash point: the faults stop here.
