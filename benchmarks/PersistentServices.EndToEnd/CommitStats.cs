@@ -14,7 +14,6 @@ internal sealed class CommitStats : IDisposable
     private double _durationSum;
     private long _waiterCount;
     private long _waiterSum;
-    private readonly Dictionary<string, (long Count, double Sum)> _others = [];
 
     public CommitStats()
     {
@@ -31,7 +30,7 @@ internal sealed class CommitStats : IDisposable
             {
                 Interlocked.Add(ref _commits, value);
             }
-            else
+            else if (instrument.Name == "persistentservices.log.commit.waiters")
             {
                 Interlocked.Increment(ref _waiterCount);
                 Interlocked.Add(ref _waiterSum, value);
@@ -39,16 +38,12 @@ internal sealed class CommitStats : IDisposable
         });
         _listener.SetMeasurementEventCallback<double>((instrument, value, _, _) =>
         {
-            lock (_listener)
+            if (instrument.Name == "persistentservices.log.commit.duration")
             {
-                if (instrument.Name == "persistentservices.log.commit.duration")
+                lock (_listener)
                 {
                     _durationCount++;
                     _durationSum += value;
-                }
-                else
-                {
-                    _others[instrument.Name] = _others.TryGetValue(instrument.Name, out var o) ? (o.Count + 1, o.Sum + value) : (1, value);
                 }
             }
         });
@@ -60,10 +55,6 @@ internal sealed class CommitStats : IDisposable
         lock (_listener)
         {
             writer.WriteLine($"commits: {_commits:N0}; issue to durable: mean {(_durationCount == 0 ? 0 : _durationSum / _durationCount * 1e6):F0} µs; waiters per commit: mean {(_waiterCount == 0 ? 0 : (double)_waiterSum / _waiterCount):F2}");
-            foreach (var (name, (count, sum)) in _others)
-            {
-                writer.WriteLine($"{name}: {count:N0}, mean {sum / count * 1e6:F0} µs");
-            }
         }
     }
 
