@@ -36,6 +36,9 @@ public sealed class ClientCrashMatrixTests : IDisposable
     private readonly List<Row> _rows = [];
     private int _runId;
 
+    // The seed first, so a run that throws (and never reaches Report) can still be rerun.
+    public ClientCrashMatrixTests() => TestContext.Current.TestOutputHelper?.WriteLine($"seed {_seed} (PS_MATRIX_SEED reruns it)");
+
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
     public void Dispose() => _dir.Dispose();
