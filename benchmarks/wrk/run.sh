@@ -43,7 +43,7 @@ for c in "${conns[@]}"; do
     order=(/plain /persistent); [ $((round % 2)) -eq 0 ] && order=(/persistent /plain)
     declare -A rps=()
     for path in "${order[@]}"; do
-      sessions "$c"   # fresh sessions: every persistent cell starts at request number 1
+      [ "$path" = /persistent ] && sessions "$c"   # fresh sessions: every persistent cell starts at request number 1
       before=$(cpu_ticks)
       line=$(PS_SESSIONS="$work/sessions" PS_PATH=$path wrk -t "$c" -c "$c" -d "${seconds}s" -s benchmarks/wrk/session.lua "http://127.0.0.1:$port" | grep '^RESULT')
       after=$(cpu_ticks)
