@@ -17,7 +17,7 @@ namespace PersistentServices.Log;
 /// <para>
 /// Zeroed space ahead of the tail: a write that makes a file longer must also make the new length durable (one more
 /// disk write and flush per commit), a write over existing bytes need not. So the device keeps the space just past the
-/// log's tail written with zeros (<see cref="DefaultZeroFillBytes"/> at a time, on a thread-pool thread, never under a
+/// log's tail written with zeros (<see cref="LogOptions.ZeroFillBytes"/> at a time, on a thread-pool thread, never under a
 /// commit's write): a commit's write lands on bytes that already exist. As PostgreSQL zero-fills its WAL segments
 /// (<c>wal_init_zero</c>). The log reads zeros after its data as the end of the data (docs/log-format.md). Only where the
 /// handle writes with <c>O_DIRECT</c>: on tmpfs zeros would only take memory.

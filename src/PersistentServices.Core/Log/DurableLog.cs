@@ -208,7 +208,7 @@ internal sealed class DurableLog : IAsyncDisposable
             var manager = new ThrottledCommitManager(metadataWriter, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
             device = new FaultObservingDevice(
-                options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io),
+                options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io, options.ZeroFillBytes),
                 error => created?.OnFault(new IOException($"A log write failed with error code {error}."), "write or flush failed"));
             var settings = new FasterLogSettings
             {

@@ -34,6 +34,17 @@ public sealed class LogOptions
     /// </summary>
     public TimeSpan MetadataFlushInterval { get; set; } = TimeSpan.FromMilliseconds(10);
 
+    /// <summary>
+    /// Bytes of zeros the log keeps written ahead of its tail, refilled on a thread-pool thread when less than this is left
+    /// (docs/log-format.md, "Zeroed space after the data"): a commit's <c>O_DSYNC</c> write then lands on bytes that exist
+    /// and needs no inode write of its own. Default 4 MiB (the file holds up to twice this past its data). 0 turns the fill
+    /// off: every commit that reaches past the file's end makes the file longer, as FASTER's own device does; choose it on
+    /// a copy-on-write or thin-provisioned file system, where a write over zeros is not cheaper. A multiple of 4096, at
+    /// most 1 GiB; a fill never goes past its segment's end. Has no effect where the log cannot write with <c>O_DIRECT</c>
+    /// (tmpfs).
+    /// </summary>
+    public int ZeroFillBytes { get; set; } = DirectFileDevice.DefaultZeroFillBytes;
+
     /// <summary>Test hook: builds the FASTER device for a segment base path (fault injection).</summary>
     internal Func<string, LogIoThread, IDevice>? DeviceFactory { get; set; }
 
@@ -72,6 +83,13 @@ public sealed class LogOptions
             throw new ArgumentException(
                 $"LogOptions.MaxRecordBytes must be between 64 and half a page less the {EntryOverhead}-byte headers ({maxBody} for PageSizeBits {PageSizeBits}); was {MaxRecordBytes}.",
                 nameof(MaxRecordBytes));
+        }
+
+        if (ZeroFillBytes < 0 || ZeroFillBytes % 4096 != 0 || ZeroFillBytes > 1 << 30)
+        {
+            throw new ArgumentException(
+                $"LogOptions.ZeroFillBytes must be 0 (no zero fill) or a multiple of 4096 of at most 1 GiB; was {ZeroFillBytes}.",
+                nameof(ZeroFillBytes));
         }
 
         if (MetadataFlushInterval < TimeSpan.Zero || MetadataFlushInterval > TimeSpan.FromSeconds(10))

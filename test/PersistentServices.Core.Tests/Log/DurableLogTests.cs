@@ -192,6 +192,48 @@ public sealed class DurableLogTests
         }
     }
 
+    [Theory]
+    [InlineData(0)] // off: the segment file ends at the data
+    [InlineData(8192)]
+    public async Task ZeroFillBytes_Option_SetsTheZeroedSpaceAheadOfTheTail(int zeroFill)
+    {
+        using var dir = new TempDirectory();
+        var options = LogTestOptions.Small(dir.Path);
+        options.ZeroFillBytes = zeroFill;
+        await using var log = await DurableLog.OpenAsync(options, cancellationToken: Ct);
+        var lsn = log.Append(RecordKind.Payload, MakePayload(1, 300));
+        await log.WaitUntilDurableAsync(lsn, Ct);
+        var dataEnd = LogRecoveryScanner.CeilSector(log.DurableUntil);
+        long Length() => SegmentFiles.List(dir.Path)[0];
+
+        // The fill runs on the thread pool: give it time to reach its size (with 0, time to show one that should not run).
+        for (var i = 0; i < 100 && Length() < dataEnd + Math.Max(zeroFill, 4096); i++)
+        {
+            await Task.Delay(10, Ct);
+        }
+
+        if (zeroFill == 0)
+        {
+            Assert.Equal(dataEnd, Length());
+        }
+        else
+        {
+            Assert.InRange(Length(), dataEnd + zeroFill, dataEnd + 2L * zeroFill + 4096);
+        }
+    }
+
+    [Theory]
+    [InlineData(-4096)]
+    [InlineData(1000)]
+    [InlineData((1 << 30) + 4096)]
+    public void ZeroFillBytes_Invalid_IsRefusedNamingTheOption(int zeroFill)
+    {
+        var options = LogTestOptions.Small("/tmp/unused");
+        options.ZeroFillBytes = zeroFill;
+        var error = Assert.Throws<ArgumentException>(options.Validate);
+        Assert.Contains("ZeroFillBytes", error.Message, StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task IdleLog_IssuesNoCommits()
     {
