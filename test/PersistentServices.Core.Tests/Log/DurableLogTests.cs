@@ -206,8 +206,9 @@ public sealed class DurableLogTests
         var dataEnd = LogRecoveryScanner.CeilSector(log.DurableUntil);
         long Length() => SegmentFiles.List(dir.Path)[0];
 
-        // The fill runs on the thread pool: give it time to reach its size (with 0, time to show one that should not run).
-        for (var i = 0; i < 100 && Length() < dataEnd + Math.Max(zeroFill, 4096); i++)
+        // The fill runs on the thread pool: give it time to reach its size (with 0, 200 ms to show one that should not
+        // run: a fill takes a few milliseconds here).
+        for (var i = 0; i < (zeroFill == 0 ? 20 : 100) && Length() < dataEnd + Math.Max(zeroFill, 4096); i++)
         {
             await Task.Delay(10, Ct);
         }
