@@ -11,9 +11,9 @@ namespace PersistentServices.Log;
 internal sealed class LogIoThread : IDisposable
 {
     private readonly ConcurrentQueue<IThreadPoolWorkItem> _queue = new();
-    // A blocking wake-up, not SemaphoreSlim: SemaphoreSlim spins before it blocks, and on a 2-core machine the spinning
-    // takes CPU from the requests that feed this thread. A futex on Linux (ThreadSignal), set once per commit.
-    private readonly ThreadSignal _signal = new();
+    // A blocking event, not SemaphoreSlim: SemaphoreSlim spins before it blocks, and on a 2-core machine the spinning
+    // takes CPU from the requests that feed this thread.
+    private readonly AutoResetEvent _signal = new(false);
     private readonly Thread _thread;
     private volatile bool _stopping;
     private int _pending;
@@ -55,7 +55,7 @@ internal sealed class LogIoThread : IDisposable
     {
         while (true)
         {
-            _signal.Wait();
+            _signal.WaitOne();
             while (_queue.TryDequeue(out var item))
             {
                 try
