@@ -26,7 +26,17 @@ internal enum ClientRecordType : byte
     /// builds after the first client release; an older build refuses a store holding one (unknown type).
     /// </summary>
     SessionClosed = 5,
+
+    /// <summary>
+    /// The finished operation ids the store remembers (oldest first, each with how it finished), written before the log is
+    /// truncated so that they outlive the Delivered and Abandoned records they came from. Written by builds after the
+    /// second client release; an older build refuses a store holding one (unknown type).
+    /// </summary>
+    FinishedOperations = 6,
 }
+
+/// <summary>An operation id the store remembers as finished: its reply handed over (<c>true</c>) or its outcome reported unknown.</summary>
+internal readonly record struct FinishedOperation(string OperationId, bool ReplyHandedOver);
 
 /// <summary>A stored request: where it goes, in which session, with which number.</summary>
 internal sealed record StoredRequest(
@@ -70,6 +80,17 @@ internal static class ClientRecords
 
     public static byte[] EncodeSessionClosed(string sessionId) => Write(ClientRecordType.SessionClosed, w => w.Write(sessionId));
 
+    public static byte[] Encode(IReadOnlyList<FinishedOperation> operations)
+        => Write(ClientRecordType.FinishedOperations, w =>
+        {
+            w.Write(operations.Count);
+            foreach (var operation in operations)
+            {
+                w.Write(operation.OperationId);
+                w.Write(operation.ReplyHandedOver);
+            }
+        });
+
     /// <summary>Reads a record body; <paramref name="lsn"/> names it in errors and stands for an entry id of 0 (the entry's first request).</summary>
     public static (ClientRecordType Type, object Value) Decode(ReadOnlySpan<byte> body, long lsn)
     {
@@ -108,6 +129,21 @@ internal static class ClientRecords
 
             case ClientRecordType.SessionClosed:
                 return (type, reader.ReadString());
+
+            case ClientRecordType.FinishedOperations:
+                var count = reader.ReadInt32();
+                if (count is < 0 or > ClientStore.MaxFinishedOperationRetention)
+                {
+                    throw new InvalidDataException($"Client store record at LSN {lsn} holds {count} finished operations.");
+                }
+
+                var operations = new List<FinishedOperation>(count);
+                for (var i = 0; i < count; i++)
+                {
+                    operations.Add(new FinishedOperation(reader.ReadString(), reader.ReadBoolean()));
+                }
+
+                return (type, operations);
 
             default:
                 throw new InvalidDataException($"Client store record at LSN {lsn} has unknown type {(byte)type}.");

@@ -22,18 +22,28 @@ internal sealed class ClientStore : IAsyncDisposable
     /// <summary>The <see cref="Payload.Tag"/> of the client's records ("PSC1").</summary>
     public const uint PayloadTag = 0x50534331;
 
+    /// <summary>
+    /// Most finished operation ids remembered: one record lists them all before each truncation, and a 256-character id
+    /// takes at most 769 bytes, so 1024 of them fit a record.
+    /// </summary>
+    public const int MaxFinishedOperationRetention = 1024;
+
     /// <summary>Handovers between two truncations of the log (it keeps only what pending entries need).</summary>
     internal int TruncateEvery { get; set; } = 256;
 
     private readonly Lock _gate = new();
     private readonly Dictionary<long, ClientEntry> _pending = [];
     private readonly SemaphoreSlim _truncating = new(1, 1);
+    private readonly Dictionary<string, bool> _finished = new(StringComparer.Ordinal);
+    private readonly Queue<string> _finishedOrder = new();
+    private readonly int _finishedRetention;
     private readonly ILogger _logger;
     private int _doneSinceTruncation;
 
-    private ClientStore(DurableLog log, ILogger logger)
+    private ClientStore(DurableLog log, int finishedRetention, ILogger logger)
     {
         Log = log;
+        _finishedRetention = finishedRetention;
         _logger = logger;
     }
 
@@ -53,7 +63,11 @@ internal sealed class ClientStore : IAsyncDisposable
         }
     }
 
-    public static async Task<ClientStore> OpenAsync(string directory, ILogger logger, CancellationToken cancellationToken)
+    /// <summary>
+    /// Opens the store in <paramref name="directory"/> and reads it back, remembering up to <paramref name="finishedRetention"/>
+    /// finished operation ids (<see cref="PersistentClientOptions.FinishedOperationRetention"/>).
+    /// </summary>
+    public static async Task<ClientStore> OpenAsync(string directory, ILogger logger, CancellationToken cancellationToken, int finishedRetention = MaxFinishedOperationRetention)
     {
         var log = await DurableLog.OpenAsync(new LogOptions
         {
@@ -63,7 +77,7 @@ internal sealed class ClientStore : IAsyncDisposable
             SegmentSizeBits = 26,
             MaxRecordBytes = (1 << 20) - LogOptions.EntryOverhead,
         }, logger, cancellationToken).ConfigureAwait(false);
-        var store = new ClientStore(log, logger);
+        var store = new ClientStore(log, finishedRetention, logger);
         try
         {
             await store.ReadBackAsync(cancellationToken).ConfigureAwait(false);
@@ -117,12 +131,28 @@ internal sealed class ClientStore : IAsyncDisposable
                     break;
 
                 case ClientRecordType.Delivered:
-                    _pending.Remove((long)value);
+                    if (_pending.Remove((long)value, out var delivered))
+                    {
+                        RememberFinished(delivered.Request.OperationId, replyHandedOver: true);
+                    }
+
+                    break;
+
+                case ClientRecordType.FinishedOperations:
+                    foreach (var finished in (List<FinishedOperation>)value)
+                    {
+                        RememberFinished(finished.OperationId, finished.ReplyHandedOver);
+                    }
+
                     break;
 
                 case ClientRecordType.Abandoned:
                     var abandoned = (long)value;
-                    _pending.Remove(abandoned);
+                    if (_pending.Remove(abandoned, out var givenUp))
+                    {
+                        RememberFinished(givenUp.Request.OperationId, replyHandedOver: false);
+                    }
+
                     foreach (var (id, last) in sessions.Where(s => s.Value.EntryId == abandoned).ToList())
                     {
                         sessions.Remove(id);
@@ -143,13 +173,35 @@ internal sealed class ClientStore : IAsyncDisposable
         ClientEvents.StoreOpened(_logger, Log.BeginAddress, Log.DurableUntil, records, _pending.Count, IdleSessions.Count);
     }
 
-    /// <summary>Stores a new request durably (t0–t1) and returns its entry, claimed by the caller.</summary>
+    /// <summary>
+    /// Stores a new request durably (t0–t1) and returns its entry, claimed by the caller. A request naming an operation id
+    /// that is pending or finished is refused before anything is stored.
+    /// </summary>
+    /// <exception cref="PersistentOperationRepeatedException">The operation id names a finished operation.</exception>
+    /// <exception cref="InvalidOperationException">The operation id names a pending operation.</exception>
     public async Task<ClientEntry> AddAsync(StoredRequest request, CancellationToken cancellationToken)
     {
-        var lsn = Append(ClientRecords.Encode(request with { EntryId = 0 }));
-        var entry = new ClientEntry(request with { EntryId = lsn }, lsn) { Claimed = true };
+        ClientEntry entry;
+        long lsn;
         lock (_gate)
         {
+            if (request.OperationId is { } operationId)
+            {
+                if (_finished.TryGetValue(operationId, out var handedOver))
+                {
+                    throw new PersistentOperationRepeatedException(operationId, handedOver);
+                }
+
+                if (_pending.Values.Any(e => e.Request.OperationId == operationId))
+                {
+                    throw new InvalidOperationException(
+                        $"Operation '{operationId}' is stored and not finished: RecoverAsync sends it and hands back its reply. It is not stored twice.");
+                }
+            }
+
+            // Appended under the gate, so that two requests with one operation id cannot both pass the check above.
+            lsn = Append(ClientRecords.Encode(request with { EntryId = 0 }));
+            entry = new ClientEntry(request with { EntryId = lsn }, lsn) { Claimed = true };
             _pending[lsn] = entry;
         }
 
@@ -182,6 +234,7 @@ internal sealed class ClientStore : IAsyncDisposable
         lock (_gate)
         {
             _pending.Remove(entry.Id);
+            RememberFinished(entry.Request.OperationId, how == ClientRecordType.Delivered);
         }
 
         if (Interlocked.Increment(ref _doneSinceTruncation) >= TruncateEvery)
@@ -249,13 +302,22 @@ internal sealed class ClientStore : IAsyncDisposable
         {
             Interlocked.Exchange(ref _doneSinceTruncation, 0);
             long until;
+            List<FinishedOperation> finished;
             lock (_gate)
             {
                 until = _pending.Count == 0 ? Log.DurableUntil : _pending.Values.Min(e => e.FirstLsn);
+                finished = [.. _finishedOrder.Select(id => new FinishedOperation(id, _finished[id]))];
             }
 
             if (until > Log.BeginAddress)
             {
+                // The finished operation ids outlive the records they came from: listed in one record after them, durable
+                // before anything is dropped (it lies at or after the durable end read above, so the truncation keeps it).
+                if (finished.Count > 0)
+                {
+                    await Log.WaitUntilDurableAsync(Append(ClientRecords.Encode(finished)), cancellationToken).ConfigureAwait(false);
+                }
+
                 await Log.TruncateUntilAsync(until, cancellationToken).ConfigureAwait(false);
                 ClientEvents.StoreTruncated(_logger, until);
             }
@@ -263,6 +325,28 @@ internal sealed class ClientStore : IAsyncDisposable
         finally
         {
             _truncating.Release();
+        }
+    }
+
+    /// <summary>Remembers a finished operation id, forgetting the oldest beyond the retention. Under <see cref="_gate"/> (or while reading back).</summary>
+    private void RememberFinished(string? operationId, bool replyHandedOver)
+    {
+        if (operationId is null || _finishedRetention == 0)
+        {
+            return;
+        }
+
+        if (_finished.TryAdd(operationId, replyHandedOver))
+        {
+            _finishedOrder.Enqueue(operationId);
+            while (_finishedOrder.Count > _finishedRetention)
+            {
+                _finished.Remove(_finishedOrder.Dequeue());
+            }
+        }
+        else
+        {
+            _finished[operationId] = replyHandedOver;
         }
     }
 

@@ -45,6 +45,16 @@ public sealed class PersistentClientOptions
     /// </summary>
     public TimeSpan CloseSessionsTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// How many finished operation ids (<see cref="PersistentRequestOptions.OperationId"/> of requests whose reply was handed
+    /// over or whose outcome was reported unknown) the store remembers, across restarts: a new request naming one of them
+    /// throws <see cref="PersistentOperationRepeatedException"/> instead of running the operation again. It covers an
+    /// application that, after a crash, sends again the operations it has no reply for: the one whose reply was handed over
+    /// just before the crash is refused, not run twice. Keep it above the number of operations the application can have in
+    /// flight. Default 1024, at most 1024; 0 remembers none.
+    /// </summary>
+    public int FinishedOperationRetention { get; set; } = 1024;
+
     internal IEnumerable<string> Validate()
     {
         if (string.IsNullOrWhiteSpace(StoreDirectory))
@@ -80,6 +90,11 @@ public sealed class PersistentClientOptions
         if (CloseSessionsTimeout < TimeSpan.Zero || CloseSessionsTimeout > TimeSpan.FromMinutes(5))
         {
             yield return $"PersistentClientOptions.CloseSessionsTimeout must be between 0 and 5 minutes (was {CloseSessionsTimeout}).";
+        }
+
+        if (FinishedOperationRetention is < 0 or > ClientStore.MaxFinishedOperationRetention)
+        {
+            yield return $"PersistentClientOptions.FinishedOperationRetention must be between 0 and {ClientStore.MaxFinishedOperationRetention} (was {FinishedOperationRetention}).";
         }
 
         if (MaxRetryAttempts < 1)

@@ -358,7 +358,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         {
             if (_store is null)
             {
-                var store = await ClientStore.OpenAsync(_options.StoreDirectory, _logger, cancellationToken).ConfigureAwait(false);
+                var store = await ClientStore.OpenAsync(_options.StoreDirectory, _logger, cancellationToken, _options.FinishedOperationRetention).ConfigureAwait(false);
                 foreach (var session in store.IdleSessions)
                 {
                     _pool.Adopt(session);

@@ -104,4 +104,99 @@ public sealed class ClientStoreTests : IDisposable
         Assert.Contains("LSN 42", error.Message, StringComparison.Ordinal);
         Assert.Contains("format 2", error.Message, StringComparison.Ordinal);
     }
+
+    [Fact]
+    public async Task AddAsync_AFinishedOperationId_IsRefused_AcrossRestartsAndTruncations()
+    {
+        // The application's crash right after a handover: it sends the operation again. The store remembers the id.
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct))
+        {
+            store.TruncateEvery = 4;
+            var handedOver = await store.AddAsync(Request("a", 1, "handed"), Ct);
+            await store.FinishAsync(handedOver, ClientRecordType.Delivered, Ct);
+            var givenUp = await store.AddAsync(Request("a", 2, "unknown"), Ct);
+            await store.FinishAsync(givenUp, ClientRecordType.Abandoned, Ct);
+            for (var i = 3; i <= 12; i++) // three truncations: the Delivered and Abandoned records above are dropped
+            {
+                var entry = await store.AddAsync(Request("a", i, "later" + i), Ct);
+                await store.FinishAsync(entry, ClientRecordType.Delivered, Ct);
+            }
+
+            Assert.True(store.Log.BeginAddress > givenUp.Id, "the truncations dropped the records the ids came from");
+            var repeated = await Assert.ThrowsAsync<PersistentOperationRepeatedException>(() => store.AddAsync(Request("a", 13, "handed"), Ct));
+            Assert.Equal(("op-handed", true), (repeated.OperationId, repeated.ReplyHandedOver));
+        }
+
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct))
+        {
+            var handed = await Assert.ThrowsAsync<PersistentOperationRepeatedException>(() => store.AddAsync(Request("a", 13, "handed"), Ct));
+            Assert.True(handed.ReplyHandedOver);
+            var unknown = await Assert.ThrowsAsync<PersistentOperationRepeatedException>(() => store.AddAsync(Request("a", 13, "unknown"), Ct));
+            Assert.False(unknown.ReplyHandedOver);
+            await Assert.ThrowsAsync<PersistentOperationRepeatedException>(() => store.AddAsync(Request("a", 13, "later12"), Ct));
+            Assert.Equal(0, store.PendingCount); // nothing was stored
+            var fresh = await store.AddAsync(Request("a", 13, "fresh"), Ct);
+            Assert.Equal("op-fresh", fresh.Request.OperationId);
+        }
+    }
+
+    [Fact]
+    public async Task AddAsync_APendingOperationId_IsRefused_AndRecoveryKeepsTheOneEntry()
+    {
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct))
+        {
+            await store.AddAsync(Request("a", 1, "pending"), Ct);
+            await Assert.ThrowsAsync<InvalidOperationException>(() => store.AddAsync(Request("b", 1, "pending"), Ct));
+        }
+
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct))
+        {
+            Assert.Equal(1, store.PendingCount);
+            await Assert.ThrowsAsync<InvalidOperationException>(() => store.AddAsync(Request("b", 1, "pending"), Ct));
+        }
+    }
+
+    [Fact]
+    public async Task FinishedOperations_BeyondTheRetention_AreForgottenOldestFirst()
+    {
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct, finishedRetention: 3))
+        {
+            store.TruncateEvery = 2;
+            for (var i = 1; i <= 5; i++)
+            {
+                var entry = await store.AddAsync(Request("a", i, "r" + i), Ct);
+                await store.FinishAsync(entry, ClientRecordType.Delivered, Ct);
+            }
+        }
+
+        await using (var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct, finishedRetention: 3))
+        {
+            foreach (var kept in new[] { "r3", "r4", "r5" })
+            {
+                await Assert.ThrowsAsync<PersistentOperationRepeatedException>(() => store.AddAsync(Request("a", 9, kept), Ct));
+            }
+
+            await store.AddAsync(Request("a", 9, "r1"), Ct); // forgotten: beyond the retention
+        }
+    }
+
+    [Fact]
+    public async Task FinishedOperations_ConcurrentRequestsWithOneOperationId_StoreOnlyOne()
+    {
+        await using var store = await ClientStore.OpenAsync(_dir.Path, NullLogger.Instance, Ct);
+        var attempts = await Task.WhenAll(Enumerable.Range(1, 8).Select(i => Task.Run(async () =>
+        {
+            try
+            {
+                await store.AddAsync(Request("s" + i, 1, "same"), Ct);
+                return true;
+            }
+            catch (InvalidOperationException)
+            {
+                return false;
+            }
+        }, Ct)));
+        Assert.Single(attempts, stored => stored);
+        Assert.Equal(1, store.PendingCount);
+    }
 }

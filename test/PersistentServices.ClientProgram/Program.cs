@@ -26,7 +26,8 @@ using PersistentServices.Client;
 //                     (PS_PENDING_PAUSE=<seconds>: holds them that long after printing, to inspect the process)
 // Each operation deposits 1 into the account named after it (POST /deposit). Output, one line each, flushed at once:
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
-//   "delivered <op> <status> <body>" for each reply a call returns, "closed <n>" for the idle sessions ended at the
+//   "delivered <op> <status> <body>" for each reply a call returns, "repeated <op> 0 handed-over|outcome-unknown" for an
+//   operation the client refused as finished before (PersistentOperationRepeatedException), "closed <n>" for the idle sessions ended at the
 //   service when it stops, and "done" at the end.
 if (Environment.GetEnvironmentVariable("PS_BENCH") is { } pendingSpec && pendingSpec.StartsWith("pending", StringComparison.Ordinal))
 {
@@ -113,8 +114,22 @@ if (ops != "recover")
         using var http = factory.CreateClient("svc");
         using var request = new HttpRequestMessage(HttpMethod.Post, "/deposit") { Content = JsonContent.Create(new { account = op, amount = 1 }) };
         request.Options.Set(PersistentRequestOptions.OperationId, op);
-        using var response = await http.SendAsync(request, ct);
-        Print("delivered", op, (int)response.StatusCode, await response.Content.ReadAsStringAsync(ct));
+        HttpResponseMessage response;
+        try
+        {
+            response = await http.SendAsync(request, ct);
+        }
+        catch (PersistentOperationRepeatedException repeated)
+        {
+            // Finished before the application's crash (its reply handed over, never used): refused, not run again.
+            Print("repeated", op, 0, repeated.ReplyHandedOver ? "handed-over" : "outcome-unknown");
+            return;
+        }
+
+        using (response)
+        {
+            Print("delivered", op, (int)response.StatusCode, await response.Content.ReadAsStringAsync(ct));
+        }
     });
 }
 

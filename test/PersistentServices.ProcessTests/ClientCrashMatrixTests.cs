@@ -89,10 +89,11 @@ public sealed class ClientCrashMatrixTests : IDisposable
                     notes.Add($"{target}: ran although it was never stored");
                 }
 
-                // The application runs again: RecoverAsync hands back what was pending, then it runs the operations it has
-                // no reply for and recovery did not hand back (a reply marked as handed over is the application's: not rerun).
+                // The application runs again as a real one would: RecoverAsync hands back what was pending, then it sends
+                // every operation it has no reply for, the one whose reply was handed over just before the kill included:
+                // the client must refuse that one (PersistentOperationRepeatedException), never run it twice.
                 var lostOp = point == "client.reply.delivered" ? target : null;
-                var again = ops.Skip(k - 1).Where(op => op != lostOp).ToList();
+                var again = ops.Skip(k - 1).ToList();
                 var second = new ClientTests.ClientRun(store, service.Port, again.Count == 0 ? "recover" : string.Join(',', again),
                     environment: new Dictionary<string, string> { ["PS_SKIP_RECOVERED"] = "1" });
                 if (await second.ExitAsync() != 0)
@@ -276,6 +277,7 @@ public sealed class ClientCrashMatrixTests : IDisposable
     {
         var violations = 0;
         var seen = new Dictionary<string, int>(StringComparer.Ordinal);
+        var refused = new Dictionary<string, string>(StringComparer.Ordinal);
         foreach (var line in lines)
         {
             var parts = line.Split(' ', 4);
@@ -283,6 +285,12 @@ public sealed class ClientCrashMatrixTests : IDisposable
             {
                 violations++;
                 notes.Add($"{failedOp}: the application got an error: {line}");
+            }
+
+            if (parts is ["repeated", var repeatedOp, _, var how])
+            {
+                refused[repeatedOp] = how;
+                continue;
             }
 
             if (parts is not ["delivered" or "recovered", var op, var status, var body])
@@ -339,6 +347,17 @@ public sealed class ClientCrashMatrixTests : IDisposable
             {
                 violations++;
                 notes.Add($"{op}: safety 3: handed over again after its handover mark");
+            }
+
+            if (op == lostOp && refused.GetValueOrDefault(op) != "handed-over")
+            {
+                violations++;
+                notes.Add($"{op}: sent again after its handover, it was not refused as a finished operation");
+            }
+            else if (op != lostOp && refused.ContainsKey(op))
+            {
+                violations++;
+                notes.Add($"{op}: refused as finished although its reply never reached the application");
             }
         }
 
