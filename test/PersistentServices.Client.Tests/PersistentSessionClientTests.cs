@@ -204,4 +204,18 @@ public sealed class PersistentSessionClientTests : IDisposable
 
         Assert.Contains("StoreDirectory", error.Message, StringComparison.Ordinal);
     }
+
+    [Theory]
+    [InlineData(-1)]
+    [InlineData(1025)]
+    public async Task Options_FinishedOperationRetentionOutOfRange_IsRefusedNamingIt(int retention)
+    {
+        var services = new ServiceCollection();
+        services.AddHttpClient("svc").AddPersistentSessions(o => { o.StoreDirectory = _dir.Path; o.FinishedOperationRetention = retention; });
+        await using var provider = services.BuildServiceProvider();
+
+        var error = Assert.Throws<OptionsValidationException>(() => provider.GetRequiredService<IOptionsMonitor<PersistentClientOptions>>().Get("svc"));
+
+        Assert.Contains("FinishedOperationRetention", error.Message, StringComparison.Ordinal);
+    }
 }
