@@ -34,6 +34,7 @@ internal sealed class ClientStore : IAsyncDisposable
     private readonly Lock _gate = new();
     private readonly Dictionary<long, ClientEntry> _pending = [];
     private readonly SemaphoreSlim _truncating = new(1, 1);
+    private readonly HashSet<string> _pendingOperations = new(StringComparer.Ordinal);
     private readonly Dictionary<string, bool> _finished = new(StringComparer.Ordinal);
     private readonly Queue<string> _finishedOrder = new();
     private readonly int _finishedRetention;
@@ -166,6 +167,14 @@ internal sealed class ClientStore : IAsyncDisposable
             }
         }
 
+        foreach (var entry in _pending.Values)
+        {
+            if (entry.Request.OperationId is { } operationId)
+            {
+                _pendingOperations.Add(operationId);
+            }
+        }
+
         // A session is idle when its last request is done or answered; one whose last request awaits a reply is that entry's.
         IdleSessions = [.. sessions
             .Where(s => !_pending.TryGetValue(s.Value.EntryId, out var entry) || entry.Reply is not null)
@@ -192,7 +201,7 @@ internal sealed class ClientStore : IAsyncDisposable
                     throw new PersistentOperationRepeatedException(operationId, handedOver);
                 }
 
-                if (_pending.Values.Any(e => e.Request.OperationId == operationId))
+                if (_pendingOperations.Contains(operationId))
                 {
                     throw new InvalidOperationException(
                         $"Operation '{operationId}' is stored and not finished: RecoverAsync sends it and hands back its reply. It is not stored twice.");
@@ -203,6 +212,10 @@ internal sealed class ClientStore : IAsyncDisposable
             lsn = Append(ClientRecords.Encode(request with { EntryId = 0 }));
             entry = new ClientEntry(request with { EntryId = lsn }, lsn) { Claimed = true };
             _pending[lsn] = entry;
+            if (request.OperationId is { } stored)
+            {
+                _pendingOperations.Add(stored);
+            }
         }
 
         await Log.WaitUntilDurableAsync(lsn, cancellationToken).ConfigureAwait(false);
@@ -234,6 +247,11 @@ internal sealed class ClientStore : IAsyncDisposable
         lock (_gate)
         {
             _pending.Remove(entry.Id);
+            if (entry.Request.OperationId is { } operationId)
+            {
+                _pendingOperations.Remove(operationId);
+            }
+
             RememberFinished(entry.Request.OperationId, how == ClientRecordType.Delivered);
         }
 
