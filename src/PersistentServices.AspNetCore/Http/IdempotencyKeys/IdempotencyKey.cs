@@ -37,7 +37,7 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
 
     /// <summary>
     /// Reads the header: one value, either a structured-field string (<c>"…"</c>, as the draft specifies) or a bare token
-    /// (what most clients send), 1 to <paramref name="maxLength"/> visible ASCII characters.
+    /// (what most clients send), 1 to <paramref name="maxLength"/> printable ASCII characters (0x20–0x7E, the characters of a structured-field string).
     /// </summary>
     public static Presence TryRead(HttpRequest request, ClaimsPrincipal user, int maxLength, out IdempotencyKey? key)
     {

@@ -37,7 +37,7 @@ internal static class IdempotencyKeyAdmission
         {
             case IdempotencyKey.Presence.Malformed:
                 await ProtocolProblems.WriteAsync(context, 400, "idempotency-key-malformed", "Idempotency-Key malformed",
-                    $"The {IdempotencyKey.HeaderName} header must be one value: a string of 1 to {options.MaxKeyLength} visible ASCII characters, quoted (\"…\") or not.").ConfigureAwait(false);
+                    $"The {IdempotencyKey.HeaderName} header must be one value: a string of 1 to {options.MaxKeyLength} printable ASCII characters (space through ~), quoted (\"…\") or not.").ConfigureAwait(false);
                 return (false, null);
 
             case IdempotencyKey.Presence.Valid when hasSession:
