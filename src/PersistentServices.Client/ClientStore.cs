@@ -190,6 +190,7 @@ internal sealed class ClientStore : IAsyncDisposable
     /// <exception cref="InvalidOperationException">The operation id names a pending operation.</exception>
     public async Task<ClientEntry> AddAsync(StoredRequest request, CancellationToken cancellationToken)
     {
+        var record = ClientRecords.Encode(request with { EntryId = 0 }); // outside the gate: it copies the body
         ClientEntry entry;
         long lsn;
         lock (_gate)
@@ -209,7 +210,7 @@ internal sealed class ClientStore : IAsyncDisposable
             }
 
             // Appended under the gate, so that two requests with one operation id cannot both pass the check above.
-            lsn = Append(ClientRecords.Encode(request with { EntryId = 0 }));
+            lsn = Append(record);
             entry = new ClientEntry(request with { EntryId = lsn }, lsn) { Claimed = true };
             _pending[lsn] = entry;
             if (request.OperationId is { } stored)
