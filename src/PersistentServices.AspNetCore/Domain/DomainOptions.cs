@@ -15,6 +15,9 @@ public sealed class DomainOptions
     /// </summary>
     public IDictionary<string, Uri> Members { get; } = new Dictionary<string, Uri>(StringComparer.Ordinal);
 
-    /// <summary>How long a distributed flush waits for a member before the reply that needs it gets 503. Default 5 seconds.</summary>
+    /// <summary>
+    /// How long a distributed flush waits for a member before the reply that needs it gets 503, asking it again while it
+    /// is out of reach or answers 503 (a restart, a recovery). Default 5 seconds; at least 100 ms.
+    /// </summary>
     public TimeSpan FlushTimeout { get; set; } = TimeSpan.FromSeconds(5);
 }

@@ -3,6 +3,9 @@ using System.Net;
 using System.Text;
 using System.Text.Json;
 using Microsoft.Extensions.Logging;
+using Polly;
+using Polly.Retry;
+using Polly.Timeout;
 using PersistentServices.Calls;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
@@ -24,6 +27,7 @@ internal sealed partial class ServiceDomain : IDisposable
     private readonly PersistentRuntime _runtime;
     private readonly ILogger _logger;
     private readonly HttpClient _http;
+    private readonly ResiliencePipeline<HttpResponseMessage> _flushPipeline;
     private readonly byte[] _key;
 
     public ServiceDomain(PersistentRuntime runtime, ILogger logger)
@@ -33,6 +37,26 @@ internal sealed partial class ServiceDomain : IDisposable
         var options = runtime.Options;
         _key = Encoding.UTF8.GetBytes(options.Calls.PeerKey ?? "");
         _http = new HttpClient(new SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) }) { Timeout = options.Domain.FlushTimeout };
+
+        // A member that restarts is out of reach (connection refused) and then recovering (503) for a moment: the flush asks
+        // again until FlushTimeout has passed in all, so the reply that needs it waits instead of failing at once.
+        _flushPipeline = new ResiliencePipelineBuilder<HttpResponseMessage> { TimeProvider = runtime.Time }
+            .AddTimeout(options.Domain.FlushTimeout)
+            .AddRetry(new RetryStrategyOptions<HttpResponseMessage>
+            {
+                MaxRetryAttempts = int.MaxValue,
+                BackoffType = DelayBackoffType.Exponential,
+                UseJitter = true,
+                Delay = TimeSpan.FromMilliseconds(25),
+                MaxDelay = TimeSpan.FromMilliseconds(500),
+                ShouldHandle = static args => ValueTask.FromResult(args.Outcome switch
+                {
+                    { Exception: DomainUnavailableException } => true,
+                    { Result.StatusCode: HttpStatusCode.ServiceUnavailable } => true,
+                    _ => false,
+                }),
+            })
+            .Build();
     }
 
     /// <summary>Whether this service belongs to a domain.</summary>
@@ -108,7 +132,20 @@ internal sealed partial class ServiceDomain : IDisposable
     {
         PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "flush"));
         var body = Encoding.UTF8.GetBytes($"{state.Epoch.ToString(CultureInfo.InvariantCulture)}.{state.Lsn.ToString(CultureInfo.InvariantCulture)}");
-        using var response = await SendAsync(service, HttpMethod.Post, FlushPath, body, cancellationToken).ConfigureAwait(false);
+        HttpResponseMessage answer;
+        try
+        {
+            answer = await _flushPipeline.ExecuteAsync(
+                static (state, token) => new ValueTask<HttpResponseMessage>(state.Domain.SendAsync(state.Service, HttpMethod.Post, FlushPath, state.Body, token)),
+                (Domain: this, Service: service, Body: body), cancellationToken).ConfigureAwait(false);
+        }
+        catch (TimeoutRejectedException ex)
+        {
+            throw new DomainUnavailableException(
+                $"Member '{service}' did not confirm the distributed flush within {_runtime.Options.Domain.FlushTimeout.TotalMilliseconds:0} ms (out of reach or recovering).", ex);
+        }
+
+        using var response = answer;
         if (response.StatusCode == HttpStatusCode.OK)
         {
             return;

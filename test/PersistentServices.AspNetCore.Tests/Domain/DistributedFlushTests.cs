@@ -66,6 +66,84 @@ public sealed class DistributedFlushTests : IDisposable
         Assert.Equal(0, gate.WritesTimedOut);
     }
 
+    /// <summary>
+    /// A member that restarts refuses connections and then answers 503 while it recovers, for about a second: the flush
+    /// asks again until <see cref="DomainOptions.FlushTimeout"/> has passed, so the reply that needs it waits instead of
+    /// getting 503 at once (it did until 2026-11-26: the timeout bounded one attempt only).
+    /// </summary>
+    [Fact]
+    public async Task MemberRecoveringForAMoment_TheFlushAsksAgain_AndSucceeds()
+    {
+        var attempts = 0;
+        await using var member = await StartMemberAsync(() => Interlocked.Increment(ref attempts) <= 3 ? Results.StatusCode(503) : Results.Ok());
+        await using var server = await StartServiceAsync(new Uri(member.Urls.First()), TimeSpan.FromSeconds(30));
+
+        await server.Runtime.Domain.FlushAsync(DependencyVector.Empty.With("B", new StateId(1, 4096)), TestContext.Current.CancellationToken);
+
+        Assert.Equal(4, Volatile.Read(ref attempts));
+    }
+
+    [Fact]
+    public async Task MemberRefusesLongerThanTheFlushTimeout_TheFlushGivesUp_WithDomainUnavailable()
+    {
+        var attempts = 0;
+        await using var member = await StartMemberAsync(() =>
+        {
+            Interlocked.Increment(ref attempts);
+            return Results.StatusCode(503);
+        });
+        await using var server = await StartServiceAsync(new Uri(member.Urls.First()), TimeSpan.FromSeconds(1));
+
+        var error = await Assert.ThrowsAsync<DomainUnavailableException>(() =>
+            server.Runtime.Domain.FlushAsync(DependencyVector.Empty.With("B", new StateId(1, 4096)), TestContext.Current.CancellationToken));
+
+        Assert.Contains("did not confirm the distributed flush within 1000 ms", error.Message, StringComparison.Ordinal);
+        Assert.True(Volatile.Read(ref attempts) >= 2, $"asked {attempts} time(s)");
+    }
+
+    [Fact]
+    public async Task MemberOutOfReach_TheFlushGivesUpAfterTheFlushTimeout()
+    {
+        // A port nobody listens on: every attempt is refused.
+        using var probe = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+        probe.Start();
+        var port = ((System.Net.IPEndPoint)probe.LocalEndpoint).Port;
+        probe.Stop();
+        await using var server = await StartServiceAsync(new Uri($"http://127.0.0.1:{port}/"), TimeSpan.FromMilliseconds(500));
+
+        var error = await Assert.ThrowsAsync<DomainUnavailableException>(() =>
+            server.Runtime.Domain.FlushAsync(DependencyVector.Empty.With("B", new StateId(1, 4096)), TestContext.Current.CancellationToken));
+
+        Assert.Contains("within 500 ms", error.Message, StringComparison.Ordinal);
+    }
+
+    private static async Task<WebApplication> StartMemberAsync(Func<IResult> flush)
+    {
+        var memberBuilder = WebApplication.CreateBuilder();
+        memberBuilder.WebHost.UseUrls("http://127.0.0.1:0");
+        memberBuilder.Logging.ClearProviders();
+        var member = memberBuilder.Build();
+        member.MapPost(ServiceDomain.FlushPath, flush);
+        member.MapGet(ServiceDomain.RecoveredPath, () => Results.Json(Array.Empty<object>()));
+        member.MapPost(ServiceDomain.RecoveredPath, () => Results.Ok());
+        await member.StartAsync(TestContext.Current.CancellationToken);
+        return member;
+    }
+
+    private async Task<TestServer> StartServiceAsync(Uri member, TimeSpan flushTimeout)
+    {
+        var server = await TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.ServiceName = "A";
+            o.Calls.PeerKey = PeerKey;
+            o.Domain.Members["A"] = new Uri("http://127.0.0.1:1/");
+            o.Domain.Members["B"] = member;
+            o.Domain.FlushTimeout = flushTimeout;
+        });
+        await server.RecoveryCompletion;
+        return server;
+    }
+
     private sealed class WriteGate(Task open)
     {
         private int _held;
