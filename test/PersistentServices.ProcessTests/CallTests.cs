@@ -114,6 +114,63 @@ public sealed class CallTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// A rolling deploy of the caller (SIGTERM) while one of its requests waits for a callee that is down for a moment:
+    /// the drain lets the running request finish, its call retried until the callee answers, and its reply goes out.
+    /// Until 2026-11-26 the call gave up the moment the host began stopping: the client got 503 and the request was
+    /// finished only after the restart, although the host had its whole shutdown timeout left.
+    /// </summary>
+    [Fact]
+    public async Task CallerStopsGracefully_WhileItsRequestWaitsForTheCallee_TheRequestFinishesInTheDrain()
+    {
+        var bPort = ServiceProcess.FreePort();
+        var aPort = ServiceProcess.FreePort();
+        var bEnv = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey };
+        var aEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}",
+        };
+        var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        var a = await ServiceProcess.StartAsync(aEnv, aPort);
+        try
+        {
+            var session = await a.StartSessionAsync();
+            var (first, _, _) = await a.SendAsync(HttpMethod.Post, "/pay", session, 1, new { account = "op-1", amount = 100 });
+            Assert.Equal(HttpStatusCode.OK, first);
+
+            // B goes away; A's next payment waits in its call to B; then A is told to stop, and B comes back.
+            await b.KillAsync();
+            await b.DisposeAsync();
+            var pay = a.SendAsync(HttpMethod.Post, "/pay", session, 2, new { account = "op-2", amount = 100 });
+            await Task.Delay(500, TestContext.Current.CancellationToken);
+            Assert.False(pay.IsCompleted, "the payment did not wait for B");
+            var stopped = a.TerminateAsync(TimeSpan.FromSeconds(40));
+            await Task.Delay(1000, TestContext.Current.CancellationToken);
+            b = await ServiceProcess.StartAsync(bEnv, bPort);
+
+            var (status, body, _) = await pay;
+            Assert.True(status == HttpStatusCode.OK, $"the payment got {(int)status} while A drained:\nA:\n{a.RecentOutput()}");
+            Assert.Equal(180, body.GetProperty("balance").GetInt64());
+            Assert.Equal(0, await stopped);
+            Assert.Contains("Drained: every request finished", a.Output, StringComparison.Ordinal);
+
+            // After the restart the same number gets the same reply; the credit ran once at B.
+            await a.DisposeAsync();
+            a = await ServiceProcess.StartAsync(aEnv, aPort);
+            var (again, againBody, againResponse) = await a.SendAsync(HttpMethod.Post, "/pay", session, 2, new { account = "op-2", amount = 100 });
+            Assert.Equal(HttpStatusCode.OK, again);
+            Assert.Equal(180, againBody.GetProperty("balance").GetInt64());
+            Assert.True(againResponse.Headers.Contains("PS-Replayed"));
+            var (_, count, _) = await b.SendAsync(HttpMethod.Get, "/bank/credits/op-2", null, null);
+            Assert.Equal(1, count.GetProperty("count").GetInt32());
+        }
+        finally
+        {
+            await a.DisposeAsync();
+            await b.DisposeAsync();
+        }
+    }
+
     [Fact]
     public async Task ForgedCall_WithoutTheDeploymentsSignature_IsRefusedAndLogged()
     {

@@ -3,7 +3,6 @@ using System.Net.Http.Headers;
 using System.Security.Cryptography;
 using System.Text;
 using Google.Protobuf;
-using Microsoft.Extensions.Hosting;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
@@ -29,7 +28,7 @@ namespace PersistentServices.Calls;
 /// </list>
 /// Outside persistent requests the handler passes calls through untouched.
 /// </summary>
-internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, IHostApplicationLifetime lifetime, string callee) : DelegatingHandler
+internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, string callee) : DelegatingHandler
 {
     protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
     {
@@ -119,16 +118,17 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             headers.TryAddWithoutValidation(ProtocolHeaders.Sequence, number.ToString(System.Globalization.CultureInfo.InvariantCulture));
         }
 
-        // Retried until a reply arrives or the host stops (condition 4); the endpoint's own token never fires.
-        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, lifetime.ApplicationStopping);
+        // Retried until a reply arrives (condition 4), also while the host drains: until the drain ends (its shutdown timeout
+        // passed, or there was nothing to drain). The endpoint's own token never fires.
+        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, runtime.CallsAbandoned);
         HttpResponseMessage response;
         try
         {
             response = await base.SendAsync(request, stopping.Token).ConfigureAwait(false);
         }
-        catch (Exception ex) when (lifetime.ApplicationStopping.IsCancellationRequested && ex is OperationCanceledException or HttpRequestException)
+        catch (Exception ex) when (runtime.CallsAbandoned.IsCancellationRequested && ex is OperationCanceledException or HttpRequestException)
         {
-            throw new CallAbandonedException($"The host stopped before '{callee}' answered {request.Method} {request.RequestUri}; the request is retried after the restart.", ex);
+            throw new CallAbandonedException($"The host stopped (its shutdown timeout ended the drain) before '{callee}' answered {request.Method} {request.RequestUri}; the request is finished after the restart.", ex);
         }
 
         if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(callee) &&

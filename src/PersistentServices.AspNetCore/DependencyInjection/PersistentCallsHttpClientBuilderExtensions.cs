@@ -1,6 +1,5 @@
 using System.Net;
 using Microsoft.Extensions.DependencyInjection.Extensions;
-using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Http.Resilience;
 using Microsoft.Extensions.Options;
 using PersistentServices;
@@ -27,7 +26,7 @@ public static class PersistentCallsHttpClientBuilderExtensions
         builder.Services.TryAddSingleton<CallRoles>();
         var callee = builder.Name;
         builder.AddHttpMessageHandler(sp => new PersistentCallHandler(
-            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), sp.GetRequiredService<IHostApplicationLifetime>(), callee));
+            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), callee));
         builder.AddResilienceHandler("persistent-calls", static (pipeline, context) =>
         {
             var options = context.ServiceProvider.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Calls;

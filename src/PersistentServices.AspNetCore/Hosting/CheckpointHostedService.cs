@@ -28,9 +28,19 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
 
     public override async Task StopAsync(CancellationToken cancellationToken)
     {
-        runtime.BeginDrain();
-        await base.StopAsync(cancellationToken).ConfigureAwait(false);
-        await DrainAsync(cancellationToken).ConfigureAwait(false);
+        // Calls of running requests are retried while the drain waits for them; when the shutdown timeout ends it (or there
+        // was nothing to drain), they stop, and their requests are finished after the restart.
+        using var timedOut = cancellationToken.Register(runtime.AbandonCalls);
+        try
+        {
+            runtime.BeginDrain();
+            await base.StopAsync(cancellationToken).ConfigureAwait(false);
+            await DrainAsync(cancellationToken).ConfigureAwait(false);
+        }
+        finally
+        {
+            runtime.AbandonCalls();
+        }
     }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)

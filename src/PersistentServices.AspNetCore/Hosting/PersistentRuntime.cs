@@ -89,6 +89,27 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// Fires when calls to other services should stop being retried: the host's shutdown timeout ended the drain, or the
+    /// host stopped with nothing to drain (recovering). Until then a call of a running request is retried while the
+    /// service drains, so the request finishes and its reply goes out (docs/calls.md, condition 4).
+    /// </summary>
+    public CancellationToken CallsAbandoned => _callsAbandoned.Token;
+
+    private readonly CancellationTokenSource _callsAbandoned = new();
+
+    /// <summary>Stops the retries of every call in flight (<see cref="CallsAbandoned"/>); their requests are abandoned (503).</summary>
+    public void AbandonCalls()
+    {
+        try
+        {
+            _callsAbandoned.Cancel();
+        }
+        catch (ObjectDisposedException)
+        {
+        }
+    }
+
     /// <summary>This service's place in its service domain (inactive without members).</summary>
     public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _logger);
 
@@ -263,6 +284,8 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
 
         _disposing.Dispose();
+        AbandonCalls();
+        _callsAbandoned.Dispose();
         if (SharedStateStore.Active == _shared)
         {
             SharedStateStore.Active = null;
