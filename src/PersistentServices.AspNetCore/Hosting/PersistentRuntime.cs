@@ -178,6 +178,12 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     /// <summary>True when requests may be logged: the log is open and has not faulted, and recovery has not failed.</summary>
     public bool IsAvailable => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready;
 
+    /// <summary>
+    /// Whether a persistent request already counted as executing (<see cref="TryBeginExecution"/>) may run: as
+    /// <see cref="IsAvailable"/>, and also while the service drains, which waits for it.
+    /// </summary>
+    public bool CanRunAdmitted => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready or RecoveryStage.Draining;
+
     /// <summary>Opens the log (verifying it) and runs the analysis scan. Before the server accepts traffic.</summary>
     /// <summary>
     /// Opens the log and runs the analysis scan, once, on the thread pool: started by <c>UsePersistentServices()</c>, so the

@@ -189,7 +189,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         }
 
         request.Sequence = sequence;
-        if (!runtime.IsAvailable)
+        if (!runtime.CanRunAdmitted)
         {
             AspNetCoreEvents.PersistentRequestUnavailable(logger, sequence, runtime.LogFault ?? runtime.Failure);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
@@ -346,9 +346,10 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         await session.ExecutionLock.WaitAsync(CancellationToken.None).ConfigureAwait(false);
         try
         {
-            if (!runtime.IsAvailable)
+            if (!runtime.CanRunAdmitted)
             {
-                // Recovery failed, or the log faulted, while this request waited: nothing may execute any more.
+                // Recovery failed, or the log faulted, while this request waited: nothing may execute any more. (A drain that
+                // began meanwhile waits for this request: it runs.)
                 throw runtime.LogFault ?? (Exception)new ObjectDisposedException(nameof(PersistentRuntime), "The service is unavailable.");
             }
 

@@ -1,6 +1,7 @@
 using System.Net;
 using System.Text.Json;
 using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Sessions;
 
 namespace PersistentServices.AspNetCore.Tests.Http;
 
@@ -26,6 +27,38 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     }
 
     private static string[] Items(JsonElement body) => [.. body.GetProperty("items").EnumerateArray().Select(e => e.GetString()!)];
+
+    /// <summary>
+    /// A request counted as executing when the host begins to stop (SIGTERM) runs and is answered: the drain waits for it.
+    /// Found under rolling restarts of a fresh app: one admitted the moment the drain began, still waiting for its
+    /// session's lock, got 503 with an <see cref="ObjectDisposedException"/> logged as an error.
+    /// </summary>
+    [Fact]
+    public async Task RequestAdmittedBeforeTheDrainBegan_RunsAndIsAnswered()
+    {
+        var session = await _server.StartSessionAsync();
+        Assert.True(SessionId.TryParse(session, out var id));
+        Assert.True(_server.Runtime.Sessions.TryGet(id, out var state));
+
+        // Hold the session's execution lock, so the request is counted but has not started when the drain begins.
+        await state.ExecutionLock.WaitAsync(Ct);
+        var sending = _server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "drain-1", amount = 5 });
+        while (_server.Runtime.Executing == 0)
+        {
+            await Task.Delay(5, Ct);
+        }
+
+        _server.Runtime.BeginDrain();
+        state.ExecutionLock.Release();
+        var (response, _) = await sending;
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(1, TestBehavior.Count("counter:drain-1"));
+
+        // A request that arrives after the drain began is refused, as before.
+        var (late, _) = await _server.SendAsync(HttpMethod.Post, "/counter/add", session, 2, new { opId = "drain-2", amount = 5 });
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, late.StatusCode);
+    }
 
     [Fact]
     public async Task PersistentRequest_NextSequence_ExecutesOnceAndEchoesTheProtocolHeaders()
