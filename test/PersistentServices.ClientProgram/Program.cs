@@ -20,15 +20,18 @@ using PersistentServices.Client;
 //                     key.request.sent (the request written and flushed, no reply read), key.reply.received (the reply
 //                     read, not yet printed)
 //   PS_BENCH          "plain|persistent|key:<requests>": instead, times <requests> deposits per caller (PS_CONCURRENCY
-//                     callers) with a plain HttpClient, through persistent sessions, or with Idempotency-Key; prints one line
-//   PS_BENCH          "pending[-plain]:<N>:<body bytes>": instead, the client's memory and disk per pending request (PendingBench.cs):
-//                     N calls held by a service that never answers (a child process of this program, "hold:<ports>"); "-plain": a plain HttpClient
-//                     (PS_PENDING_PAUSE=<seconds>: holds them that long after printing, to inspect the process)
+//                     callers) with a plain HttpClient, through persistent sessions, or with Idempotency-Key; prints
+//                     one line
+//   PS_BENCH          "pending[-plain]:<N>:<body bytes>": instead, the client's memory and disk per pending request
+//                     (PendingBench.cs): N calls held by a service that never answers (a child process of this program,
+//                     "hold:<ports>"); "-plain": a plain HttpClient (PS_PENDING_PAUSE=<seconds>: holds them that long
+//                     after printing, to inspect the process)
 // Each operation deposits 1 into the account named after it (POST /deposit). Output, one line each, flushed at once:
 //   "recovered <op> <status> <body>" for each reply RecoverAsync hands back (always run first),
-//   "delivered <op> <status> <body>" for each reply a call returns, "repeated <op> 0 handed-over|outcome-unknown" for an
-//   operation the client refused as finished before (PersistentOperationRepeatedException), "closed <n>" for the idle sessions ended at the
-//   service when it stops, and "done" at the end.
+//   "delivered <op> <status> <body>" for each reply a call returns,
+//   "repeated <op> 0 handed-over|outcome-unknown" for an operation the client refused as finished before
+//   (PersistentOperationRepeatedException), "closed <n>" for the idle sessions ended at the service when it stops, and
+//   "done" at the end.
 if (Environment.GetEnvironmentVariable("PS_BENCH") is { } pendingSpec && pendingSpec.StartsWith("pending", StringComparison.Ordinal))
 {
     await PendingBench.RunAsync(pendingSpec, Environment.GetEnvironmentVariable("PS_CLIENT_STORE")!);
@@ -133,7 +136,8 @@ if (ops != "recover")
     });
 }
 
-// Stopping: idle sessions are ended at the service (a host does this itself through AddPersistentSessions' hosted service).
+// Stopping: idle sessions are ended at the service (a host does this itself through AddPersistentSessions' hosted
+// service).
 if (host is not null)
 {
     await host.StopAsync();
