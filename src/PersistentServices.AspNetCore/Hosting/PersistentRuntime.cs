@@ -99,16 +99,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private readonly CancellationTokenSource _callsAbandoned = new();
 
     /// <summary>Stops the retries of every call in flight (<see cref="CallsAbandoned"/>); their requests are abandoned (503).</summary>
-    public void AbandonCalls()
-    {
-        try
-        {
-            _callsAbandoned.Cancel();
-        }
-        catch (ObjectDisposedException)
-        {
-        }
-    }
+    public void AbandonCalls() => _callsAbandoned.Cancel();
 
     /// <summary>This service's place in its service domain (inactive without members).</summary>
     public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _logger);
@@ -290,8 +281,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         }
 
         _disposing.Dispose();
-        AbandonCalls();
-        _callsAbandoned.Dispose();
+        AbandonCalls();   // not disposed: a handler may still read its token (a CTS without timers holds nothing to free)
         if (SharedStateStore.Active == _shared)
         {
             SharedStateStore.Active = null;
