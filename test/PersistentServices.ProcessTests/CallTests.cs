@@ -15,8 +15,8 @@ public sealed class CallTests : IDisposable
 
     public void Dispose() => _dir.Dispose();
 
-    [Fact]
-    public async Task Payments_AcrossKillsOfCallerAndCallee_EachCreditRunsOnceAtTheCallee_AndEveryReplyIsConsistent()
+    /// <summary>A caller A paying through a callee B (outside any domain): their ports and environments.</summary>
+    private (int APort, Dictionary<string, string> AEnv, int BPort, Dictionary<string, string> BEnv) CallerAndCallee()
     {
         var bPort = ServiceProcess.FreePort();
         var aPort = ServiceProcess.FreePort();
@@ -25,6 +25,13 @@ public sealed class CallTests : IDisposable
         {
             ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}",
         };
+        return (aPort, aEnv, bPort, bEnv);
+    }
+
+    [Fact]
+    public async Task Payments_AcrossKillsOfCallerAndCallee_EachCreditRunsOnceAtTheCallee_AndEveryReplyIsConsistent()
+    {
+        var (aPort, aEnv, bPort, bEnv) = CallerAndCallee();
         var b = await ServiceProcess.StartAsync(bEnv, bPort);
         var a = await ServiceProcess.StartAsync(aEnv, aPort);
         try
@@ -123,13 +130,7 @@ public sealed class CallTests : IDisposable
     [Fact]
     public async Task CallerStopsGracefully_WhileItsRequestWaitsForTheCallee_TheRequestFinishesInTheDrain()
     {
-        var bPort = ServiceProcess.FreePort();
-        var aPort = ServiceProcess.FreePort();
-        var bEnv = new Dictionary<string, string> { ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey };
-        var aEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}",
-        };
+        var (aPort, aEnv, bPort, bEnv) = CallerAndCallee();
         var b = await ServiceProcess.StartAsync(bEnv, bPort);
         var a = await ServiceProcess.StartAsync(aEnv, aPort);
         try
