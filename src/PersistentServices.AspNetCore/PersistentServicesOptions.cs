@@ -50,6 +50,21 @@ public sealed class PersistentServicesOptions
     /// </summary>
     public int MaxBufferedReplyBytes { get; set; } = 16 << 10;
 
+    /// <summary>
+    /// How long an end client's persistent request waits for its execution. After it the client gets 503 with
+    /// <c>Retry-After</c> (problem type <c>reply-pending</c>) while the execution goes on (typically waiting for another
+    /// service that is down or recovering: calls are retried until it answers, docs/calls.md); a retry of the same request
+    /// waits again as long and gets the reply once it is there, and nothing runs twice. Calls from the deployment's other
+    /// services are not bounded here (their own retries are). Null (the default): the domain's
+    /// <see cref="DomainOptions.FlushTimeout"/> (5 s) for a member of a service domain, else 30 seconds (less than the
+    /// usual proxy and load balancer timeouts, so a client behind one gets this answer rather than a gateway timeout).
+    /// <see cref="Timeout.InfiniteTimeSpan"/>: the client waits as long as the execution takes.
+    /// </summary>
+    public TimeSpan? ReplyTimeout { get; set; }
+
+    /// <summary>The reply timeout in effect (<see cref="ReplyTimeout"/>, or its default).</summary>
+    internal TimeSpan EffectiveReplyTimeout => ReplyTimeout ?? (Domain.Members.Count > 0 ? Domain.FlushTimeout : TimeSpan.FromSeconds(30));
+
     /// <summary>Path of the session resource: <c>POST</c> starts a session, <c>DELETE {path}/{id}</c> ends one. Default <c>/ps/sessions</c>.</summary>
     public string SessionsPath { get; set; } = "/ps/sessions";
 

@@ -130,6 +130,16 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             }
         }
 
+        if (options.ReplyTimeout is { } replyTimeout && replyTimeout != Timeout.InfiniteTimeSpan && replyTimeout < TimeSpan.FromMilliseconds(100))
+        {
+            failures.Add($"PersistentServicesOptions.ReplyTimeout must be at least 100 ms, or Timeout.InfiniteTimeSpan (was {replyTimeout}).");
+        }
+
+        if (options.Calls.DrainRetryTime < TimeSpan.Zero)
+        {
+            failures.Add($"PersistentServicesOptions.Calls.DrainRetryTime must not be negative (was {options.Calls.DrainRetryTime}).");
+        }
+
         if (options.ReplayParallelism < 1)
         {
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");
