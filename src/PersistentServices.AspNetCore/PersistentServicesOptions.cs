@@ -24,6 +24,26 @@ public sealed class PersistentServicesOptions
     /// </summary>
     public TimeSpan UnusedSessionRetention { get; set; } = TimeSpan.FromMinutes(1);
 
+    /// <summary>
+    /// The claim that identifies an authenticated principal as the owner of its sessions and Idempotency-Keys, for
+    /// principals without a <see cref="System.Security.Claims.ClaimTypes.NameIdentifier"/>, <c>sub</c> or name claim (an
+    /// API-key handler's principal with only <c>client_id</c>, say). When set, it is the only claim used. An authenticated
+    /// principal that no claim identifies is refused (<c>403 owner-unidentified</c>), never treated as anonymous: it would
+    /// share sessions and keys with every other such principal. Null (the default): the built-in claims.
+    /// </summary>
+    public string? OwnerClaimType { get; set; }
+
+    /// <summary>
+    /// Computes the owner identity of an authenticated principal instead (a tenant id from several claims, say); null or
+    /// empty for a principal it cannot identify (refused as for <see cref="OwnerClaimType"/>). At most one of the two is set.
+    /// </summary>
+    public Func<System.Security.Claims.ClaimsPrincipal, string?>? OwnerIdentity { get; set; }
+
+    /// <summary>How owners are identified (<see cref="OwnerClaimType"/>, <see cref="OwnerIdentity"/>).</summary>
+    internal Sessions.OwnerIdentityOptions OwnerIdentityOptions => _ownerIdentity ??= new(OwnerClaimType, OwnerIdentity);
+
+    private Sessions.OwnerIdentityOptions? _ownerIdentity;
+
     /// <summary>Most live sessions (never-used ones included); starting more gets 429 with <c>Retry-After</c>. Default 100,000.</summary>
     public int MaxSessions { get; set; } = 100_000;
 

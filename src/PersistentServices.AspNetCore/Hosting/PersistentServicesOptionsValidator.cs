@@ -130,6 +130,16 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             }
         }
 
+        if (options.OwnerClaimType is not null && options.OwnerIdentity is not null)
+        {
+            failures.Add("PersistentServicesOptions: set OwnerClaimType or OwnerIdentity, not both.");
+        }
+
+        if (options.OwnerClaimType is { } ownerClaim && string.IsNullOrWhiteSpace(ownerClaim))
+        {
+            failures.Add("PersistentServicesOptions.OwnerClaimType must name a claim type (or be null for the built-in claims).");
+        }
+
         if (options.ReplyTimeout is { } replyTimeout && replyTimeout != Timeout.InfiniteTimeSpan && replyTimeout < TimeSpan.FromMilliseconds(100))
         {
             failures.Add($"PersistentServicesOptions.ReplyTimeout must be at least 100 ms, or Timeout.InfiniteTimeSpan (was {replyTimeout}).");

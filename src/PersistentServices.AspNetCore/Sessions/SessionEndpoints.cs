@@ -42,7 +42,12 @@ internal static partial class SessionEndpoints
         }
 
         var options = runtime.Options;
-        var owner = SessionOwner.Of(context.User);
+        if (SessionOwners.Of(runtime, context.User) is not { } owner)
+        {
+            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+            return;
+        }
+
         var refusal = runtime.Sessions.TryReserve(owner, options.MaxSessions, options.MaxSessionsPerOwner);
         if (refusal != StartRefusal.None)
         {

@@ -38,10 +38,11 @@ internal static class IdempotencyKeySessions
         var refusal = Refusal.None;
         lock (Gate)
         {
-            if (runtime.Sessions.TryGet(key.SessionId, out var existing))
+            if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
+                (key.LegacySessionId is { } legacy && runtime.Sessions.TryGet(legacy, out existing) && existing.OwnerVersion == IdempotencyKey.LegacyKeySessionOwnerVersion))
             {
                 // The id is derived from the principal and the key: another session with it is a hash collision of SHA-256.
-                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && SessionOwner.Owns(context.User, existing.Owner, existing.OwnerVersion) ? existing : null;
+                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && Sessions.SessionOwners.Owns(runtime, context.User, existing) ? existing : null;
                 refusal = session is null ? Refusal.Unavailable : Refusal.None;
             }
             else if (runtime.Sessions.Count >= runtime.Options.MaxSessions)
