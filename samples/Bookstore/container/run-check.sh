@@ -85,7 +85,7 @@ run_service() {
   local s=$1
   podman volume exists "$pod-$s" || podman volume create "$pod-$s" >/dev/null
   podman run -d --pod "$pod" --name "$s" \
-    --read-only --tmpfs /tmp:rw,size=64m --cap-drop ALL --security-opt no-new-privileges --memory 384m \
+    --read-only --tmpfs /tmp:rw,size=64m --cap-drop ALL --security-opt no-new-privileges --memory 256m \
     -v "$pod-$s:/data:U" --secret "$pod-peer-key,type=env,target=PersistentServices__Calls__PeerKey" \
     -e "PersistentServices__ServiceName=$s" -e "ASPNETCORE_HTTP_PORTS=${port[$s]}" \
     -e "Bookstore__Stores=$store_list" -e "Bookstore__TaxUrl=http://127.0.0.1:${port[taxcalculator]}" \
