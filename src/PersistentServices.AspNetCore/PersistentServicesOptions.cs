@@ -48,11 +48,28 @@ public sealed class PersistentServicesOptions
     public int MaxSessions { get; set; } = 100_000;
 
     /// <summary>
-    /// Most live sessions one authenticated principal may hold; starting more gets 429. Null (the default): no cap per
-    /// principal. Anonymous sessions are not counted here: limit them per client with rate limiting on the session
-    /// endpoints (docs/capacity.md).
+    /// Most live sessions and remembered Idempotency-Keys one authenticated principal may hold; more get 429
+    /// (<c>too-many-owner-sessions</c>), so one principal's flood leaves the rest of the table to others. Null (the default):
+    /// a tenth of <see cref="MaxSessions"/>, at least 100 (and at most <see cref="MaxSessions"/>). Sessions that other
+    /// services of the deployment open for their calls are not counted here.
     /// </summary>
     public int? MaxSessionsPerOwner { get; set; }
+
+    /// <summary>
+    /// Most live anonymous sessions and remembered anonymous Idempotency-Keys one client address
+    /// (<see cref="Microsoft.AspNetCore.Http.ConnectionInfo.RemoteIpAddress"/>) may hold; more get 429. Behind a reverse
+    /// proxy or a service mesh, use ASP.NET Core's forwarded headers middleware so that the address is the client's, not
+    /// the proxy's (docs/capacity.md). Null (the default): as <see cref="MaxSessionsPerOwner"/>.
+    /// </summary>
+    public int? MaxSessionsPerAddress { get; set; }
+
+    /// <summary>The per-owner share in effect.</summary>
+    internal int EffectiveMaxSessionsPerOwner => MaxSessionsPerOwner ?? DefaultShare;
+
+    /// <summary>The per-address share in effect.</summary>
+    internal int EffectiveMaxSessionsPerAddress => MaxSessionsPerAddress ?? DefaultShare;
+
+    private int DefaultShare => Math.Max(MaxSessions / 10, Math.Min(MaxSessions, 100));
 
     /// <summary>
     /// Bytes of buffered replies that sessions may hold in memory between requests (docs/capacity.md). A reply that would

@@ -86,6 +86,7 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_MAX_SESSIONS") is { Length: > 0 } maxSessions)
     {
         options.MaxSessions = int.Parse(maxSessions, System.Globalization.CultureInfo.InvariantCulture);
+        options.MaxSessionsPerAddress = options.MaxSessions; // the tests' clients all come from 127.0.0.1
     }
 
     if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)

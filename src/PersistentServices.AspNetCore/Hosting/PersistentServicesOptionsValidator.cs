@@ -41,7 +41,12 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
 
         if (options.MaxSessionsPerOwner is < 1)
         {
-            failures.Add($"PersistentServicesOptions.MaxSessionsPerOwner must be positive, or null for no cap per principal (was {options.MaxSessionsPerOwner}).");
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerOwner must be positive, or null for a tenth of MaxSessions (was {options.MaxSessionsPerOwner}).");
+        }
+
+        if (options.MaxSessionsPerAddress is < 1)
+        {
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerAddress must be positive, or null for a tenth of MaxSessions (was {options.MaxSessionsPerAddress}).");
         }
 
         var available = GC.GetGCMemoryInfo().TotalAvailableMemoryBytes;

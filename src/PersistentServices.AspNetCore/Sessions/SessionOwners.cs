@@ -20,6 +20,38 @@ internal static partial class SessionOwners
     public static byte[]? Of(PersistentRuntime runtime, ClaimsPrincipal user)
         => SessionOwner.Of(user, SessionOwner.CurrentVersion, runtime.Options.OwnerIdentityOptions);
 
+    /// <summary>
+    /// Whose share of the session table a session or key started by this request counts against: an authenticated owner's
+    /// (<see cref="PersistentServicesOptions.MaxSessionsPerOwner"/>), else the client address's
+    /// (<see cref="PersistentServicesOptions.MaxSessionsPerAddress"/>; an IPv6 client by its /64, which one client
+    /// usually holds whole). No bucket (only <see cref="PersistentServicesOptions.MaxSessions"/>) when the connection has
+    /// no IP address (a Unix socket, an in-memory test server).
+    /// </summary>
+    public static (byte[] Bucket, int? Share, bool ByAddress) AdmissionBucket(PersistentRuntime runtime, HttpContext context, byte[] owner)
+    {
+        if (owner.Length > 0)
+        {
+            return (owner, runtime.Options.EffectiveMaxSessionsPerOwner, false);
+        }
+
+        if (context.Connection.RemoteIpAddress is not { } address)
+        {
+            return ([], null, true);
+        }
+
+        if (address.IsIPv4MappedToIPv6)
+        {
+            address = address.MapToIPv4();
+        }
+
+        var bytes = address.GetAddressBytes();
+        var prefix = address.AddressFamily == System.Net.Sockets.AddressFamily.InterNetworkV6 ? bytes.AsSpan(0, 8) : bytes.AsSpan();
+        Span<byte> tagged = stackalloc byte[prefix.Length + 1];
+        tagged[0] = (byte)prefix.Length;
+        prefix.CopyTo(tagged[1..]);
+        return (System.Security.Cryptography.SHA256.HashData(tagged), runtime.Options.EffectiveMaxSessionsPerAddress, true);
+    }
+
     /// <summary>True when <paramref name="user"/> may use <paramref name="session"/> (an anonymous session: whoever holds its id).</summary>
     public static bool Owns(PersistentRuntime runtime, ClaimsPrincipal user, Session session)
         => SessionOwner.Owns(user, session.Owner, Http.IdempotencyKeys.IdempotencyKey.OwnerHashVersion(session), runtime.Options.OwnerIdentityOptions);
