@@ -81,10 +81,7 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
             $"again after each of {rollbacks} rollbacks: orphan recovery does not converge for it, so it is quarantined (its requests get session-diverged) " +
             "instead of rolling back without end. The other sessions go on. This is a defect: please report it with the service's log.",
             session.TraceTag, session.RecoveryLsn);
-        runtime.Shared.ReleaseReservations(session.Id);
-        session.Quarantine(error);
-        runtime.CountQuarantined();
-        Diagnostics.PersistentServicesMetrics.DivergedSessions.Add(1);
+        Quarantines.Quarantine(runtime, session, error, logger);
         GaveUp(logger, session.TraceTag, lost.Service, lost.State.Epoch, lost.State.Lsn, rollbacks);
     }
 

@@ -149,11 +149,24 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     public ReplayQueue? Replays { get; set; }
 
     /// <summary>Sessions whose replay diverged and that are quarantined.</summary>
-    public int QuarantinedSessions => Volatile.Read(ref _quarantined);
+    public int QuarantinedSessions
+    {
+        get
+        {
+            // Counted among the live sessions (a health probe's pass over the table): one that ends, expires or is released
+            // no longer counts, so health returns to Healthy once the last one is gone.
+            var count = 0;
+            foreach (var session in Sessions.Enumerate())
+            {
+                if (session.Diverged is not null && !session.Ended)
+                {
+                    count++;
+                }
+            }
 
-    private int _quarantined;
-
-    public void CountQuarantined() => Interlocked.Increment(ref _quarantined);
+            return count;
+        }
+    }
 
     public TimeProvider Time { get; }
 

@@ -39,6 +39,14 @@ internal static class SessionLookup
         {
             return false;
         }
+        catch (Exception) when (session.Diverged is not null && IdempotencyKeys.IdempotencyKey.IsKeySession(session))
+        {
+            await ProtocolProblems.WriteAsync(context, 500, "idempotency-key-diverged", "Idempotency-Key's request already ran; its reply is lost",
+                "The request with this Idempotency-Key already ran before a restart, but replaying it did not reproduce it (the service's code changed, " +
+                "or the endpoint is not deterministic), so its reply cannot be given. Do not send the operation again under a new key: it would run twice. " +
+                "Repeats of this key get this answer until the key's retention ends (then 410 idempotency-key-expired).").ConfigureAwait(false);
+            return false;
+        }
         catch (Exception) when (session.Diverged is { } divergence)
         {
             await ProtocolProblems.WriteAsync(context, 500, "session-diverged", "Session could not be recovered",

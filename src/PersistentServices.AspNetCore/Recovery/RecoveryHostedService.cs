@@ -97,6 +97,13 @@ internal sealed class RecoveryHostedService(
 
         async Task ReplayAsync(Session session, IReadOnlyList<LoadedRequest>? preloaded)
         {
+            if (session.QuarantineReason is not null)
+            {
+                // Marked quarantined before the restart: nothing of it is replayed (its records were let go).
+                Quarantines.Quarantine(runtime, session, Quarantines.FromMarker(session), logger, logMarker: false);
+                return;
+            }
+
             try
             {
                 Interlocked.Add(ref requests, await replayer.ReplayAsync(session, router.Value, next, preloaded, run.Token).ConfigureAwait(false));
@@ -109,11 +116,9 @@ internal sealed class RecoveryHostedService(
             }
             catch (ReplayDivergenceException divergence) when (runtime.Options.OnDivergence == DivergencePolicy.QuarantineSession)
             {
-                // Only this session: its requests get session-diverged; every other session and the shared state go on.
-                runtime.Shared.ReleaseReservations(session.Id);
-                session.Quarantine(divergence);
-                runtime.CountQuarantined();
-                PersistentServicesMetrics.DivergedSessions.Add(1);
+                // Only this session: its requests get session-diverged; every other session and the shared state go on. Its
+                // marker lets the log go past it (not in the replay check, whose sandbox keeps nothing).
+                Quarantines.Quarantine(runtime, session, divergence, logger, logMarker: replayCheck is null);
                 AspNetCoreEvents.SessionQuarantined(logger, session.TraceTag, divergence.Sequence, divergence.Lsn, divergence);
             }
         }

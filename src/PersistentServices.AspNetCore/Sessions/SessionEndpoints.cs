@@ -128,6 +128,13 @@ internal static partial class SessionEndpoints
             return;
         }
 
+        // A quarantined session (its replay diverged) can be ended by its owner: its slot and records are let go.
+        if (session.Diverged is not null && Quarantines.End(runtime, session, SessionEndReason.ClientEnded, logger))
+        {
+            context.Response.StatusCode = StatusCodes.Status204NoContent;
+            return;
+        }
+
         if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
         {
             return;

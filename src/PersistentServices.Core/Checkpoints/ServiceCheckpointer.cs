@@ -236,6 +236,20 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
         {
             // With at-rest lists, a session with records after its checkpoint is checkpointed now if no request holds it: it
             // is then at rest, and the next recovery scans none of its records before this point.
+            if (session.QuarantineReason is { } reason && session.Diverged is not null && !session.Ended)
+            {
+                // A quarantined session's marker is carried forward like an idle session's checkpoint, so the log's start
+                // moves past it: it is all that is kept of the session.
+                if (session.ServiceCheckpointsSinceCheckpoint >= idleAfter)
+                {
+                    var marker = SessionCheckpoints.CaptureQuarantineMarker(session, reason);
+                    session.ContinueFromCheckpoint(log.Append(RecordKind.SessionCheckpoint, marker), marker);
+                    forcedSessions++;
+                }
+
+                continue;
+            }
+
             var due = session.ServiceCheckpointsSinceCheckpoint >= idleAfter ||
                       (atRest && (session.LoggedBytesSinceCheckpoint > 0 || session.PositionStream.Count > 0));
             if (due && !session.Ended && session.Ready.IsCompletedSuccessfully &&

@@ -96,6 +96,29 @@ internal static class SessionCheckpoints
         return record;
     }
 
+    /// <summary>
+    /// A quarantined session's marker: who owns it, how far its numbering went (its last logged request) and why it is
+    /// quarantined; no state, no reply, no DV. Once logged it is the session's recovery point, so the session no longer
+    /// holds the log back, and every later recovery quarantines it again without replaying anything.
+    /// </summary>
+    public static SessionCheckpoint CaptureQuarantineMarker(Session session, string reason)
+    {
+        var last = session.PositionStream.Count > 0 ? session.PositionStream[^1] : null;
+        var hash = last is not null ? last.RequestHash : session.LastRequestHash;
+        return new SessionCheckpoint
+        {
+            SessionId = session.IdBytes,
+            Owner = ByteString.CopyFrom(session.Owner),
+            OwnerVersion = (uint)session.OwnerVersion,
+            StartedAtUnixMs = session.StartedAt.ToUnixTimeMilliseconds(),
+            LastActivityUnixMs = session.LastActivity.ToUnixTimeMilliseconds(),
+            LastSequence = Math.Max(session.LastSequence, last?.Sequence ?? 0),
+            LastRequestHash = hash is null ? ByteString.Empty : ByteString.CopyFrom(hash),
+            LastRequestHashVersion = (uint)(last?.RequestHashVersion ?? session.LastRequestHashVersion),
+            Quarantined = reason,
+        };
+    }
+
     /// <summary>Bytes of a state part record besides its data: session id, field tags and lengths.</summary>
     private const int PartOverheadBytes = 64;
 

@@ -690,11 +690,35 @@ internal sealed class Session
     /// <summary>The divergence that quarantined this session (its requests get <c>session-diverged</c>); null otherwise.</summary>
     public Recovery.ReplayDivergenceException? Diverged { get; private set; }
 
+    /// <summary>
+    /// Why the session was quarantined, read from its quarantine marker (a session checkpoint with <c>quarantined</c> set):
+    /// recovery quarantines it again without replaying anything. Null for a session that is not marked.
+    /// </summary>
+    public string? QuarantineReason { get; private set; }
+
     /// <summary>Replay diverged: the session is quarantined; the others go on.</summary>
     public void Quarantine(Recovery.ReplayDivergenceException divergence)
     {
         Diverged = divergence;
         _ready.TrySetException(divergence);
+    }
+
+    /// <summary>
+    /// An operator released the quarantined session (or a key's retention ended): it serves again from the checkpoint
+    /// that was just logged for it (<see cref="ContinueFromCheckpoint"/> already restored its numbering and stand-in reply).
+    /// </summary>
+    public void ReleaseQuarantine()
+    {
+        lock (_gate)
+        {
+            Diverged = null;
+            QuarantineReason = null;
+            if (!_ready.Task.IsCompletedSuccessfully)
+            {
+                _ready = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+                _ready.SetResult();
+            }
+        }
     }
 
     /// <summary>Marks the session ended; returns false when a request is executing.</summary>
@@ -825,6 +849,7 @@ internal sealed class Session
         }
 
         LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(restore.LastActivityUnixMs);
+        QuarantineReason = restore.Quarantined is { Length: > 0 } quarantined ? quarantined : null;
         Dv = Domain.DependencyVector.FromRecord(restore.Dv);
         _recoveryPoint = (LastSequence, LastRequestHash, LastRequestHashVersion, LastReply);
         CallCounters.Clear();

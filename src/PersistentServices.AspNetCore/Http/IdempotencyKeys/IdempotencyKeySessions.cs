@@ -141,12 +141,31 @@ internal static class IdempotencyKeySessions
         int expired = 0, forgotten = 0;
         foreach (var session in runtime.Sessions.All)
         {
-            if (!IdempotencyKey.IsKeySession(session) || session.Ended || !session.Ready.IsCompletedSuccessfully)
+            if (!IdempotencyKey.IsKeySession(session) || session.Ended)
             {
                 continue;
             }
 
             var age = now - session.LastActivity;
+            if (session.Diverged is not null)
+            {
+                // Quarantined (its replay diverged): after the retention the key is remembered as an expired key, whose repeats
+                // get 410 and never run again; the quarantine ends, with its slot in the health count and its hold on the log.
+                if (age >= options.Retention && session.QuarantineReason is not null &&
+                    Sessions.Quarantines.Release(runtime, session, ExpiredReply(options), "the key's retention ended", logger))
+                {
+                    IdempotencyKeyEvents.KeyExpired(logger, session.TraceTag);
+                    expired++;
+                }
+
+                continue;
+            }
+
+            if (!session.Ready.IsCompletedSuccessfully)
+            {
+                continue;
+            }
+
             if (session.LastSequence == 0)
             {
                 if (age >= options.Retention && Forget(runtime, session, now, logger))

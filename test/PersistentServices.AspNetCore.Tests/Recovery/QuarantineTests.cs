@@ -1,0 +1,152 @@
+using System.Net;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging.Abstractions;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+using PersistentServices.Http.IdempotencyKeys;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.AspNetCore.Tests.Recovery;
+
+/// <summary>
+/// Issue 32, findings 2 and 7: a quarantined session (its replay diverged) never went away: a key's answered
+/// <c>session-diverged</c> for ever, held a slot, kept health Degraded and pinned the log's begin address; <c>DELETE</c> of a
+/// quarantined session answered 500. Quarantine is a state with an exit now: a marker (a session checkpoint without state)
+/// lets the log go past the session's records, its owner can end it, a key's becomes an expired key after its retention,
+/// and health counts only the quarantined sessions still live.
+/// </summary>
+public sealed class QuarantineTests : IDisposable
+{
+    private static readonly DateTimeOffset Start = new(2026, 11, 27, 12, 0, 0, TimeSpan.Zero);
+    private readonly TempDirectory _dir = new();
+
+    public QuarantineTests() => TestBehavior.Reset();
+
+    public void Dispose()
+    {
+        TestBehavior.Reset();
+        _dir.Dispose();
+    }
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    [Fact]
+    public async Task QuarantinedSession_IsMarked_StaysQuarantinedWithoutReplay_LetsTheLogGo_AndItsOwnerCanEndIt()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
+            await server.CrashAsync();
+        }
+
+        TestBehavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(1, server.Runtime.QuarantinedSessions);
+            Assert.NotNull(server.Session(session).QuarantineReason);
+            await server.CrashAsync();
+        }
+
+        // The marker: quarantined again at the next start, nothing replayed (the old build's salt does not matter any more).
+        TestBehavior.Salt = "";
+        TestBehavior.Executions.Clear();
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(1, server.Runtime.QuarantinedSessions);
+            Assert.Equal(0, TestBehavior.Count("cart/add:a"));
+            var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
+            Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
+
+            // Service checkpoints carry the marker forward: the log's start moves past the session's records.
+            var recordOfRequest1 = server.Session(session).RecoveryLsn;
+            var log = server.Runtime.Log;
+            for (var i = 0; i < 3; i++)
+            {
+                var other = await server.StartSessionAsync();
+                await server.SendAsync(HttpMethod.Post, "/counter/add", other, 1, new { opId = "o" + i, amount = 1 });
+                await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            }
+
+            Assert.True(log.BeginAddress > recordOfRequest1, $"the log's begin {log.BeginAddress} did not move past the quarantined session's marker {recordOfRequest1}");
+
+            // Its owner ends it: 204, its slot is free, health counts it no more.
+            var before = server.Runtime.Sessions.Count;
+            using var end = new HttpRequestMessage(HttpMethod.Delete, $"/ps/sessions/{session}");
+            using var ended = await server.Client.SendAsync(end, Ct);
+            Assert.Equal(HttpStatusCode.NoContent, ended.StatusCode);
+            Assert.Equal(before - 1, server.Runtime.Sessions.Count);
+            Assert.Equal(0, server.Runtime.QuarantinedSessions);
+            var (gone, _) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.NotFound, gone.StatusCode);
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(0, server.Runtime.QuarantinedSessions);
+        }
+    }
+
+    [Fact]
+    public async Task QuarantinedKey_SaysTheOperationRan_ThenAfterItsRetentionIsAnExpiredKey_NeverRunAgain()
+    {
+        var time = new FakeTimeProvider(Start);
+        Action<PersistentServicesOptions> options = o => o.IdempotencyKeys.Retention = TimeSpan.FromMinutes(10);
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        {
+            using var first = KeyRequest("k-1");
+            using var reply = await server.Client.SendAsync(first, Ct);
+            Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
+            await server.CrashAsync();
+        }
+
+        TestBehavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(1, server.Runtime.QuarantinedSessions);
+
+            using var repeat = KeyRequest("k-1");
+            using var diverged = await server.Client.SendAsync(repeat, Ct);
+            Assert.Equal(HttpStatusCode.InternalServerError, diverged.StatusCode);
+            var text = await diverged.Content.ReadAsStringAsync(Ct);
+            Assert.Contains("idempotency-key-diverged", text, StringComparison.Ordinal);
+            Assert.Contains("Do not send the operation again under a new key", text, StringComparison.Ordinal);
+
+            // After the key's retention it is an expired key: 410, never a second execution; the quarantine is over.
+            time.Advance(TimeSpan.FromMinutes(11));
+            var (expired, _) = await IdempotencyKeySessions.ExpireAsync(server.Runtime, NullLogger.Instance, Ct);
+            Assert.Equal(1, expired);
+            Assert.Equal(0, server.Runtime.QuarantinedSessions);
+            using var later = KeyRequest("k-1");
+            using var gone = await server.Client.SendAsync(later, Ct);
+            Assert.Equal(HttpStatusCode.Gone, gone.StatusCode);
+            Assert.Contains("idempotency-key-expired", await gone.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+            Assert.Equal(2, TestBehavior.Count("cart/add:keyed")); // its one execution, and its replay at the restart
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(0, server.Runtime.QuarantinedSessions);
+            using var again = KeyRequest("k-1");
+            using var stillGone = await server.Client.SendAsync(again, Ct);
+            Assert.Equal(HttpStatusCode.Gone, stillGone.StatusCode);
+            Assert.Equal(2, TestBehavior.Count("cart/add:keyed")); // nothing replayed: the key recovers from its expired-key checkpoint
+        }
+
+        static HttpRequestMessage KeyRequest(string key)
+        {
+            var request = TestServer.Request(HttpMethod.Post, "/cart/add", null, null, new { item = "keyed" });
+            request.Headers.TryAddWithoutValidation("Idempotency-Key", $"\"{key}\"");
+            return request;
+        }
+    }
+}
