@@ -147,8 +147,20 @@ public sealed class PersistentServicesOptions
     /// </summary>
     public int? RecoveryFailureExitCode { get; set; } = 70;
 
-    /// <summary>Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are always excluded.</summary>
-    public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+    /// <summary>
+    /// Request headers never logged (so never seen by a replayed endpoint). Authorization, Cookie and Proxy-Authorization are
+    /// always excluded. By default this set holds the usual API-key and token headers (<see cref="DefaultExcludedRequestHeaders"/>);
+    /// add your own, or remove one an endpoint must see in replay. Query strings and bodies are logged as they are
+    /// (docs/operations.md, "What the log holds").
+    /// </summary>
+    public ISet<string> ExcludedRequestHeaders { get; } = new HashSet<string>(DefaultExcludedRequestHeaders, StringComparer.OrdinalIgnoreCase);
+
+    /// <summary>The API-key and token headers <see cref="ExcludedRequestHeaders"/> starts with.</summary>
+    public static IReadOnlyList<string> DefaultExcludedRequestHeaders { get; } =
+    [
+        "X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token", "X-Refresh-Token", "X-Id-Token", "X-Amz-Security-Token",
+        "X-Goog-Api-Key", "Ocp-Apim-Subscription-Key", "X-Functions-Key", "X-CSRF-Token", "X-XSRF-Token",
+    ];
 
     /// <summary>The service domain this service belongs to (docs/domains.md); empty: none.</summary>
     public DomainOptions Domain { get; } = new();

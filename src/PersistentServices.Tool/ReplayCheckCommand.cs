@@ -26,6 +26,7 @@ internal static class ReplayCheckCommand
           --report <file>        also write the report as JSON to <file>
           --timeout <seconds>    give up (and stop the service) after this long; default 600
           --show-session-ids     name sessions by id as well (ids of anonymous sessions are bearer secrets)
+          --show-bodies          print a diverging request's body and the replayed reply's (they may hold clients' secrets)
           --work-dir <dir>       create the sandbox under <dir> (default: the temporary directory); it needs room for a copy of the log
           --keep-sandbox         keep the sandbox (the copy, the report, the service's output) and print its path
           --verbose              pass the service's output through to stderr
@@ -44,6 +45,7 @@ internal static class ReplayCheckCommand
         string? workDir = null;
         var timeout = TimeSpan.FromSeconds(DefaultTimeoutSeconds);
         var showIds = false;
+        var showBodies = false;
         var keep = false;
         var verbose = false;
         string[]? command = null;
@@ -71,6 +73,9 @@ internal static class ReplayCheckCommand
                 case "--show-session-ids":
                     showIds = true;
                     break;
+                case "--show-bodies":
+                    showBodies = true;
+                    break;
                 case "--keep-sandbox":
                     keep = true;
                     break;
@@ -96,7 +101,7 @@ internal static class ReplayCheckCommand
         ReplayCheckSandbox sandbox;
         try
         {
-            sandbox = ReplayCheckSandbox.Create(log, showIds, workDir);
+            sandbox = ReplayCheckSandbox.Create(log, showIds, workDir, showBodies);
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
         {

@@ -40,7 +40,7 @@ public sealed class ReplayCheckTests : IDisposable
         var copyBefore = Fingerprint(copy);
 
         // The service's own configuration names its real log directory (PS_LOG_DIR): the check must not touch it.
-        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--show-session-ids", "--report", _dir.File("report.json"), "--", "dotnet", ServiceProcess.ServicePath);
+        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--show-session-ids", "--show-bodies", "--report", _dir.File("report.json"), "--", "dotnet", ServiceProcess.ServicePath);
 
         Assert.True(exit == 1, output);
         // Sessions replay one at a time in log order: A's first request gets 1 as before, its second gets 2 where its
@@ -74,6 +74,10 @@ public sealed class ReplayCheckTests : IDisposable
         Assert.Contains($"Session {tags[1]} diverged at request 1", tagged, StringComparison.Ordinal);
         Assert.DoesNotContain(sessions.A, tagged, StringComparison.Ordinal);
         Assert.DoesNotContain(sessions.B, tagged, StringComparison.Ordinal);
+
+        // Without --show-bodies no body is printed (a request's body may hold a client's secrets; issue 32): only its size.
+        Assert.DoesNotContain("{\"n\":2}", tagged, StringComparison.Ordinal);
+        Assert.Contains("not shown: psctl replay-check --show-bodies prints it", tagged, StringComparison.Ordinal);
         Assert.Equal(logBefore, Fingerprint(log));
         Assert.Equal(copyBefore, Fingerprint(copy));
     }
@@ -199,7 +203,7 @@ public sealed class ReplayCheckTests : IDisposable
         }
 
         var copy = CopyLog(log, _dir.File("copy"));
-        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--show-session-ids", "--", "dotnet", ServiceProcess.ServicePath);
+        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--show-session-ids", "--show-bodies", "--", "dotnet", ServiceProcess.ServicePath);
 
         Assert.True(exit == 1, output);
         Assert.Contains($"(id {a}) diverged at request 2", output, StringComparison.Ordinal);

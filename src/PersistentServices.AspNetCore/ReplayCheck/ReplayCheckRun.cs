@@ -28,6 +28,9 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
 
     public ReplayCheckSandbox Sandbox => sandbox;
 
+    /// <summary>Bodies in the report: in process (a test's own data), or when psctl was asked (<c>--show-bodies</c>).</summary>
+    private bool ShowBodies => inProcess || sandbox.ShowBodies;
+
     /// <summary>Completes with the report once the check finished (or could not run).</summary>
     public Task<ReplayCheckReport> Report => _report.Task;
 
@@ -96,7 +99,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
             if (session.Diverged is { } divergence)
             {
                 requests += session.PositionStream.TakeWhile(p => p.Sequence < divergence.Sequence).Count() + 1; // with the one that differs
-                divergences.Add(await DescribeAsync(runtime, session, divergence).ConfigureAwait(false));
+                divergences.Add(await DescribeAsync(runtime, session, divergence, ShowBodies).ConfigureAwait(false));
             }
             else if (session.Ready.IsCompletedSuccessfully && _requests[session] == 0)
             {
@@ -152,7 +155,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
         _report.TrySetResult(report);
     }
 
-    private static async Task<ReplayCheckDivergence> DescribeAsync(PersistentRuntime runtime, Session session, ReplayDivergenceException divergence)
+    private static async Task<ReplayCheckDivergence> DescribeAsync(PersistentRuntime runtime, Session session, ReplayDivergenceException divergence, bool showBodies)
     {
         var position = session.PositionStream.FirstOrDefault(p => p.RequestLsn == divergence.Lsn);
         var request = position?.RequestRecord?.Parse(LoggedRequest.Parser);
@@ -176,12 +179,12 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
             Method = request?.Method ?? "",
             Path = request is null ? "" : request.PathBase + request.Path + request.QueryString,
             Endpoint = request?.Endpoint ?? "",
-            RequestBody = request is null ? "" : ReplayCheckText.Body(request.Body.Span, requestType, RequestBodyLimit),
+            RequestBody = request is null ? "" : showBodies ? ReplayCheckText.Body(request.Body.Span, requestType, RequestBodyLimit) : ReplayCheckText.Hidden(request.Body.Length, requestType),
             LoggedStatusCode = hasLogged ? logged.StatusCode : null,
             LoggedReplyHash = hasLogged ? Convert.ToHexStringLower(logged.Hash) : null,
             ReplayedStatusCode = reply?.StatusCode,
             ReplayedContentType = reply?.ContentType,
-            ReplayedBody = reply is null ? null : ReplayCheckText.Body(reply.Body, reply.ContentType, ReplyBodyLimit),
+            ReplayedBody = reply is null ? null : showBodies ? ReplayCheckText.Body(reply.Body, reply.ContentType, ReplyBodyLimit) : ReplayCheckText.Hidden(reply.Body.Length, reply.ContentType),
             ReplayedReplyHash = reply is null ? null : Convert.ToHexStringLower(reply.Hash),
         };
     }

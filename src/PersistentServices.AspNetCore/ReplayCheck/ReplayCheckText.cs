@@ -138,6 +138,10 @@ internal static class ReplayCheckText
         return buffer.ToArray();
     }
 
+    /// <summary>A body not shown (it may hold a client's secrets): its size and type, and how to see it.</summary>
+    public static string Hidden(int length, string? contentType)
+        => length == 0 ? "" : $"({length} bytes{(contentType is null ? "" : ", " + contentType)}; not shown: psctl replay-check --show-bodies prints it)";
+
     /// <summary>A body as text when it is UTF-8 text, cut at <paramref name="limit"/> characters; otherwise its size.</summary>
     public static string Body(ReadOnlySpan<byte> body, string? contentType, int limit)
     {

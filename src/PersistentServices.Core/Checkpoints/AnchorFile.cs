@@ -15,13 +15,13 @@ internal static class AnchorFile
 
     public static string PathIn(string directory) => Path.Combine(directory, FileName);
 
-    public static void Write(string directory, long lsn)
+    public static void Write(string directory, long lsn, UnixFileMode mode = DurableFile.OwnerOnly)
     {
         Span<byte> content = stackalloc byte[16];
         BinaryPrimitives.WriteUInt32LittleEndian(content, Magic);
         BinaryPrimitives.WriteInt64LittleEndian(content[4..], lsn);
         BinaryPrimitives.WriteUInt32LittleEndian(content[12..], Crc32C.Compute(content[..12]));
-        DurableFile.WriteAtomically(PathIn(directory), content);
+        DurableFile.WriteAtomically(PathIn(directory), content, mode);
     }
 
     /// <summary>The anchored LSN; null when there is no anchor (a log from before checkpoints, or a new one).</summary>

@@ -177,7 +177,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
             CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
-            AnchorFile.Write(directory, checkpointLsn);
+            AnchorFile.Write(directory, checkpointLsn, log.FileMode);
             AnchoredLsn = checkpointLsn;
             TailAfterCheckpoint = tailAfter;
             CrashPoints.Hit(CrashPoints.AnchorWritten);

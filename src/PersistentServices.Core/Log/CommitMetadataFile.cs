@@ -83,12 +83,12 @@ internal sealed class CommitMetadataFile : IDisposable
     }
 
     /// <summary>Creates the file durably (temp, fsync, rename, fsync dir) holding <paramref name="initial"/>, and opens it for in-place writes.</summary>
-    public static CommitMetadataFile Create(string path, CommitMetadata initial)
+    public static CommitMetadataFile Create(string path, CommitMetadata initial, UnixFileMode mode = DurableFile.OwnerOnly)
     {
         var content = new byte[2 * SlotSize];
         var first = initial with { Sequence = 1 };
         Format(content.AsSpan(0, SlotSize), first);
-        DurableFile.WriteAtomically(path, content);
+        DurableFile.WriteAtomically(path, content, mode);
         var stream = new FileStream(path, FileMode.Open, FileAccess.ReadWrite, FileShare.Read);
         return new CommitMetadataFile(path, stream, first.Sequence, first.PageSizeBits, first.SegmentSizeBits);
     }

@@ -107,9 +107,12 @@ internal sealed class SegmentDurabilityDevice : DelegatingDevice
     private readonly HashSet<int> _durableSegments = [];
     private readonly Lock _gate = new();
 
-    public SegmentDurabilityDevice(IDevice inner)
+    private readonly UnixFileMode _fileMode;
+
+    public SegmentDurabilityDevice(IDevice inner, UnixFileMode fileMode = DurableFile.OwnerOnly)
         : base(inner)
     {
+        _fileMode = fileMode;
     }
 
     public override void WriteAsync(IntPtr sourceAddress, int segmentId, ulong destinationAddress, uint numBytesToWrite, DeviceIOCompletionCallback callback, object context)
@@ -139,7 +142,7 @@ internal sealed class SegmentDurabilityDevice : DelegatingDevice
             var path = SegmentFiles.PathOf(FileName, segmentId);
             if (!File.Exists(path))
             {
-                using (new FileStream(path, FileMode.OpenOrCreate, FileAccess.Write, FileShare.ReadWrite))
+                using (new FileStream(path, DurableFile.Create(FileMode.OpenOrCreate, FileAccess.Write, FileShare.ReadWrite, _fileMode)))
                 {
                 }
 

@@ -45,6 +45,7 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     [ThreadStatic]
     private static bool t_deferring;
 
+    private readonly UnixFileMode _fileMode;
     private readonly ConcurrentDictionary<int, SafeFileHandle> _handles = new();
     private readonly ConcurrentDictionary<int, SafeFileHandle> _readHandles = new();
     private readonly LogIoThread _io;
@@ -65,7 +66,8 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
     /// <param name="basePath">The segment files' base path.</param>
     /// <param name="io">The log's I/O thread.</param>
     /// <param name="zeroFillBytes">Bytes zeroed ahead of the tail at a time; 0 turns the zero fill off.</param>
-    public DirectFileDevice(string basePath, LogIoThread io, long zeroFillBytes = DefaultZeroFillBytes)
+    /// <param name="fileMode">The mode new segment files are created with (<see cref="LogOptions.FileMode"/>).</param>
+    public DirectFileDevice(string basePath, LogIoThread io, long zeroFillBytes = DefaultZeroFillBytes, UnixFileMode fileMode = DurableFile.OwnerOnly)
         : base(basePath, Sector, Devices.CAPACITY_UNSPECIFIED)
     {
         if (zeroFillBytes < 0 || zeroFillBytes % FileSystemBlock != 0)
@@ -75,6 +77,7 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
 
         _io = io;
         _zeroFillBytes = zeroFillBytes;
+        _fileMode = fileMode;
         var segments = SegmentFiles.List(Path.GetDirectoryName(Path.GetFullPath(basePath))!);
         if (segments.Count > 0)
         {
@@ -219,7 +222,7 @@ internal sealed unsafe class DirectFileDevice : StorageDeviceBase
         {
             if (!_handles.TryGetValue(segment, out handle))
             {
-                handle = DurableFile.OpenSegment(GetSegmentFilename(FileName, segment), create: true, out var direct);
+                handle = DurableFile.OpenSegment(GetSegmentFilename(FileName, segment), create: true, _fileMode, out var direct);
                 if (direct)
                 {
                     _directSegments.Add(segment);

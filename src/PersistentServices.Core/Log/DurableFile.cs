@@ -7,11 +7,50 @@ namespace PersistentServices.Log;
 /// </summary>
 internal static partial class DurableFile
 {
+    /// <summary>Files the log creates are readable and writable by the service's user only (0600), unless <see cref="LogOptions.FileMode"/> widens it.</summary>
+    public const UnixFileMode OwnerOnly = UnixFileMode.UserRead | UnixFileMode.UserWrite;
+
+    /// <summary>The mode of a directory whose files have <paramref name="fileMode"/>: each class that may read may also enter (0600 → 0700, 0640 → 0750).</summary>
+    public static UnixFileMode DirectoryMode(UnixFileMode fileMode)
+        => fileMode | UnixFileMode.UserExecute | UnixFileMode.UserWrite |
+           (fileMode.HasFlag(UnixFileMode.GroupRead) ? UnixFileMode.GroupExecute : 0) |
+           (fileMode.HasFlag(UnixFileMode.OtherRead) ? UnixFileMode.OtherExecute : 0);
+
+    /// <summary>Options that create a file with <paramref name="mode"/> (on Unix; elsewhere the platform's default).</summary>
+    public static FileStreamOptions Create(FileMode fileMode, FileAccess access, FileShare share, UnixFileMode mode)
+    {
+        var options = new FileStreamOptions { Mode = fileMode, Access = access, Share = share };
+        if (!OperatingSystem.IsWindows())
+        {
+            options.UnixCreateMode = mode;
+        }
+
+        return options;
+    }
+
+    /// <summary>
+    /// Gives the log directory and every file in it the configured modes (a log created by an older build, or copied in,
+    /// was 0755/0644: readable by every local user). Files only the owner may write stay writable by the owner.
+    /// </summary>
+    public static void ApplyModes(string directory, UnixFileMode fileMode)
+    {
+        if (OperatingSystem.IsWindows())
+        {
+            return;
+        }
+
+        File.SetUnixFileMode(directory, DirectoryMode(fileMode));
+        foreach (var file in Directory.EnumerateFiles(directory))
+        {
+            File.SetUnixFileMode(file, fileMode | UnixFileMode.UserWrite | UnixFileMode.UserRead);
+        }
+    }
+
     /// <summary>Writes <paramref name="content"/> to <paramref name="path"/> so that after a crash the file is either absent/old or complete.</summary>
-    public static void WriteAtomically(string path, ReadOnlySpan<byte> content)
+    public static void WriteAtomically(string path, ReadOnlySpan<byte> content, UnixFileMode mode = OwnerOnly)
     {
         var temp = path + ".tmp";
-        using (var stream = new FileStream(temp, FileMode.Create, FileAccess.Write, FileShare.None))
+        using (var stream = new FileStream(temp, Create(FileMode.Create, FileAccess.Write, FileShare.None, mode)))
         {
             stream.Write(content);
             stream.Flush(flushToDisk: true);
@@ -21,8 +60,8 @@ internal static partial class DurableFile
         FsyncDirectory(Path.GetDirectoryName(Path.GetFullPath(path))!);
     }
 
-    /// <summary>Creates the directory (and parents) if missing, making the new entries durable.</summary>
-    public static void EnsureDirectory(string directory)
+    /// <summary>Creates the directory (and parents) if missing, making the new entries durable; the directory itself with <paramref name="mode"/>.</summary>
+    public static void EnsureDirectory(string directory, UnixFileMode? mode = null)
     {
         var full = Path.GetFullPath(directory);
         if (Directory.Exists(full))
@@ -36,7 +75,15 @@ internal static partial class DurableFile
             EnsureDirectory(parent);
         }
 
-        Directory.CreateDirectory(full);
+        if (mode is { } created && !OperatingSystem.IsWindows())
+        {
+            Directory.CreateDirectory(full, created);
+        }
+        else
+        {
+            Directory.CreateDirectory(full);
+        }
+
         if (parent is not null)
         {
             FsyncDirectory(parent);
@@ -128,15 +175,26 @@ internal static partial class DurableFile
     /// </summary>
     public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create) => OpenSegment(path, create, out _);
 
+    /// <summary>Opens a log segment as <see cref="OpenSegment(string, bool)"/> does (a new one readable by its owner only).</summary>
+    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create, out bool direct) => OpenSegment(path, create, OwnerOnly, out direct);
+
     /// <summary>Opens a log segment as <see cref="OpenSegment(string, bool)"/> does.</summary>
     /// <param name="path">The segment file.</param>
     /// <param name="create">Create the file when it does not exist.</param>
     /// <param name="direct">Whether the handle writes with <c>O_DIRECT</c> (to the disk, not the page cache).</param>
-    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create, out bool direct)
+    /// <param name="mode">The mode a new segment file is created with.</param>
+    public static Microsoft.Win32.SafeHandles.SafeFileHandle OpenSegment(string path, bool create, UnixFileMode mode, out bool direct)
     {
         direct = false;
         if (!OperatingSystem.IsLinux())
         {
+            if (create && !OperatingSystem.IsWindows() && !File.Exists(path))
+            {
+                using (new FileStream(path, DurableFile.Create(FileMode.OpenOrCreate, FileAccess.Write, FileShare.ReadWrite, mode)))
+                {
+                }
+            }
+
             return File.OpenHandle(path, create ? FileMode.OpenOrCreate : FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite, FileOptions.WriteThrough);
         }
 
@@ -148,11 +206,11 @@ internal static partial class DurableFile
             _ => 0,
         };
         var flags = ReadWrite | DataSync | CloseOnExec | (create ? Create : 0);
-        var fd = directFlag == 0 ? -1 : OpenMode(path, flags | directFlag, 0x1B6 /* 0666, less the umask */);
+        var fd = directFlag == 0 ? -1 : OpenMode(path, flags | directFlag, (int)mode /* less the umask */);
         direct = fd >= 0;
         if (fd < 0 && (directFlag == 0 || Marshal.GetLastPInvokeError() == Einval))
         {
-            fd = OpenMode(path, flags, 0x1B6);
+            fd = OpenMode(path, flags, (int)mode);
         }
 
         if (fd < 0)

@@ -78,6 +78,7 @@ internal sealed class DurableLog : IAsyncDisposable
         _lockFile = lockFile;
         _logger = logger;
         _directory = options.Directory;
+        FileMode = options.FileMode;
         _maxRecordBytes = options.MaxRecordBytes;
         _segmentSizeBits = options.SegmentSizeBits;
         _entry = new AppendEntry(log);
@@ -92,6 +93,9 @@ internal sealed class DurableLog : IAsyncDisposable
 
     /// <summary>First LSN of the log.</summary>
     public long BeginAddress => _log.BeginAddress;
+
+    /// <summary>The mode of files created in the log directory (<see cref="LogOptions.FileMode"/>).</summary>
+    public UnixFileMode FileMode { get; }
 
     /// <summary>Address the next record will be appended at (or after).</summary>
     public long TailAddress => _log.TailAddress;
@@ -149,8 +153,11 @@ internal sealed class DurableLog : IAsyncDisposable
         logger ??= NullLogger.Instance;
         var started = Stopwatch.GetTimestamp();
 
-        DurableFile.EnsureDirectory(options.Directory);
-        var lockFile = AcquireDirectoryLock(options.Directory);
+        DurableFile.EnsureDirectory(options.Directory, DurableFile.DirectoryMode(options.FileMode));
+        var lockFile = AcquireDirectoryLock(options.Directory, options.FileMode);
+
+        // The log holds requests and replies: the directory and its files are the service user's (LogOptions.FileMode).
+        DurableFile.ApplyModes(options.Directory, options.FileMode);
         CommitMetadataFile? metadataFile = null;
         CommitMetadataWriter? metadataWriter = null;
         FaultObservingDevice? device = null;
@@ -185,7 +192,7 @@ internal sealed class DurableLog : IAsyncDisposable
             {
                 // The first segment file exists before the metadata does: metadata without a segment file always means
                 // lost data, never a log that had not written yet.
-                SegmentFiles.CreateDurably(options.Directory, 0);
+                SegmentFiles.CreateDurably(options.Directory, 0, options.FileMode);
             }
 
             LogRecoveryScanner.DeleteSegmentsBefore(options.Directory, options, scan.BeginAddress);
@@ -198,7 +205,7 @@ internal sealed class DurableLog : IAsyncDisposable
             var pageBits = (byte)options.PageSizeBits;
             var segmentBits = (byte)options.SegmentSizeBits;
             metadataFile = metadata is null
-                ? CommitMetadataFile.Create(metadataPath, new CommitMetadata(0, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum, pageBits, segmentBits))
+                ? CommitMetadataFile.Create(metadataPath, new CommitMetadata(0, scan.BeginAddress, scan.CommittedUntil, scan.CommitNum, pageBits, segmentBits), options.FileMode)
                 : CommitMetadataFile.Open(metadataPath, metadata.Value.Sequence, pageBits, segmentBits);
             metadataFile.Write(scan.BeginAddress, scan.CommittedUntil, scan.CommitNum);
 
@@ -208,7 +215,7 @@ internal sealed class DurableLog : IAsyncDisposable
             var manager = new ThrottledCommitManager(metadataWriter, scan, ex => created?.OnFault(ex, "commit metadata write failed"));
             var basePath = SegmentFiles.BasePath(options.Directory);
             device = new FaultObservingDevice(
-                options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io, options.ZeroFillBytes),
+                options.DeviceFactory is { } factory ? factory(basePath, io) : CreateDefaultDevice(basePath, io, options.ZeroFillBytes, options.FileMode),
                 error => created?.OnFault(new IOException($"A log write failed with error code {error}."), "write or flush failed"));
             var settings = new FasterLogSettings
             {
@@ -519,15 +526,16 @@ internal sealed class DurableLog : IAsyncDisposable
         await _lockFile.DisposeAsync().ConfigureAwait(false);
     }
 
-    internal static SegmentDurabilityDevice CreateDefaultDevice(string basePath, LogIoThread io, long zeroFillBytes = DirectFileDevice.DefaultZeroFillBytes)
-        => new(new DirectFileDevice(basePath, io, zeroFillBytes));
+    internal static SegmentDurabilityDevice CreateDefaultDevice(string basePath, LogIoThread io, long zeroFillBytes = DirectFileDevice.DefaultZeroFillBytes,
+        UnixFileMode fileMode = DurableFile.OwnerOnly)
+        => new(new DirectFileDevice(basePath, io, zeroFillBytes, fileMode), fileMode);
 
-    private static FileStream AcquireDirectoryLock(string directory)
+    private static FileStream AcquireDirectoryLock(string directory, UnixFileMode mode)
     {
         var path = Path.Combine(directory, LockFileName);
         try
         {
-            return new FileStream(path, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.None);
+            return new FileStream(path, DurableFile.Create(System.IO.FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.None, mode));
         }
         catch (IOException ex)
         {

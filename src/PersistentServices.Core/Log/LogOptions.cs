@@ -11,6 +11,15 @@ public sealed class LogOptions
     /// <summary>Directory that holds the log's files (segments <c>log.N</c>, <c>commit.meta</c>, <c>directory.lock</c>; FASTER owns every <c>log.*</c> name). Required.</summary>
     public string Directory { get; set; } = "";
 
+    /// <summary>
+    /// The mode of the files in the log directory on Unix (the directory gets the same, with execute where read is given).
+    /// The log holds requests' bodies and headers and replies (docs/operations.md, "What the log holds"). Default
+    /// <c>UserRead | UserWrite</c>: files 0600, directory 0700, readable by the service's user only; a log directory created
+    /// by an older build (0755, files 0644) is narrowed when the log opens. Widen it only for a backup agent that runs as
+    /// another user of the same group (<c>| GroupRead</c>: 0640 and 0750). Must include <c>UserRead | UserWrite</c>.
+    /// </summary>
+    public UnixFileMode FileMode { get; set; } = UnixFileMode.UserRead | UnixFileMode.UserWrite;
+
     /// <summary>log2 of the page size. Default 22 (4 MiB). A record must fit in one page.</summary>
     public int PageSizeBits { get; set; } = 22;
 
@@ -56,6 +65,15 @@ public sealed class LogOptions
         if (string.IsNullOrWhiteSpace(Directory))
         {
             throw new ArgumentException("LogOptions.Directory is required: the directory that holds the log files.", nameof(Directory));
+        }
+
+        const UnixFileMode ownerReadWrite = UnixFileMode.UserRead | UnixFileMode.UserWrite;
+        const UnixFileMode allowed = ownerReadWrite | UnixFileMode.GroupRead | UnixFileMode.GroupWrite | UnixFileMode.OtherRead | UnixFileMode.OtherWrite;
+        if ((FileMode & ownerReadWrite) != ownerReadWrite || (FileMode & ~allowed) != 0)
+        {
+            throw new ArgumentException(
+                $"LogOptions.FileMode must include UserRead | UserWrite and hold only read and write bits (was {FileMode}); the default, owner only (0600), keeps the log's requests and replies from other local users.",
+                nameof(FileMode));
         }
 
         if (PageSizeBits is < 12 or > 28)

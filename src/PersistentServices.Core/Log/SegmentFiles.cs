@@ -12,9 +12,9 @@ internal static class SegmentFiles
     public static string PathOf(string basePath, int segment) => basePath + "." + segment.ToString(CultureInfo.InvariantCulture);
 
     /// <summary>Creates an empty segment file and makes its directory entry durable.</summary>
-    public static void CreateDurably(string directory, int segment)
+    public static void CreateDurably(string directory, int segment, UnixFileMode mode = DurableFile.OwnerOnly)
     {
-        using (new FileStream(PathOf(BasePath(directory), segment), FileMode.CreateNew, FileAccess.Write, FileShare.ReadWrite))
+        using (new FileStream(PathOf(BasePath(directory), segment), DurableFile.Create(FileMode.CreateNew, FileAccess.Write, FileShare.ReadWrite, mode)))
         {
         }
 

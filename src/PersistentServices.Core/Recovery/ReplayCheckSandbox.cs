@@ -27,11 +27,12 @@ internal sealed class ReplayCheckSandbox
     /// <summary>Version of <c>sandbox.json</c> and <c>report.json</c>; a reader refuses newer ones.</summary>
     public const int FormatVersion = 1;
 
-    private ReplayCheckSandbox(string path, string source, bool showSessionIds)
+    private ReplayCheckSandbox(string path, string source, bool showSessionIds, bool showBodies)
     {
         Path = path;
         Source = source;
         ShowSessionIds = showSessionIds;
+        ShowBodies = showBodies;
     }
 
     /// <summary>The sandbox directory.</summary>
@@ -48,13 +49,16 @@ internal sealed class ReplayCheckSandbox
     /// <summary>The report names sessions by their id as well as their trace tag (the operator owns the copy and asked).</summary>
     public bool ShowSessionIds { get; }
 
+    /// <summary>The report shows a diverging request's body and the replayed reply's (they may hold clients' secrets: only when asked).</summary>
+    public bool ShowBodies { get; }
+
     /// <summary>
     /// Creates a sandbox under <paramref name="parent"/> (the system's temporary directory by default) and copies the log
     /// in <paramref name="source"/> into it: <c>commit.meta</c> first, then <c>anchor</c>, then the segment files in
     /// increasing order, the order docs/operations.md gives for a copy of a running service's log.
     /// </summary>
     /// <exception cref="IOException">The source is not a log directory, or a file could not be read.</exception>
-    public static ReplayCheckSandbox Create(string source, bool showSessionIds, string? parent = null)
+    public static ReplayCheckSandbox Create(string source, bool showSessionIds, string? parent = null, bool showBodies = false)
     {
         var from = System.IO.Path.GetFullPath(source);
         if (!Directory.Exists(from))
@@ -72,7 +76,7 @@ internal sealed class ReplayCheckSandbox
         var root = parent is null
             ? Directory.CreateTempSubdirectory("ps-replay-check-").FullName
             : Directory.CreateDirectory(System.IO.Path.Combine(parent, "ps-replay-check-" + System.IO.Path.GetRandomFileName())).FullName;
-        var sandbox = new ReplayCheckSandbox(root, from, showSessionIds);
+        var sandbox = new ReplayCheckSandbox(root, from, showSessionIds, showBodies);
         try
         {
             Directory.CreateDirectory(sandbox.LogDirectory);
@@ -117,7 +121,8 @@ internal sealed class ReplayCheckSandbox
                     $"The replay check sandbox '{root}' was made by a newer psctl (format {version}; this build knows {FormatVersion}): use a psctl of the same version as the library.");
             }
 
-            var sandbox = new ReplayCheckSandbox(root, element.GetProperty("source").GetString() ?? "", element.GetProperty("showSessionIds").GetBoolean());
+            var sandbox = new ReplayCheckSandbox(root, element.GetProperty("source").GetString() ?? "", element.GetProperty("showSessionIds").GetBoolean(),
+                element.TryGetProperty("showBodies", out var bodies) && bodies.GetBoolean());
             if (!Directory.Exists(sandbox.LogDirectory))
             {
                 throw new InvalidOperationException($"The replay check sandbox '{root}' holds no '{LogDirectoryName}' directory.");
@@ -156,6 +161,7 @@ internal sealed class ReplayCheckSandbox
             writer.WriteNumber("formatVersion", FormatVersion);
             writer.WriteString("source", Source);
             writer.WriteBoolean("showSessionIds", ShowSessionIds);
+            writer.WriteBoolean("showBodies", ShowBodies);
             writer.WriteEndObject();
         }
 
