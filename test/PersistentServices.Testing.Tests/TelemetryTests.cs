@@ -97,6 +97,71 @@ public sealed class TelemetryTests
         Assert.Contains(byName, m => m.Key == "persistentservices.sessions.live");
     }
 
+    [Fact]
+    public async Task APersistentCall_IsTracedFromTheCallersRequestIntoTheCallees()
+    {
+        var spans = new List<Activity>();
+        using var root = new TempFolder();
+        await using var b = await StartServiceAsync("B", Path.Combine(root.Path, "b"), callee: null, spans: null);
+        await using var a = await StartServiceAsync("A", Path.Combine(root.Path, "a"), callee: new Uri(b.Urls.Single()), spans);
+        using var client = new HttpClient { BaseAddress = new Uri(a.Urls.Single()) };
+        using var start = await client.PostAsync(new Uri("/ps/sessions", UriKind.Relative), null, Cancel);
+        using var request = new HttpRequestMessage(HttpMethod.Post, "/a");
+        request.Headers.Add("PS-Session", start.Headers.GetValues("PS-Session").Single());
+        request.Headers.Add("PS-Seq", "1");
+        using var response = await client.SendAsync(request, Cancel);
+        Assert.Equal("42", await response.Content.ReadAsStringAsync(Cancel));
+        a.Services.GetRequiredService<TracerProvider>().ForceFlush();
+
+        var tree = SpanTree(spans);
+        TestContext.Current.TestOutputHelper?.WriteLine(tree);
+        var requests = spans.Where(s => s.OperationName == "persistentservices.request").ToList();
+        Assert.Equal(2, requests.Count);
+        var (callerRequest, calleeRequest) = requests[0].StartTimeUtc < requests[1].StartTimeUtc ? (requests[0], requests[1]) : (requests[1], requests[0]);
+        Activity Parent(Activity span) => spans.Single(s => s.SpanId == span.ParentSpanId);
+
+        // caller's server span > caller's persistentservices.request > HttpClient's span > callee's server span > callee's request
+        Assert.Equal("Microsoft.AspNetCore.Hosting.HttpRequestIn", Parent(callerRequest).OperationName);
+        var calleeServer = Parent(calleeRequest);
+        Assert.Equal("Microsoft.AspNetCore.Hosting.HttpRequestIn", calleeServer.OperationName);
+        var outgoing = Parent(calleeServer);
+        Assert.Equal("System.Net.Http", outgoing.Source.Name);
+        Assert.Equal(callerRequest.SpanId, Parent(outgoing).SpanId);
+        Assert.Equal(callerRequest.TraceId, calleeRequest.TraceId);
+        Assert.Contains(spans, s => s.OperationName == "persistentservices.log.force" && s.ParentSpanId == callerRequest.SpanId);
+    }
+
+    private static async Task<WebApplication> StartServiceAsync(string name, string log, Uri? callee, List<Activity>? spans)
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.Logging.ClearProviders();
+        builder.WebHost.UseUrls("http://127.0.0.1:0");
+        builder.Services.AddPersistentServices(o =>
+        {
+            o.LogDirectory = log;
+            o.ServiceName = name;
+            o.Calls.PeerKey = "telemetry-test-peer-key-0123456789-abcdefghij";
+        });
+        builder.Services.AddHttpClient("b", c => c.BaseAddress = callee ?? new Uri("http://127.0.0.1:9")).AddPersistentCalls();
+        if (spans is not null)
+        {
+            // One tracer provider for both services: an ActivityListener hears every source in the process.
+            builder.Services.AddOpenTelemetry().WithTracing(t => t
+                .AddPersistentServicesInstrumentation().AddAspNetCoreInstrumentation().AddSource("System.Net.Http").AddInMemoryExporter(spans));
+        }
+
+        var app = builder.Build();
+        app.UsePersistentServices();
+        app.MapPost("/b", [Persistent] () => 42L);
+        app.MapPost("/a", [Persistent] async (IHttpClientFactory clients) =>
+        {
+            using var reply = await clients.CreateClient("b").PostAsync(new Uri("/b", UriKind.Relative), null);
+            return long.Parse(await reply.Content.ReadAsStringAsync(), System.Globalization.CultureInfo.InvariantCulture);
+        });
+        await app.StartAsync(Cancel);
+        return app;
+    }
+
     private static List<MetricPoint> Points(Metric metric)
     {
         var points = new List<MetricPoint>();
