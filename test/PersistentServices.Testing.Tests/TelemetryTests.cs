@@ -98,6 +98,28 @@ public sealed class TelemetryTests
     }
 
     [Fact]
+    public async Task WithoutAspNetCoreInstrumentation_ARequestsSpansAreStillExported()
+    {
+        // A fresh app's three lines: only AddPersistentServicesInstrumentation(). Before it listened to ASP.NET Core's
+        // source too, the parent-based sampler dropped every persistentservices.request (its parent was not recorded).
+        var spans = new List<Activity>();
+        using var root = new TempFolder();
+        await using var app = await StartServiceAsync("A", root.Path, callee: null, spans, aspNetCoreInstrumentation: false);
+        using var client = new HttpClient { BaseAddress = new Uri(app.Urls.Single()) };
+        using var start = await client.PostAsync(new Uri("/ps/sessions", UriKind.Relative), null, Cancel);
+        using var request = new HttpRequestMessage(HttpMethod.Post, "/b");
+        request.Headers.Add("PS-Session", start.Headers.GetValues("PS-Session").Single());
+        request.Headers.Add("PS-Seq", "1");
+        using var response = await client.SendAsync(request, Cancel);
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        app.Services.GetRequiredService<TracerProvider>().ForceFlush();
+
+        var persistent = Assert.Single(spans, s => s.OperationName == "persistentservices.request");
+        Assert.Equal("Microsoft.AspNetCore.Hosting.HttpRequestIn", spans.Single(s => s.SpanId == persistent.ParentSpanId).OperationName);
+        Assert.Single(spans, s => s.OperationName == "persistentservices.log.force" && s.ParentSpanId == persistent.SpanId);
+    }
+
+    [Fact]
     public async Task APersistentCall_IsTracedFromTheCallersRequestIntoTheCallees()
     {
         var spans = new List<Activity>();
@@ -131,7 +153,7 @@ public sealed class TelemetryTests
         Assert.Contains(spans, s => s.OperationName == "persistentservices.log.force" && s.ParentSpanId == callerRequest.SpanId);
     }
 
-    private static async Task<WebApplication> StartServiceAsync(string name, string log, Uri? callee, List<Activity>? spans)
+    private static async Task<WebApplication> StartServiceAsync(string name, string log, Uri? callee, List<Activity>? spans, bool aspNetCoreInstrumentation = true)
     {
         var builder = WebApplication.CreateBuilder();
         builder.Logging.ClearProviders();
@@ -146,8 +168,14 @@ public sealed class TelemetryTests
         if (spans is not null)
         {
             // One tracer provider for both services: an ActivityListener hears every source in the process.
-            builder.Services.AddOpenTelemetry().WithTracing(t => t
-                .AddPersistentServicesInstrumentation().AddAspNetCoreInstrumentation().AddSource("System.Net.Http").AddInMemoryExporter(spans));
+            builder.Services.AddOpenTelemetry().WithTracing(t =>
+            {
+                t.AddPersistentServicesInstrumentation().AddSource("System.Net.Http").AddInMemoryExporter(spans);
+                if (aspNetCoreInstrumentation)
+                {
+                    t.AddAspNetCoreInstrumentation();
+                }
+            });
         }
 
         var app = builder.Build();
