@@ -6,9 +6,10 @@
 #      (no NU1608 on Google.Protobuf), the README's quick-start files, built;
 #   3. that app run: a session, two requests, a retry (PS-Replayed), kill -9, restart, the same state;
 #   4. psctl installed from the feed as a .NET tool, `psctl verify` on the app's log;
-#   5. a BenchmarkDotNet 0.15.8 project referencing the app restores under warnings as errors (no NU1107 on Roslyn).
-# Prints one line in `dotnet test`'s format for .ci/run's count. Usage: eng/check-packages.sh [--no-build]
-# (--no-build packs what `dotnet build PersistentServices.sln` built, in Debug: what .ci/run does; otherwise Release).
+#   5. a BenchmarkDotNet 0.15.8 project referencing the app restores under warnings as errors (no NU1608/NU1107 on Roslyn).
+# Needs the .NET SDK, curl and python3. Prints one line in `dotnet test`'s format for .ci/run's count.
+# Usage: eng/check-packages.sh [--no-build]   (--no-build packs what `dotnet build PersistentServices.sln` built, in
+# Debug: what .ci/run does; otherwise it builds Release).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/ps-package-check.XXXXXX")
@@ -38,7 +39,7 @@ dotnet pack "$root/eng/packages.slnf" "${pack[@]}" -o "$work/feed" --version-suf
   -nologo -v q -clp:NoSummary >"$work/pack.log" 2>&1 || { cat "$work/pack.log"; fail "dotnet pack"; }
 
 # 1. What the packages say.
-nuspec() { unzip -p "$work/feed/$1.$version.nupkg" "$1.nuspec"; }
+nuspec() { python3 -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]).decode("utf-8-sig"))' "$work/feed/$1.$version.nupkg" "$1.nuspec"; }
 for id in PersistentServices.Core PersistentServices.AspNetCore PersistentServices.Client PersistentServices.OpenTelemetry PersistentServices.Testing psctl; do
   [ -f "$work/feed/$id.$version.nupkg" ] || fail "$id was not packed"
   [ -f "$work/feed/$id.$version.snupkg" ] || fail "$id has no symbol package"
