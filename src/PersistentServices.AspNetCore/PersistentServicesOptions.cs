@@ -24,15 +24,52 @@ public sealed class PersistentServicesOptions
     /// </summary>
     public TimeSpan UnusedSessionRetention { get; set; } = TimeSpan.FromMinutes(1);
 
+    /// <summary>
+    /// The claim that identifies an authenticated principal as the owner of its sessions and Idempotency-Keys, for
+    /// principals without a <see cref="System.Security.Claims.ClaimTypes.NameIdentifier"/>, <c>sub</c> or name claim (an
+    /// API-key handler's principal with only <c>client_id</c>, say). When set, it is the only claim used. An authenticated
+    /// principal that no claim identifies is refused (<c>403 owner-unidentified</c>), never treated as anonymous: it would
+    /// share sessions and keys with every other such principal. Null (the default): the built-in claims.
+    /// </summary>
+    public string? OwnerClaimType { get; set; }
+
+    /// <summary>
+    /// Computes the owner identity of an authenticated principal instead (a tenant id from several claims, say); null or
+    /// empty for a principal it cannot identify (refused as for <see cref="OwnerClaimType"/>). At most one of the two is set.
+    /// </summary>
+    public Func<System.Security.Claims.ClaimsPrincipal, string?>? OwnerIdentity { get; set; }
+
+    /// <summary>How owners are identified (<see cref="OwnerClaimType"/>, <see cref="OwnerIdentity"/>).</summary>
+    internal Sessions.OwnerIdentityOptions OwnerIdentityOptions => _ownerIdentity ??= new(OwnerClaimType, OwnerIdentity);
+
+    private Sessions.OwnerIdentityOptions? _ownerIdentity;
+
     /// <summary>Most live sessions (never-used ones included); starting more gets 429 with <c>Retry-After</c>. Default 100,000.</summary>
     public int MaxSessions { get; set; } = 100_000;
 
     /// <summary>
-    /// Most live sessions one authenticated principal may hold; starting more gets 429. Null (the default): no cap per
-    /// principal. Anonymous sessions are not counted here: limit them per client with rate limiting on the session
-    /// endpoints (docs/capacity.md).
+    /// Most live sessions and remembered Idempotency-Keys one authenticated principal may hold; more get 429
+    /// (<c>too-many-owner-sessions</c>), so one principal's flood leaves the rest of the table to others. Null (the default):
+    /// a tenth of <see cref="MaxSessions"/>, at least 100 (and at most <see cref="MaxSessions"/>). Sessions that other
+    /// services of the deployment open for their calls are not counted here.
     /// </summary>
     public int? MaxSessionsPerOwner { get; set; }
+
+    /// <summary>
+    /// Most live anonymous sessions and remembered anonymous Idempotency-Keys one client address
+    /// (<see cref="Microsoft.AspNetCore.Http.ConnectionInfo.RemoteIpAddress"/>) may hold; more get 429. Behind a reverse
+    /// proxy or a service mesh, use ASP.NET Core's forwarded headers middleware so that the address is the client's, not
+    /// the proxy's (docs/capacity.md). Null (the default): as <see cref="MaxSessionsPerOwner"/>.
+    /// </summary>
+    public int? MaxSessionsPerAddress { get; set; }
+
+    /// <summary>The per-owner share in effect.</summary>
+    internal int EffectiveMaxSessionsPerOwner => MaxSessionsPerOwner ?? DefaultShare;
+
+    /// <summary>The per-address share in effect.</summary>
+    internal int EffectiveMaxSessionsPerAddress => MaxSessionsPerAddress ?? DefaultShare;
+
+    private int DefaultShare => Math.Max(MaxSessions / 10, Math.Min(MaxSessions, 100));
 
     /// <summary>
     /// Bytes of buffered replies that sessions may hold in memory between requests (docs/capacity.md). A reply that would
@@ -49,6 +86,21 @@ public sealed class PersistentServicesOptions
     /// copied into session checkpoints).
     /// </summary>
     public int MaxBufferedReplyBytes { get; set; } = 16 << 10;
+
+    /// <summary>
+    /// How long an end client's persistent request waits for its execution. After it the client gets 503 with
+    /// <c>Retry-After</c> (problem type <c>reply-pending</c>) while the execution goes on (typically waiting for another
+    /// service that is down or recovering: calls are retried until it answers, docs/calls.md); a retry of the same request
+    /// waits again as long and gets the reply once it is there, and nothing runs twice. Calls from the deployment's other
+    /// services are not bounded here (their own retries are). Null (the default): the domain's
+    /// <see cref="DomainOptions.FlushTimeout"/> (5 s) for a member of a service domain, else 30 seconds (less than the
+    /// usual proxy and load balancer timeouts, so a client behind one gets this answer rather than a gateway timeout).
+    /// <see cref="Timeout.InfiniteTimeSpan"/>: the client waits as long as the execution takes.
+    /// </summary>
+    public TimeSpan? ReplyTimeout { get; set; }
+
+    /// <summary>The reply timeout in effect (<see cref="ReplyTimeout"/>, or its default).</summary>
+    internal TimeSpan EffectiveReplyTimeout => ReplyTimeout ?? (Domain.Members.Count > 0 ? Domain.FlushTimeout : TimeSpan.FromSeconds(30));
 
     /// <summary>Path of the session resource: <c>POST</c> starts a session, <c>DELETE {path}/{id}</c> ends one. Default <c>/ps/sessions</c>.</summary>
     public string SessionsPath { get; set; } = "/ps/sessions";

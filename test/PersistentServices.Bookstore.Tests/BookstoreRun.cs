@@ -14,7 +14,8 @@ internal sealed partial record BookstoreRun(int ExitCode, IReadOnlyList<string> 
 
     public long this[string name] => Result[name];
 
-    public static async Task<BookstoreRun> RunAsync(IReadOnlyList<string> arguments, TimeSpan timeout)
+    /// <summary>Runs <c>dotnet Bookstore.dll [command] --plain arguments…</c> (the one command when <paramref name="command"/> is null).</summary>
+    public static async Task<BookstoreRun> RunAsync(IReadOnlyList<string> arguments, TimeSpan timeout, string? command = null)
     {
         var start = new ProcessStartInfo("dotnet")
         {
@@ -24,6 +25,11 @@ internal sealed partial record BookstoreRun(int ExitCode, IReadOnlyList<string> 
             WorkingDirectory = Path.GetDirectoryName(BookstorePath)!,
         };
         start.ArgumentList.Add(BookstorePath);
+        if (command is not null)
+        {
+            start.ArgumentList.Add(command);
+        }
+
         start.ArgumentList.Add("--plain");
         foreach (var argument in arguments)
         {

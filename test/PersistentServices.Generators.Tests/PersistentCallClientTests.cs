@@ -210,6 +210,33 @@ public sealed class PersistentCallClientTests
         _ = context;
     }
 
+    /// <summary>
+    /// A client whose name is read from configuration or arguments, registered and created through the same variable (the
+    /// chain sample of issue 38: <c>AddHttpClient(next, ...).AddPersistentCalls()</c>, then <c>CreateClient(next)</c>):
+    /// a persistent call, not reported; a send through another variable's client still is.
+    /// </summary>
+    [Fact]
+    public async Task Analyze_ClientNamedByAVariable_SameVariableIsNotReported_AnotherIs()
+    {
+        var source = Usings + """
+            var next = args[0];
+            var other = args[1];
+            var builder = WebApplication.CreateBuilder(args);
+            builder.Services.AddPersistentServices(o => o.LogDirectory = "data/log");
+            builder.Services.AddHttpClient(next, c => c.BaseAddress = new System.Uri("http://127.0.0.1:9")).AddPersistentCalls();
+            builder.Services.AddHttpClient(other);
+            var app = builder.Build();
+            app.UsePersistentServices();
+            app.MapPost("/op", [Persistent] async (IHttpClientFactory clients) => await clients.CreateClient(next).GetStringAsync("/op"));
+            app.MapPost("/other", [Persistent] async (IHttpClientFactory clients) => await clients.CreateClient(other).GetStringAsync("/x"));
+            app.Run();
+            """;
+
+        var diagnostics = await TestCompiler.AnalyzeValidApplicationAsync(source);
+
+        DiagnosticAssert.Single(diagnostics, "PS0202", "clients.CreateClient(other).GetStringAsync(\"/x\")");
+    }
+
     [Fact]
     public async Task Analyze_RegistrationWithoutPersistentCallsInCompilation_ReportsEverySend()
     {

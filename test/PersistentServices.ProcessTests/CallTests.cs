@@ -172,6 +172,107 @@ public sealed class CallTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// Issue 38, outside a domain: the callee is down longer than the caller's client timeout (the application set
+    /// <c>HttpClient.Timeout</c> to 2 s after <c>AddPersistentCalls()</c>, standing in for .NET's default of 100 s). The call
+    /// is repeated until the callee answers; the client waits at most <c>ReplyTimeout</c> (1 s here) per attempt and gets
+    /// <c>503 reply-pending</c> meanwhile, then the one reply; the credit runs once; the next payment takes the next call
+    /// number (no <c>422 sequence-reused</c> at the callee); after a kill of the caller its replay reproduces both (no
+    /// <c>session-diverged</c>). Before the fix the timeout ended the call: the endpoint's exception was logged as the
+    /// payment's outcome (500) while the caller's own effects stayed, and the next payment reused the call's number.
+    /// </summary>
+    [Fact]
+    public async Task CalleeDownLongerThanTheClientTimeout_TheCallWaitsForIt_ClientGetsReplyPendingThenTheReply_NumbersNeverReused()
+    {
+        var (aPort, aEnv, bPort, bEnv) = CallerAndCallee();
+        aEnv["PS_CALLEE_CLIENT_TIMEOUT_MS"] = "2000";
+        aEnv["PS_REPLY_TIMEOUT_MS"] = "1000";
+        var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        var a = await ServiceProcess.StartAsync(aEnv, aPort);
+        try
+        {
+            var session = await a.StartSessionAsync();
+
+            // The first payment of cold processes may take longer than ReplyTimeout (JIT): its retries get its reply.
+            var first = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            for (var warmup = 0; first.Status == HttpStatusCode.ServiceUnavailable && warmup < 20; warmup++)
+            {
+                first = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            }
+
+            Assert.Equal(HttpStatusCode.OK, first.Status);
+
+            // B is down for 5 s, more than twice the client's timeout.
+            await b.KillAsync();
+            await b.DisposeAsync();
+            var down = System.Diagnostics.Stopwatch.StartNew();
+            var attempt = System.Diagnostics.Stopwatch.StartNew();
+            var (pending, pendingBody, pendingResponse) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 2, new { account = "op-2", amount = 100 });
+            var firstWait = attempt.Elapsed;
+            Assert.True(pending == HttpStatusCode.ServiceUnavailable, $"the first attempt got {(int)pending} {pendingBody}:\nA:\n{a.RecentOutput()}");
+            Assert.Contains("reply-pending", pendingBody.GetProperty("type").GetString(), StringComparison.Ordinal);
+            Assert.NotNull(pendingResponse.Headers.RetryAfter);
+            Assert.True(firstWait < TimeSpan.FromSeconds(4), $"the first attempt was answered after {firstWait.TotalSeconds:F1} s (ReplyTimeout 1 s)");
+
+            // Retries of the same number wait for the same execution; none runs it again.
+            (HttpStatusCode Status, System.Text.Json.JsonElement Body, HttpResponseMessage Response) reply = default;
+            var restarted = false;
+            while (down.Elapsed < TimeSpan.FromSeconds(60))
+            {
+                if (!restarted && down.Elapsed > TimeSpan.FromSeconds(5))
+                {
+                    b = await ServiceProcess.StartAsync(bEnv, bPort);
+                    restarted = true;
+                }
+
+                reply = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 2, new { account = "op-2", amount = 100 });
+                if (reply.Status != HttpStatusCode.ServiceUnavailable)
+                {
+                    break;
+                }
+            }
+
+            Assert.True(restarted, "the payment was answered while B was down");
+            Assert.True(reply.Status == HttpStatusCode.OK, $"the payment got {(int)reply.Status} {reply.Body}:\nA:\n{a.RecentOutput()}");
+            Assert.Equal(180, reply.Body.GetProperty("balance").GetInt64());
+            Assert.Equal(2, reply.Body.GetProperty("payments").GetInt64());
+            Assert.DoesNotContain("threw while executing request", a.Output, StringComparison.Ordinal);
+
+            // The next payment's call has the next number: B executes it (no 422 sequence-reused).
+            var (third, thirdBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 3, new { account = "op-3", amount = 100 });
+            Assert.True(third == HttpStatusCode.OK, $"payment 3 got {(int)third} {thirdBody}");
+            Assert.Equal(270, thirdBody.GetProperty("balance").GetInt64());
+
+            // A killed and restarted: its replay reproduces the session (no divergence); the same number, the same reply.
+            await a.KillAsync();
+            await a.DisposeAsync();
+            a = await ServiceProcess.StartAsync(aEnv, aPort);
+            var (again, againBody, againResponse) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 3, new { account = "op-3", amount = 100 });
+            Assert.True(again == HttpStatusCode.OK, $"after A's restart payment 3 got {(int)again} {againBody}:\nA:\n{a.RecentOutput()}");
+            Assert.Equal(270, againBody.GetProperty("balance").GetInt64());
+            Assert.True(againResponse.Headers.Contains("PS-Replayed"));
+
+            // Exactly once on both sides: each payment counted once at A, each credit once at B, and A's total is B's plus fees.
+            foreach (var op in new[] { "op-1", "op-2", "op-3" })
+            {
+                var (_, paid, _) = await a.SendAsync(HttpMethod.Get, $"/pay/count/{op}", null, null);
+                Assert.Equal(1, paid.GetProperty("count").GetInt32());
+                var (_, credited, _) = await b.SendAsync(HttpMethod.Get, $"/bank/credits/{op}", null, null);
+                Assert.Equal(1, credited.GetProperty("count").GetInt32());
+            }
+
+            var (_, total, _) = await a.SendAsync(HttpMethod.Get, "/pay/total", null, null);
+            Assert.Equal(300, total.GetProperty("total").GetInt64());
+            var (_, balance, _) = await b.SendAsync(HttpMethod.Get, "/bank/balance", null, null);
+            Assert.Equal(270, balance.GetProperty("balance").GetInt64());
+        }
+        finally
+        {
+            await a.DisposeAsync();
+            await b.DisposeAsync();
+        }
+    }
+
     [Fact]
     public async Task ForgedCall_WithoutTheDeploymentsSignature_IsRefusedAndLogged()
     {

@@ -24,6 +24,9 @@ using PersistentServices.SharedState;
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_LOG_PAGE_SIZE_BITS
+//   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
+//   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
+//                            own timeout, shorter than a callee's outage: a persistent call must not end with it)
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
@@ -83,11 +86,17 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_MAX_SESSIONS") is { Length: > 0 } maxSessions)
     {
         options.MaxSessions = int.Parse(maxSessions, System.Globalization.CultureInfo.InvariantCulture);
+        options.MaxSessionsPerAddress = options.MaxSessions; // the tests' clients all come from 127.0.0.1
     }
 
     if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
     {
         options.ServiceName = name;
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_REPLY_TIMEOUT_MS") is { Length: > 0 } replyTimeout)
+    {
+        options.ReplyTimeout = TimeSpan.FromMilliseconds(int.Parse(replyTimeout, System.Globalization.CultureInfo.InvariantCulture));
     }
 
     options.Calls.PeerKey = Environment.GetEnvironmentVariable("PS_PEER_KEY");
@@ -117,8 +126,13 @@ builder.Services.AddPersistentServices(options =>
 
 builder.Services.AddSingleton<Tally>();
 var bankClient = Environment.GetEnvironmentVariable("PS_CALLEE_NAME") ?? "bank"; // in a domain: the member's name
-builder.Services.AddHttpClient(bankClient, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
+var bankBuilder = builder.Services.AddHttpClient(bankClient, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
     .AddPersistentCalls();
+if (Environment.GetEnvironmentVariable("PS_CALLEE_CLIENT_TIMEOUT_MS") is { Length: > 0 } clientTimeout)
+{
+    bankBuilder.ConfigureHttpClient(client => client.Timeout = TimeSpan.FromMilliseconds(int.Parse(clientTimeout, System.Globalization.CultureInfo.InvariantCulture)));
+}
+
 var app = builder.Build();
 var refuseFlushFile = Environment.GetEnvironmentVariable("PS_REFUSE_FLUSH_FILE");
 if (refuseFlushFile is { Length: > 0 })
@@ -299,11 +313,16 @@ app.MapGet("/bank/balance", [ReadOnly] () => Results.Ok(new { balance = bankBala
 app.MapGet("/bank/credits/{op}", [ReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
 app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = body.Amount / 10 }));
 
-// The caller side: a payment asks the bank for a fee (functional), credits it (persistent), reads the balance
-// (read-only), and keeps a tally in its session state.
+// The caller side: a payment counts itself per operation id and adds its amount to the payer's total (shared state of
+// the caller, as a debit: a second execution would count 2), asks the bank for a fee (functional), credits it
+// (persistent), reads the balance (read-only), and keeps a tally in its session state.
+var payments = new SharedMap<string, int>("Test.Pay.Executions");
+var paidTotal = new SharedVariable<long>("Test.Pay.Total");
 #pragma warning disable PS0202 // the "bank" client has AddPersistentCalls(): logged, deduplicated calls
 app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFactory clients, bool? light) =>
 {
+    payments.Update(body.Account, n => n + 1);
+    paidTotal.Update(t => t + body.Amount);
     var bank = clients.CreateClient(bankClient);
     var fee = (await (await bank.PostAsJsonAsync("/bank/fee", body)).Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("fee").GetInt64();
     var credit = await bank.PostAsJsonAsync("/bank/credit", body with { Amount = body.Amount - fee });
@@ -314,6 +333,9 @@ app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFa
     tally.Count += 1;
     return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
 });
+
+app.MapGet("/pay/count/{op}", [ReadOnly] (string op) => Results.Ok(new { count = payments.Get(op) }));
+app.MapGet("/pay/total", [ReadOnly] () => Results.Ok(new { total = paidTotal.Read() }));
 
 app.MapHealthChecks("/health/ready");
 app.Run();

@@ -25,17 +25,40 @@ internal sealed class Reconciliation
     public LedgerTotals Seller { get; }
 
     /// <summary>The state now: each store's inventory and ledger, and BookSeller's ledger (read-only requests).</summary>
-    public static async Task<Reconciliation> ReadAsync(Deployment deployment, CancellationToken cancellationToken)
+    public static Task<Reconciliation> ReadAsync(Deployment deployment, CancellationToken cancellationToken)
+        => ReadAsync([.. deployment.Stores.Select(s => (s.Name, s.Url))], deployment.Seller.Url, cancellationToken);
+
+    /// <summary>
+    /// The state now of services wherever they run (the buyer command's deployment); a service that does not answer yet
+    /// (restarting, recovering, draining: a connection error or a 503) is asked again, for at most <paramref name="patience"/>.
+    /// </summary>
+    public static async Task<Reconciliation> ReadAsync(IReadOnlyList<(string Name, Uri Url)> storeUrls, Uri seller, CancellationToken cancellationToken, TimeSpan? patience = null)
     {
         using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(30) };
-        var stores = new Dictionary<string, InventoryView>(StringComparer.Ordinal);
-        foreach (var store in deployment.Stores)
+        var deadline = DateTime.UtcNow + (patience ?? TimeSpan.Zero);
+        async Task<T> GetAsync<T>(Uri url)
         {
-            stores[store.Name] = (await http.GetFromJsonAsync<InventoryView>(new Uri(store.Url, "/inventory"), Json, cancellationToken))!;
+            while (true)
+            {
+                try
+                {
+                    return (await http.GetFromJsonAsync<T>(url, Json, cancellationToken))!;
+                }
+                catch (HttpRequestException) when (DateTime.UtcNow < deadline)
+                {
+                    await Task.Delay(500, cancellationToken);
+                }
+            }
         }
 
-        var seller = (await http.GetFromJsonAsync<LedgerTotals>(new Uri(deployment.Seller.Url, "/ledger"), Json, cancellationToken))!;
-        return new Reconciliation(stores, seller);
+        var stores = new Dictionary<string, InventoryView>(StringComparer.Ordinal);
+        foreach (var (name, url) in storeUrls)
+        {
+            stores[name] = await GetAsync<InventoryView>(new Uri(url, "/inventory"));
+        }
+
+        var ledger = await GetAsync<LedgerTotals>(new Uri(seller, "/ledger"));
+        return new Reconciliation(stores, ledger);
     }
 
     /// <summary>Every difference between <paramref name="after"/> − <paramref name="before"/> and what <paramref name="buyer"/> was told.</summary>

@@ -1,4 +1,7 @@
+using Microsoft.AspNetCore.Diagnostics.HealthChecks;
 using Microsoft.Extensions.Logging.Console;
+using OpenTelemetry.Metrics;
+using OpenTelemetry.Resources;
 using PersistentServices;
 
 namespace Bookstore.Services;
@@ -6,7 +9,8 @@ namespace Bookstore.Services;
 /// <summary>
 /// One component as its own service process (<c>Bookstore serve &lt;component&gt;</c>, started by the launcher): the
 /// library with this service's name, log directory and the deployment's peer key (configuration section
-/// <c>PersistentServices</c>), the component's endpoints and clients, a readiness check and its force counter.
+/// <c>PersistentServices</c>), the component's endpoints and clients, its liveness and readiness checks, its metrics for
+/// Prometheus and its force counter.
 /// </summary>
 internal static class ComponentHost
 {
@@ -42,6 +46,11 @@ internal static class ComponentHost
             options.Calls.MaxRetryDelay = TimeSpan.FromMilliseconds(500);
         });
         builder.Services.AddSingleton<ForceCounter>();
+        builder.Services.AddOpenTelemetry()
+            .ConfigureResource(resource => resource.AddService(builder.Configuration["PersistentServices:ServiceName"] is { Length: > 0 } name ? name : component))
+            .WithMetrics(metrics => metrics
+            .AddMeter("PersistentServices", "Microsoft.AspNetCore.Hosting")
+            .AddPrometheusExporter());
         builder.Services.AddHostedService<ParentWatch>();
         var useRoles = builder.Configuration.GetValue("PersistentServices:Calls:UseRoles", defaultValue: true);
 
@@ -69,7 +78,9 @@ internal static class ComponentHost
         var service = app.Services.GetRequiredService<Microsoft.Extensions.Options.IOptions<PersistentServicesOptions>>().Value.ServiceName;
         var forces = app.Services.GetRequiredService<ForceCounter>();
         app.MapGet("/diagnostics/forces", () => forces.Snapshot(service));
-        app.MapHealthChecks("/health/ready");
+        app.MapHealthChecks(OperationsPaths.Live, new HealthCheckOptions { Predicate = check => check.Tags.Contains("live") });
+        app.MapHealthChecks(OperationsPaths.Ready, new HealthCheckOptions { Predicate = check => check.Tags.Contains("ready") });
+        app.MapPrometheusScrapingEndpoint(OperationsPaths.Metrics);
 
         switch (component)
         {

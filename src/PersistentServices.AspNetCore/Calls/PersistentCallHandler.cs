@@ -28,7 +28,7 @@ namespace PersistentServices.Calls;
 /// </list>
 /// Outside persistent requests the handler passes calls through untouched.
 /// </summary>
-internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, string callee) : DelegatingHandler
+internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, string callee, Microsoft.Extensions.Logging.ILogger logger) : DelegatingHandler
 {
     protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
     {
@@ -36,6 +36,11 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         {
             return await base.SendAsync(request, cancellationToken).ConfigureAwait(false);
         }
+
+        // Inside a logged request a call ends only with a reply or the host's stop (condition 4): not with the caller's
+        // token, which may be the HttpClient's Timeout (100 s unless the application changed it) or one the endpoint passed.
+        // An exception there would become the request's logged outcome while the callee may still execute the call.
+        cancellationToken = CancellationToken.None;
 
         // The body is read once: it is signed, and every retry resends the same bytes.
         var body = request.Content is null ? [] : await request.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
@@ -47,7 +52,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         {
             if (cursor.TakeIf(RecordKind.CallReply, r => Matches(r.Parse(CallReply.Parser), method, path)) is { } logged)
             {
-                return FromLog(execution, logged.Parse(CallReply.Parser), request);
+                return await BufferedAsync(FromLog(execution, logged.Parse(CallReply.Parser), request)).ConfigureAwait(false);
             }
 
             // No reply logged for it: the call went to a functional callee (Algorithm 4), so it is made again; unless this
@@ -62,7 +67,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
                 }
 
                 Count(CalleeRole.Functional, "sent");
-                return response;
+                return await BufferedAsync(response).ConfigureAwait(false);
             }
         }
 
@@ -83,6 +88,12 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
 
         var next = execution.Session.CallCounters.GetValueOrDefault(callee) + 1;
         await ForceBeforeCallAsync(execution, cancellationToken).ConfigureAwait(false);
+
+        // The number is taken when the call is issued: whatever becomes of this call, no later call of the session gets it.
+        // A call that ends without a reply abandons its request (a later run, from the log, makes it again under the same
+        // number); one that gets a reply is logged with it, so replay takes the number from the log.
+        execution.Session.CallCounters[callee] = next;
+        execution.CalledInThisRequest.Add(callee);
         var (reply, replyRole) = await SendAsync(request, execution, next, cancellationToken).ConfigureAwait(false);
         return await CompleteAsync(execution, request, reply, replyRole, next, method, path).ConfigureAwait(false);
     }
@@ -100,6 +111,8 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
     /// <summary>Sends (retried until a reply, by the pipeline inside this handler); the call number 0 means no id.</summary>
     private async Task<(HttpResponseMessage Response, CalleeRole Role)> SendAsync(HttpRequestMessage request, RequestExecution execution, long number, CancellationToken cancellationToken)
     {
+        var method = request.Method.Method;
+        var path = request.RequestUri?.PathAndQuery ?? "";
         var headers = request.Headers;
         headers.Remove(ProtocolHeaders.Session);
         headers.Remove(ProtocolHeaders.Sequence);
@@ -118,17 +131,42 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             headers.TryAddWithoutValidation(ProtocolHeaders.Sequence, number.ToString(System.Globalization.CultureInfo.InvariantCulture));
         }
 
-        // Retried until a reply arrives (condition 4), also while the host drains: until the drain ends (its shutdown timeout
-        // passed, or there was nothing to drain). The endpoint's own token never fires.
-        using var stopping = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken, runtime.CallsAbandoned);
+        // Retried until a reply arrives (condition 4; the resilience pipeline inside this handler), also while the host
+        // drains: an attempt under way until the drain ends (its shutdown timeout passed, or there was nothing to drain),
+        // new attempts for PersistentCallOptions.DrainRetryTime. A call that ends without a reply abandons its request.
         HttpResponseMessage response;
         try
         {
-            response = await base.SendAsync(request, stopping.Token).ConfigureAwait(false);
+            response = await base.SendAsync(request, runtime.CallsAbandoned).ConfigureAwait(false);
         }
-        catch (Exception ex) when (runtime.CallsAbandoned.IsCancellationRequested && ex is OperationCanceledException or HttpRequestException)
+        catch (Exception ex)
         {
-            throw new CallAbandonedException($"The host stopped (its shutdown timeout ended the drain) before '{callee}' answered {request.Method} {request.RequestUri}; the request is finished after the restart.", ex);
+            string reason;
+            if (runtime.CallsAbandoned.IsCancellationRequested)
+            {
+                reason = "The host stopped (its shutdown timeout ended the drain)";
+            }
+            else if (runtime.IsDraining && PersistentCallRetries.IsTransient(ex))
+            {
+                reason = $"The host is stopping and '{callee}' stayed out of reach for {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain";
+            }
+            else
+            {
+                CallFailed(logger, callee, method, path, ex);
+                reason = $"The call failed ({ex.GetType().Name}: {ex.Message})";
+            }
+
+            throw execution.Abandon(new CallAbandonedException(
+                $"{reason} before '{callee}' answered {method} {path}; the request is finished by its next run (after the restart, or by the session's rollback), which calls again under the same id.", ex));
+        }
+
+        if (runtime.IsDraining && PersistentCallRetries.IsRetryable(response))
+        {
+            // The drain stopped the retries while the callee still refused (it is stopping too, or recovering): not a reply.
+            var status = (int)response.StatusCode;
+            response.Dispose();
+            throw execution.Abandon(new CallAbandonedException(
+                $"The host is stopping and '{callee}' still answered {status} after {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain; {method} {path} is finished by the request's next run, under the same id."));
         }
 
         if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(callee) &&
@@ -138,7 +176,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             // Not a reply for the endpoint (which would turn it into its own 500, logged as the request's outcome): the
             // request is abandoned (503) and the session rolls back, like an orphan found by the distributed flush.
             response.Dispose();
-            throw await OrphanRefusedAsync(execution, orphan.FirstOrDefault(), cancellationToken).ConfigureAwait(false);
+            throw execution.Abandon(await OrphanRefusedAsync(execution, orphan.FirstOrDefault(), cancellationToken).ConfigureAwait(false));
         }
 
         var role = CallRoles.Parse(response.Headers.TryGetValues(ProtocolHeaders.Role, out var values) ? values.FirstOrDefault() : null);
@@ -180,11 +218,11 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
         }
 
         var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out var error)
-                 ?? throw new HttpRequestException($"'{callee}' answered with an unusable DV: {error}.");
+                 ?? throw execution.Abandon(new CallAbandonedException($"'{callee}' answered with an unusable DV ({error}); the request is finished by its next run, under the same call id."));
         if (domain.Recovered.FindOrphan(dv) is { } lost)
         {
             response.Dispose();
-            throw new Domain.OrphanException(lost);
+            throw execution.Abandon(new Domain.OrphanException(lost));
         }
 
         execution.Session.Dv = execution.Session.Dv.Merge(dv).Prune(domain.Recovered);
@@ -200,17 +238,24 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             roles.Learn(callee, method, path, role);
         }
 
+        // A functional or read-only callee took no number (its endpoint keeps no last-call table): a call that went out under
+        // one (its role was not known yet) gives it back, so the callee's next persistent call gets it and the numbers a
+        // derived session sees have no gap. Replay does the same: such replies are logged without a number, or not at all.
+        if (number > 0 && options.UseRoles && role is CalleeRole.Functional or CalleeRole.ReadOnly)
+        {
+            if (execution.Session.CallCounters.GetValueOrDefault(callee) == number)
+            {
+                execution.Session.CallCounters[callee] = number - 1;
+            }
+
+            number = 0;
+        }
+
+        // A functional reply is not logged (Algorithm 4: replay calls again).
         if (role == CalleeRole.Functional && options.UseRoles)
         {
             Count(role, "sent");
-            return response;
-        }
-
-        var persistent = role is CalleeRole.Persistent or CalleeRole.Unknown || !options.UseRoles;
-        if (persistent && number > 0)
-        {
-            execution.Session.CallCounters[callee] = number;
-            execution.CalledInThisRequest.Add(callee);
+            return await BufferedAsync(response).ConfigureAwait(false);
         }
 
         var body = response.Content is null ? [] : await response.Content.ReadAsByteArrayAsync().ConfigureAwait(false);
@@ -229,7 +274,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             SessionId = execution.SessionId,
             Sequence = execution.Position.Sequence,
             Callee = callee,
-            CallNumber = persistent ? number : 0,
+            CallNumber = number,
             Role = role,
             Reply = logged,
             Method = method,
@@ -243,7 +288,17 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
 
         var copy = ToResponse(logged, request);
         response.Dispose();
-        return copy;
+        return await BufferedAsync(copy).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// A reply whose content is already in memory: HttpClient's own buffering of it is then a no-op. Without this a timeout
+    /// the application set on the client (its token is ignored here) would still fail the call after its reply arrived.
+    /// </summary>
+    private static async Task<HttpResponseMessage> BufferedAsync(HttpResponseMessage response)
+    {
+        await response.Content.LoadIntoBufferAsync().ConfigureAwait(false);
+        return response;
     }
 
     private HttpResponseMessage FromLog(RequestExecution execution, CallReply logged, HttpRequestMessage request)
@@ -281,7 +336,7 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
             // distributed flush of the session's DV first ([MSP §3.1]).
             if (!domain.IsMember(callee))
             {
-                await domain.FlushAsync(execution.Session.Dv, cancellationToken).ConfigureAwait(false);
+                await FlushUntilDoneAsync(execution).ConfigureAwait(false);
             }
 
             return;
@@ -295,6 +350,35 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
 
         execution.ForcedBeforeCall = true;
         await ForceAsync(execution, execution.Session.StateNumber, "call").ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// The distributed flush before a call leaves the domain, asked again while a member is out of reach (each attempt waits
+    /// up to <see cref="DomainOptions.FlushTimeout"/>): like the call it precedes, it ends only when it succeeds, when it
+    /// finds the session an orphan (the request is abandoned and the session rolls back), or with the host's stop.
+    /// </summary>
+    private async Task FlushUntilDoneAsync(RequestExecution execution)
+    {
+        while (true)
+        {
+            try
+            {
+                await runtime.Domain.FlushAsync(execution.Session.Dv, runtime.CallsAbandoned).ConfigureAwait(false);
+                return;
+            }
+            catch (Domain.OrphanException orphan)
+            {
+                throw execution.Abandon(orphan);
+            }
+            catch (Exception ex) when (ex is Domain.DomainUnavailableException or OperationCanceledException)
+            {
+                if (runtime.CallsAbandoned.IsCancellationRequested || !runtime.CallRetriesAllowed)
+                {
+                    throw execution.Abandon(new CallAbandonedException(
+                        $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex));
+                }
+            }
+        }
     }
 
     private static async Task ForceAsync(RequestExecution execution, long lsn, string reason)
@@ -343,4 +427,8 @@ internal sealed class PersistentCallHandler(PersistentRuntime runtime, CallRoles
 
     private static void Count(CalleeRole role, string how)
         => PersistentServicesMetrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
+
+    [Microsoft.Extensions.Logging.LoggerMessage(1375, Microsoft.Extensions.Logging.LogLevel.Error,
+        "A call to '{Callee}' ({Method} {Path}) failed with an error that is not retried; its request is abandoned and finished by its next run")]
+    private static partial void CallFailed(Microsoft.Extensions.Logging.ILogger logger, string callee, string method, string path, Exception exception);
 }

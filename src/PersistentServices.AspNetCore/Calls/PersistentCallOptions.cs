@@ -23,8 +23,20 @@ public sealed class PersistentCallOptions
     /// <summary>First delay between attempts; it doubles, with jitter, up to <see cref="MaxRetryDelay"/>. Default 100 ms.</summary>
     public TimeSpan RetryDelay { get; set; } = TimeSpan.FromMilliseconds(100);
 
-    /// <summary>Longest delay between attempts. A call is retried until a reply arrives or the host stops. Default 5 seconds.</summary>
+    /// <summary>
+    /// Longest delay between attempts. A call is retried until a reply arrives or the host stops, whatever the client's
+    /// <see cref="HttpClient.Timeout"/> (<c>AddPersistentCalls()</c> sets it to infinite, and the call ignores it). Default 5 seconds.
+    /// </summary>
     public TimeSpan MaxRetryDelay { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// While the host drains (SIGTERM), how long a call of a running request is still retried when its callee is out of
+    /// reach or answers 503 (it may be stopping too, or restarting). After it the request is abandoned (its client gets
+    /// 503; the request is finished after the restart, under the same call id), so services stopped together drain in
+    /// seconds rather than waiting for each other until the shutdown timeout. An attempt the callee is answering goes on
+    /// until the shutdown timeout. Default 5 seconds.
+    /// </summary>
+    public TimeSpan DrainRetryTime { get; set; } = TimeSpan.FromSeconds(5);
 
     /// <summary>When the caller forces its log before calling a persistent service. Default <see cref="CallLogging.MultiCall"/>.</summary>
     public CallLogging Logging { get; set; } = CallLogging.MultiCall;

@@ -5,7 +5,9 @@ using Microsoft.Extensions.Options;
 using PersistentServices;
 using PersistentServices.Calls;
 using PersistentServices.Hosting;
+using Microsoft.Extensions.Logging;
 using Polly;
+using Polly.Telemetry;
 
 namespace Microsoft.Extensions.DependencyInjection;
 
@@ -25,11 +27,20 @@ public static class PersistentCallsHttpClientBuilderExtensions
         ArgumentNullException.ThrowIfNull(builder);
         builder.Services.TryAddSingleton<CallRoles>();
         var callee = builder.Name;
+
+        // The call is retried until a reply arrives (condition 4): .NET's default HttpClient.Timeout of 100 s would cut it
+        // off (PersistentCallHandler ignores the client's token inside persistent requests anyway, for a Timeout set later).
+        builder.ConfigureHttpClient(static client => client.Timeout = Timeout.InfiniteTimeSpan);
         builder.AddHttpMessageHandler(sp => new PersistentCallHandler(
-            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), callee));
-        builder.AddResilienceHandler("persistent-calls", static (pipeline, context) =>
+            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), callee,
+            sp.GetRequiredService<ILoggerFactory>().CreateLogger<PersistentCallHandler>()));
+        builder.Services.TryAddEnumerable(ServiceDescriptor.Singleton<IConfigureOptions<TelemetryOptions>, QuietRetryTelemetry>());
+        builder.AddResilienceHandler(PipelineName, static (pipeline, context) =>
         {
+            var runtime = context.ServiceProvider.GetRequiredService<PersistentRuntime>();
             var options = context.ServiceProvider.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Calls;
+            var logger = context.ServiceProvider.GetRequiredService<ILoggerFactory>().CreateLogger<PersistentCallHandler>();
+            var callee = context.BuilderName;
             pipeline.AddRetry(new HttpRetryStrategyOptions
             {
                 MaxRetryAttempts = int.MaxValue,
@@ -37,19 +48,50 @@ public static class PersistentCallsHttpClientBuilderExtensions
                 UseJitter = true,
                 Delay = options.RetryDelay,
                 MaxDelay = options.MaxRetryDelay,
-                ShouldHandle = static args => ValueTask.FromResult(args.Outcome switch
-                {
-                    { Exception: HttpRequestException or Polly.Timeout.TimeoutRejectedException } => true,
 
-                    // 503: the callee recovers or stops; 409 with Retry-After: our earlier attempt still runs there.
-                    { Result.StatusCode: HttpStatusCode.ServiceUnavailable or HttpStatusCode.TooManyRequests } => true,
-                    { Result: { StatusCode: HttpStatusCode.Conflict } conflict } => conflict.Headers.RetryAfter is not null,
+                // Not after the drain's DrainRetryTime: the handler then abandons the request (finished after the restart).
+                ShouldHandle = args => ValueTask.FromResult(runtime.CallRetriesAllowed && args.Outcome switch
+                {
+                    { Exception: { } exception } => exception is HttpRequestException or Polly.Timeout.TimeoutRejectedException,
+                    { Result: { } response } => PersistentCallRetries.IsRetryable(response),
                     _ => false,
                 }),
+
+                // One warning when a call first has to wait, and one every 10 attempts after that (Polly's own events for this
+                // pipeline are debug-level: QuietRetryTelemetry), not two for every attempt of a callee down for minutes.
+                OnRetry = args =>
+                {
+                    if (args.AttemptNumber % 10 == 0)
+                    {
+                        PersistentCallRetries.CallWaits(logger, callee, args.AttemptNumber + 1, args.Outcome.Result is { } answer ? $"{(int)answer.StatusCode}" : args.Outcome.Exception?.Message ?? "");
+                    }
+
+                    return default;
+                },
             });
             pipeline.AddTimeout(options.AttemptTimeout);
         });
         builder.AddHttpMessageHandler(sp => new PeerSigningHandler(sp.GetRequiredService<PersistentRuntime>()));
         return builder;
+    }
+
+    /// <summary>The name of the resilience pipeline <see cref="AddPersistentCalls"/> adds (Polly names it <c>{client}-persistent-calls</c>).</summary>
+    internal const string PipelineName = "persistent-calls";
+
+    /// <summary>
+    /// Polly's events of the persistent-calls pipelines at debug level: a call is retried until its callee answers, so a
+    /// callee down for minutes would otherwise log two warnings per attempt for every waiting call. The handler logs its own.
+    /// Other pipelines keep their severities (an application's own provider is kept for them).
+    /// </summary>
+    private sealed class QuietRetryTelemetry : IConfigureOptions<TelemetryOptions>
+    {
+        public void Configure(TelemetryOptions options)
+        {
+            var previous = options.SeverityProvider;
+            options.SeverityProvider = args =>
+                args.Source.PipelineName?.EndsWith("-" + PipelineName, StringComparison.Ordinal) == true && args.Event.Severity > ResilienceEventSeverity.Debug
+                    ? ResilienceEventSeverity.Debug
+                    : previous?.Invoke(args) ?? args.Event.Severity;
+        }
     }
 }

@@ -50,7 +50,11 @@ public static class PersistentServicesServiceCollectionExtensions
         services.AddHostedService<PersistentServices.Http.IdempotencyKeys.IdempotencyKeyExpiryService>();
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Domain.DomainHostedService>());
-        services.AddHealthChecks().AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready", "live"]);
+        // Readiness (recovered, not draining, not faulted) and liveness (only a faulted log or a failed recovery), apart, so
+        // that a probe per tag restarts a pod for a fault and only holds traffic back while it recovers or drains.
+        services.AddHealthChecks()
+            .AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready"])
+            .AddCheck<PersistentServicesLivenessCheck>("persistentservices-live", tags: ["live"]);
         return services;
     }
 }

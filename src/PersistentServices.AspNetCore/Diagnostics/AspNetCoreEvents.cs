@@ -38,6 +38,10 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1110, LogLevel.Warning, "Refused a DV header from '{Caller}': it had {Reason}")]
     public static partial void DvRefused(ILogger logger, string caller, string reason);
 
+    [LoggerMessage(1114, LogLevel.Information,
+        "Request {Sequence} of session {SessionTag} has not finished within ReplyTimeout: its client gets 503 reply-pending, the execution goes on, and a retry gets the reply")]
+    public static partial void ReplyPending(ILogger logger, long sequence, string sessionTag);
+
     [LoggerMessage(1200, LogLevel.Information,
         "Analysis scan: {Sessions} live sessions ({AtRest} at rest read directly, and {VariablesAtRest} shared variables), {Requests} logged requests, {Records} records from LSN {ScannedFrom} in {ElapsedMs} ms ({StatesFromParts} checkpointed session states read from parts); accepting new sessions")]
     public static partial void AnalysisDone(ILogger logger, int sessions, int atRest, int variablesAtRest, long requests, long records, long scannedFrom, long elapsedMs, int statesFromParts);

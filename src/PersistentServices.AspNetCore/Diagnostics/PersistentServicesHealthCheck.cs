@@ -9,7 +9,7 @@ namespace PersistentServices.Diagnostics;
 /// <see cref="NearCapFraction"/> of <see cref="PersistentServicesOptions.MaxSessions"/> (starts are about to get 429), or
 /// buffered replies at that fraction of the session memory budget (replies are about to go to the log); unhealthy while
 /// scanning, while draining, when recovery failed, or when the log faulted (the service must restart). Tagged
-/// <c>ready</c> and <c>live</c>.
+/// <c>ready</c>; <see cref="PersistentServicesLivenessCheck"/> (tagged <c>live</c>) is the one for a liveness probe.
 /// </summary>
 internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) : IHealthCheck
 {

@@ -30,11 +30,63 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
     /// <summary>The longest pause between two runs of an abandoned request.</summary>
     public static readonly TimeSpan MaxRetryDelay = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// Rollbacks of one session for one lost state after which orphan recovery gives up on the session (quarantines it):
+    /// after a rollback the session no longer depends on that state, and nothing known to be lost can become a dependency
+    /// again (messages, call replies and shared writes that carry it are refused), so a session that keeps coming back to
+    /// it is caught in a loop that only a defect can cause; each turn replays the session and appends records.
+    /// </summary>
+    public const int MaxRollbacksPerLoss = 16;
+
     private readonly Lock _gate = new();
     private readonly Dictionary<SessionId, Run> _runs = [];
+    private readonly System.Runtime.CompilerServices.ConditionalWeakTable<Session, LossCount> _losses = new();
 
     /// <summary>Rolls back <paramref name="session"/>; a trigger while it rolls back makes it roll back once more afterwards.</summary>
-    public void Schedule(Session session, RecoveredStateNumber lost) => Start(session, lost, TimeSpan.Zero);
+    public void Schedule(Session session, RecoveredStateNumber lost)
+    {
+        if (session.Ended || session.Diverged is not null)
+        {
+            return;
+        }
+
+        int times;
+        lock (_gate)
+        {
+            if (_runs.TryGetValue(session.Id, out var running))
+            {
+                running.Again = true; // a rollback under way looks again; not one more rollback for this loss
+                return;
+            }
+
+            var count = _losses.GetOrCreateValue(session);
+            times = count.Lost == lost ? ++count.Times : count.Times = 1;
+            count.Lost = lost;
+        }
+
+        if (times > MaxRollbacksPerLoss)
+        {
+            GiveUp(session, lost, times - 1);
+            return;
+        }
+
+        Start(session, lost, TimeSpan.Zero);
+    }
+
+    /// <summary>The session keeps depending on <paramref name="lost"/> after every rollback: quarantined (reported: log, health, metric), not rolled back again.</summary>
+    private void GiveUp(Session session, RecoveredStateNumber lost, int rollbacks)
+    {
+        var error = new ReplayDivergenceException(
+            $"Session {session.TraceTag} depended on state of '{lost.Service}' that its crash took back (epoch {lost.State.Epoch}, recovered to LSN {lost.State.Lsn}) " +
+            $"again after each of {rollbacks} rollbacks: orphan recovery does not converge for it, so it is quarantined (its requests get session-diverged) " +
+            "instead of rolling back without end. The other sessions go on. This is a defect: please report it with the service's log.",
+            session.TraceTag, session.RecoveryLsn);
+        runtime.Shared.ReleaseReservations(session.Id);
+        session.Quarantine(error);
+        runtime.CountQuarantined();
+        Diagnostics.PersistentServicesMetrics.DivergedSessions.Add(1);
+        GaveUp(logger, session.TraceTag, lost.Service, lost.State.Epoch, lost.State.Lsn, rollbacks);
+    }
 
     /// <summary>
     /// The replay of a recovered session abandoned the request the crash cut short (<see cref="ReplayTailAbandonedException"/>):
@@ -187,6 +239,13 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         }
     }
 
+    private sealed class LossCount
+    {
+        public RecoveredStateNumber? Lost { get; set; }
+
+        public int Times { get; set; }
+    }
+
     private sealed class Run
     {
         public Task Task { get; set; } = Task.CompletedTask;
@@ -199,6 +258,10 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
     [LoggerMessage(1372, LogLevel.Error, "The rollback of orphan session {SessionTag} failed; its requests get 503")]
     private static partial void RollbackFailed(ILogger logger, string sessionTag, Exception exception);
+
+    [LoggerMessage(1377, LogLevel.Error,
+        "Session {SessionTag} still depends on lost state of '{Service}' (epoch {Epoch}, recovered to LSN {Lsn}) after {Rollbacks} rollbacks for it: quarantined instead of rolling back again")]
+    private static partial void GaveUp(ILogger logger, string sessionTag, string service, long epoch, long lsn, int rollbacks);
 
     [LoggerMessage(1374, LogLevel.Warning, "Session {SessionTag} rolls back again (a recovered state number was learned while it rolled back, or the request it ran live again was abandoned)")]
     private static partial void RunningAgain(ILogger logger, string sessionTag);

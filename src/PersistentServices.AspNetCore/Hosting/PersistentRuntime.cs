@@ -85,9 +85,22 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     {
         if (_stage is RecoveryStage.Replaying or RecoveryStage.Ready)
         {
+            Interlocked.CompareExchange(ref _drainBegan, Time.GetTimestamp(), 0);
             _stage = RecoveryStage.Draining;
         }
     }
+
+    private long _drainBegan;
+
+    /// <summary>Whether the host is draining (it stops: running requests finish, new ones get 503).</summary>
+    public bool IsDraining => _stage == RecoveryStage.Draining;
+
+    /// <summary>
+    /// Whether a call of a running request that found its callee out of reach (or answering 503) is asked again: always,
+    /// except in a drain that began more than <see cref="PersistentCallOptions.DrainRetryTime"/> ago.
+    /// </summary>
+    public bool CallRetriesAllowed
+        => _stage != RecoveryStage.Draining || Volatile.Read(ref _drainBegan) is var began && (began == 0 || Time.GetElapsedTime(began) < Options.Calls.DrainRetryTime);
 
     /// <summary>
     /// Fires when calls to other services should stop being retried: the host's shutdown timeout ended the drain, or the
@@ -217,6 +230,8 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             {
                 // A shared variable's checkpoint must never be an orphan either (MSP §3.3): its DV is flushed first.
                 _shared.DistributedFlush = Domain.FlushAsync;
+                _shared.Recovered = Domain.Recovered;
+                _shared.OrphanError = static lost => new Domain.OrphanException(lost);
             }
 
             // A new epoch starts with every recovery; it is forced so no two failure-free periods share one (LSNs of a

@@ -41,7 +41,12 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
 
         if (options.MaxSessionsPerOwner is < 1)
         {
-            failures.Add($"PersistentServicesOptions.MaxSessionsPerOwner must be positive, or null for no cap per principal (was {options.MaxSessionsPerOwner}).");
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerOwner must be positive, or null for a tenth of MaxSessions (was {options.MaxSessionsPerOwner}).");
+        }
+
+        if (options.MaxSessionsPerAddress is < 1)
+        {
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerAddress must be positive, or null for a tenth of MaxSessions (was {options.MaxSessionsPerAddress}).");
         }
 
         var available = GC.GetGCMemoryInfo().TotalAvailableMemoryBytes;
@@ -128,6 +133,26 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             {
                 failures.Add("PersistentServicesOptions.Domain.FlushTimeout must be at least 100 ms.");
             }
+        }
+
+        if (options.OwnerClaimType is not null && options.OwnerIdentity is not null)
+        {
+            failures.Add("PersistentServicesOptions: set OwnerClaimType or OwnerIdentity, not both.");
+        }
+
+        if (options.OwnerClaimType is { } ownerClaim && string.IsNullOrWhiteSpace(ownerClaim))
+        {
+            failures.Add("PersistentServicesOptions.OwnerClaimType must name a claim type (or be null for the built-in claims).");
+        }
+
+        if (options.ReplyTimeout is { } replyTimeout && replyTimeout != Timeout.InfiniteTimeSpan && replyTimeout < TimeSpan.FromMilliseconds(100))
+        {
+            failures.Add($"PersistentServicesOptions.ReplyTimeout must be at least 100 ms, or Timeout.InfiniteTimeSpan (was {replyTimeout}).");
+        }
+
+        if (options.Calls.DrainRetryTime < TimeSpan.Zero)
+        {
+            failures.Add($"PersistentServicesOptions.Calls.DrainRetryTime must not be negative (was {options.Calls.DrainRetryTime}).");
         }
 
         if (options.ReplayParallelism < 1)

@@ -21,7 +21,8 @@ internal readonly record struct CapturedReply(BufferedReply Reply, IReadOnlyList
 ///   empty 500 plain ASP.NET Core would send, and for a logged request that 500 is logged and buffered like any reply.
 ///   A read-only request's exception propagates, as it would without the library.</item>
 /// <item>A <see cref="RequestAbandonedException"/> (a call the host's stop abandoned, a member out of reach, an orphan) is
-///   not the endpoint's failure: it propagates, and the request is abandoned (503).</item>
+///   not the endpoint's failure: it propagates, and the request is abandoned (503). So does an abandonment the endpoint
+///   caught (<see cref="RequestExecution.Abandoned"/>): what it answered instead is discarded.</item>
 /// <item><c>OnCompleted</c> callbacks are not run here: the caller decides when a reply really goes to a client.</item>
 /// </list>
 /// </summary>
@@ -40,10 +41,17 @@ internal static class EndpointRunner
                     await next(context).ConfigureAwait(false);
                     await capture.RunOnStartingAsync().ConfigureAwait(false);
                 }
-                catch (Exception ex) when (scope.Mode != ExecutionMode.ReadOnly && ex is not RequestAbandonedException)
+                catch (Exception ex) when (scope.Mode != ExecutionMode.ReadOnly && ex is not RequestAbandonedException && scope.Execution?.Abandoned is null)
                 {
                     LogFailure(context, scope, logger, ex);
                     capture.Reset(StatusCodes.Status500InternalServerError);
+                }
+
+                // Abandoned while it ran, even when the endpoint caught the exception and answered: that answer is not the
+                // request's outcome (a later run finishes the request), so it is never logged or sent.
+                if (scope.Execution?.Abandoned is { } abandoned)
+                {
+                    System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(abandoned);
                 }
 
                 return new CapturedReply(capture.Freeze(), capture.OnCompletedCallbacks);

@@ -57,4 +57,15 @@ internal sealed class PersistentRequest(HttpContext httpContext)
 
     /// <summary>The request's activity, when someone listens (<see cref="Diagnostics.PersistentServicesTracing"/>).</summary>
     public Activity? Activity { get; set; }
+
+    /// <summary>A call from another of the deployment's services: its name (verified); null for an end client.</summary>
+    public string? Caller { get; set; }
+
+    private int _answered; // 0: not yet; 1: the execution answers the client; 2: the client was answered reply-pending
+
+    /// <summary>The execution claims the client's response: false when it was released already (<see cref="TryRelease"/>).</summary>
+    public bool TryAnswer() => Interlocked.CompareExchange(ref _answered, 1, 0) != 2;
+
+    /// <summary>The wait for the execution ended (ReplyTimeout): true when the client may be answered now, the execution going on without it.</summary>
+    public bool TryRelease() => Interlocked.CompareExchange(ref _answered, 2, 0) == 0;
 }

@@ -68,7 +68,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         {
             case AdmitOutcome.Execute:
                 Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
-                if (await ExecuteAsync(request).ConfigureAwait(false))
+                if (await ExecuteWithinReplyTimeoutAsync(request).ConfigureAwait(false))
                 {
                     await SendAsync(request).ConfigureAwait(false);
                     if (Checkpoints.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
@@ -97,7 +97,14 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 BufferedReply reply;
                 try
                 {
-                    reply = await admission.Pending!.ConfigureAwait(false);
+                    reply = await WaitForReplyAsync(request, admission.Pending!).ConfigureAwait(false);
+                }
+                catch (TimeoutException)
+                {
+                    // Still executing after ReplyTimeout (waiting for another service): 503, the execution goes on.
+                    AspNetCoreEvents.ReplyPending(logger, request.Sequence, request.Session.TraceTag);
+                    await ProtocolProblems.ReplyPendingAsync(context).ConfigureAwait(false);
+                    return;
                 }
                 catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or OperationCanceledException or RequestAbandonedException or SessionRolledBackException)
                 {
@@ -216,6 +223,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         if (caller is not null)
         {
             context.User = Calls.PeerCalls.Principal(caller);
+            request.Caller = caller;
         }
 
         // Inside the domain a call carries the sender's DV ([MSP Fig. 7]); from anyone else a DV is refused, never honoured.
@@ -336,7 +344,57 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         return true;
     }
 
-    /// <summary>Steps 2–4 under the session's execution lock. False when the request was abandoned (503 written).</summary>
+    /// <summary>
+    /// Steps 2–4, while the request's client waits at most <see cref="PersistentServicesOptions.ReplyTimeout"/> for them: after
+    /// that it gets 503 with <c>Retry-After</c> (<c>reply-pending</c>) and the execution goes on (the endpoint never sees its
+    /// client leave); a retry of the same request gets the reply once it is there. A call to another service that is down
+    /// or recovering is retried until it answers (docs/calls.md), so without this bound a client would wait as long. True
+    /// when the reply is this client's to send.
+    /// </summary>
+    private async ValueTask<bool> ExecuteWithinReplyTimeoutAsync(PersistentRequest request)
+    {
+        var timeout = ReplyTimeoutFor(request);
+        if (timeout == Timeout.InfiniteTimeSpan)
+        {
+            return await ExecuteAsync(request).ConfigureAwait(false);
+        }
+
+        // The client's own response, before the endpoint's capture replaces it in the request's features.
+        var features = request.HttpContext.Features;
+        var response = features.Get<Microsoft.AspNetCore.Http.Features.IHttpResponseFeature>()!;
+        var responseBody = features.Get<Microsoft.AspNetCore.Http.Features.IHttpResponseBodyFeature>()!;
+        var http1 = HttpProtocol.IsHttp10(request.HttpContext.Request.Protocol) || HttpProtocol.IsHttp11(request.HttpContext.Request.Protocol);
+        var execution = ExecuteAsync(request).AsTask();
+        if (!execution.IsCompleted)
+        {
+            try
+            {
+                await execution.WaitAsync(timeout, runtime.Time).ConfigureAwait(false);
+            }
+            catch (TimeoutException) when (request.TryRelease())
+            {
+                // The HttpContext stays alive (this method still runs) while the execution uses it; only the client is answered.
+                AspNetCoreEvents.ReplyPending(logger, request.Sequence, request.Session.TraceTag);
+                await ProtocolProblems.ReplyPendingAsync(response, responseBody, http1).ConfigureAwait(false);
+            }
+            catch (TimeoutException)
+            {
+                // The execution answered the client at that very moment: wait for it.
+            }
+        }
+
+        return await execution.ConfigureAwait(false);
+    }
+
+    /// <summary>How long this request's client waits for its reply: end clients <see cref="PersistentServicesOptions.ReplyTimeout"/>; services calling (whose call retries on its own timeout) as long as it takes.</summary>
+    private TimeSpan ReplyTimeoutFor(PersistentRequest request)
+        => request.Caller is null ? runtime.Options.EffectiveReplyTimeout : Timeout.InfiniteTimeSpan;
+
+    /// <summary>A duplicate waits for the execution under way as long as the first attempt would have: <see cref="TimeoutException"/> after that.</summary>
+    private Task<BufferedReply> WaitForReplyAsync(PersistentRequest request, Task<BufferedReply> pending)
+        => ReplyTimeoutFor(request) is var timeout && timeout == Timeout.InfiniteTimeSpan ? pending : pending.WaitAsync(timeout, runtime.Time);
+
+    /// <summary>Steps 2–4 under the session's execution lock. False when the request was abandoned (503 written) or its client was answered already (<see cref="PersistentRequest.TryRelease"/>).</summary>
     private async ValueTask<bool> ExecuteAsync(PersistentRequest request)
     {
         var session = request.Session;
@@ -389,11 +447,19 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 return false;
             }
 
+            // Its client may have been answered 503 already (ReplyTimeout): then the reply waits for the retry, which runs
+            // its OnCompleted callbacks when it receives it, as for a reply recovery finished.
+            var answering = request.TryAnswer();
+            if (!answering)
+            {
+                request.Reply.Reply.DeferOnCompleted(request.Reply.OnCompleted);
+            }
+
             session.Complete(request.Reply.Reply);
             Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
             PersistentServicesMetrics.Requests.Add(1, Executed);
             await CheckpointIfDueAsync(session).ConfigureAwait(false);
-            return true;
+            return answering;
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or RequestAbandonedException)
         {
@@ -464,7 +530,12 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     /// <summary>Step 4a: the short reply record ([Phoenix/App Algorithm 3]).</summary>
     private long LogReply(PersistentRequest request)
     {
-        var lsn = SessionRecords.AppendReply(runtime.Log, request.Session, request.Execution!.Position, request.Reply.Reply);
+        var reply = request.Reply.Reply;
+        var lsn = SessionRecords.AppendReply(runtime.Log, request.Session, request.Execution!.Position, reply);
+
+        // As replay and the analysis scan do: a rollback's replay then compares this request's replayed reply with it, and
+        // never takes the request, when it is the session's last, for one a crash cut short (run on live, its reply logged twice).
+        request.Session.LoggedReplies[request.Sequence] = (reply.StatusCode, reply.Hash);
         request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.appended"));
         return lsn;
     }
@@ -577,7 +648,9 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     private Task UnavailableAsync(PersistentRequest request, Exception? error)
     {
         AspNetCoreEvents.LogUnavailable(logger, request.Sequence, request.Session.TraceTag, error);
-        return ProtocolProblems.UnavailableAsync(request.HttpContext);
+
+        // Not when the client was answered already (it got reply-pending after ReplyTimeout; its retry learns the rest).
+        return request.TryAnswer() ? ProtocolProblems.UnavailableAsync(request.HttpContext) : Task.CompletedTask;
     }
 
     private static void Trace(PersistentRequest request, AdmitOutcome outcome)

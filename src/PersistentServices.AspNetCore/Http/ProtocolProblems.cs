@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Text.Json;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using PersistentServices.Sessions;
 
 namespace PersistentServices.Http;
@@ -25,6 +26,13 @@ internal static class ProtocolProblems
             response.Headers[ProtocolHeaders.ExpectedSequence] = expected.ToString(CultureInfo.InvariantCulture);
         }
 
+        var body = Problem(status, type, title, detail, expectedSequence);
+        response.ContentLength = body.Length;
+        return response.Body.WriteAsync(body, CancellationToken.None).AsTask();
+    }
+
+    private static byte[] Problem(int status, string type, string title, string detail, long? expectedSequence)
+    {
         var problem = new Dictionary<string, object?>
         {
             ["type"] = TypePrefix + type,
@@ -37,9 +45,45 @@ internal static class ProtocolProblems
             problem["expectedSequence"] = next; // only the numbering refusals carry it
         }
 
-        var body = JsonSerializer.SerializeToUtf8Bytes(problem);
-        response.ContentLength = body.Length;
-        return response.Body.WriteAsync(body, CancellationToken.None).AsTask();
+        return JsonSerializer.SerializeToUtf8Bytes(problem);
+    }
+
+    private const string ReplyPendingDetail =
+        "The request is executing and has not finished yet (it may wait for another service that is down or recovering): retry the same " +
+        "request (the same session and number, or the same Idempotency-Key) to get its reply. It is not executed again.";
+
+    /// <summary>503 <c>reply-pending</c>: the request executes, past <see cref="PersistentServicesOptions.ReplyTimeout"/>; a retry of it gets its reply.</summary>
+    public static Task ReplyPendingAsync(HttpContext context)
+    {
+        context.Response.Headers.RetryAfter = "1";
+        return WriteAsync(context, 503, "reply-pending", "Reply not ready yet", ReplyPendingDetail);
+    }
+
+    /// <summary>
+    /// The same, written straight to the client's response features while the request's endpoint still runs (it writes into
+    /// a capture that replaced them in the request's features), and completed: the client has its answer, the execution goes on.
+    /// </summary>
+    public static async Task ReplyPendingAsync(IHttpResponseFeature response, IHttpResponseBodyFeature body, bool http1)
+    {
+        if (response.HasStarted)
+        {
+            return;
+        }
+
+        var bytes = Problem(503, "reply-pending", "Reply not ready yet", ReplyPendingDetail, null);
+        response.StatusCode = 503;
+        response.Headers.RetryAfter = "1";
+        if (http1)
+        {
+            // An HTTP/1.x connection serves its next request only once this one's middleware returns (when the execution
+            // ends): the client must not send its retry on it, or the retry would wait for the very execution it asks about.
+            response.Headers.Connection = "close";
+        }
+
+        response.Headers.ContentType = "application/problem+json";
+        response.Headers.ContentLength = bytes.Length;
+        await body.Writer.WriteAsync(bytes).ConfigureAwait(false);
+        await body.CompleteAsync().ConfigureAwait(false);
     }
 
     public const string StoppingDetail = "The service is stopping (a graceful drain): retry the same request; it is served by the next instance, nothing was executed.";

@@ -14,7 +14,7 @@ internal static class SessionLookup
     /// </summary>
     public static bool TryFindOwned(PersistentRuntime runtime, HttpContext context, SessionId id, out Session session)
         => runtime.Sessions.TryGet(id, out session) && !session.Ended && !IdempotencyKeys.IdempotencyKey.IsKeySession(session) &&
-           SessionOwner.Owns(context.User, session.Owner, session.OwnerVersion);
+           SessionOwners.Owns(runtime, context.User, session);
 
     /// <summary>
     /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when

@@ -42,15 +42,21 @@ internal static partial class SessionEndpoints
         }
 
         var options = runtime.Options;
-        var owner = SessionOwner.Of(context.User);
-        var refusal = runtime.Sessions.TryReserve(owner, options.MaxSessions, options.MaxSessionsPerOwner);
-        if (refusal != StartRefusal.None)
+        if (SessionOwners.Of(runtime, context.User) is not { } owner)
         {
-            await RefuseAsync(context, runtime, refusal, owner, logger).ConfigureAwait(false);
+            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
             return;
         }
 
-        var session = new Session(SessionId.NewRandom(), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        var (bucket, share, byAddress) = SessionOwners.AdmissionBucket(runtime, context, owner);
+        var refusal = runtime.Sessions.TryReserve(bucket, options.MaxSessions, share);
+        if (refusal != StartRefusal.None)
+        {
+            await RefuseAsync(context, runtime, refusal, bucket, byAddress, logger).ConfigureAwait(false);
+            return;
+        }
+
+        var session = new Session(SessionId.NewRandom(), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
         if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
@@ -75,24 +81,27 @@ internal static partial class SessionEndpoints
 
     /// <summary>
     /// 429 at a cap (docs/protocol.md, "Limits"), with a <c>Retry-After</c> that says when a slot really frees: when the
-    /// earliest-expiring session (the caller's own, at the per-principal cap) expires.
+    /// earliest-expiring session or remembered key (the caller's own, at its share) expires.
     /// </summary>
-    private static Task RefuseAsync(HttpContext context, PersistentRuntime runtime, StartRefusal refusal, byte[] owner, ILogger logger)
+    public static Task RefuseAsync(HttpContext context, PersistentRuntime runtime, StartRefusal refusal, byte[] bucket, bool byAddress, ILogger logger, string what = "live sessions")
     {
         var options = runtime.Options;
         var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
-        var ownerFull = refusal == StartRefusal.OwnerFull;
-        var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), ownerFull ? owner : null);
+        var shareFull = refusal == StartRefusal.OwnerFull;
+        var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), shareFull ? bucket : null);
         context.Response.Headers.RetryAfter = retryAfter.ToString(System.Globalization.CultureInfo.InvariantCulture);
-        PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", ownerFull ? "max_sessions_per_owner" : "max_sessions"));
-        SessionRefused(logger, ownerFull ? "MaxSessionsPerOwner" : "MaxSessions", retryAfter);
-        return ownerFull
-            ? ProtocolProblems.WriteAsync(context, 429, "too-many-owner-sessions", "Too many sessions for this principal",
-                $"You hold the maximum of {options.MaxSessionsPerOwner} live sessions per principal: end one (DELETE {options.SessionsPath}/{{id}}) or retry in {retryAfter} s, " +
-                "when your earliest session expires.")
+        var option = !shareFull ? "MaxSessions" : byAddress ? "MaxSessionsPerAddress" : "MaxSessionsPerOwner";
+        PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason",
+            !shareFull ? "max_sessions" : byAddress ? "max_sessions_per_address" : "max_sessions_per_owner"));
+        SessionRefused(logger, option, retryAfter);
+        return shareFull
+            ? ProtocolProblems.WriteAsync(context, 429, "too-many-owner-sessions", byAddress ? "Too many sessions for this client address" : "Too many sessions for this principal",
+                $"You hold the maximum of {(byAddress ? options.EffectiveMaxSessionsPerAddress : options.EffectiveMaxSessionsPerOwner)} {what} per " +
+                $"{(byAddress ? "anonymous client address" : "principal")} ({option}), sessions and remembered Idempotency-Keys together: end a session " +
+                $"(DELETE {options.SessionsPath}/{{id}}) or retry in {retryAfter} s, when your earliest one expires.")
             : ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
-                $"The service holds its maximum of {options.MaxSessions} live sessions; a slot frees in {retryAfter} s, when the next idle or never-used session expires " +
-                "(or sooner, when a client ends its session).");
+                $"The service holds its maximum of {options.MaxSessions} {what} (sessions and remembered Idempotency-Keys together); a slot frees in " +
+                $"{retryAfter} s, when the next one expires (or sooner, when a client ends its session).");
     }
 
     private static async Task EndAsync(HttpContext context, string id)

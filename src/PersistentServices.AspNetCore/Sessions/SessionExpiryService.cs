@@ -50,9 +50,15 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
             var expiresAt = session.ExpiresAt(idle, unused);
 
             // Quarantined sessions (their replay diverged) expire like idle ones, so their records stop holding the log back.
-            // Key sessions (Idempotency-Key) keep their own retention: ending one here would forget its key (Http/IdempotencyKeys/).
+            // Key sessions (Idempotency-Key) keep their own retention: ending one here would forget its key (Http/IdempotencyKeys/);
+            // when one will be forgotten counts for Retry-After all the same.
             if (Http.IdempotencyKeys.IdempotencyKey.IsKeySession(session))
             {
+                if (KeyForgottenAt(session) is var forgotten && forgotten < next && !session.Ended)
+                {
+                    next = forgotten;
+                }
+
                 continue;
             }
 
@@ -89,7 +95,7 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
             }
         }
 
-        Volatile.Write(ref _nextExpiryTicks, next.UtcTicks);
+        Volatile.Write(ref _nextExpiryTicks, next == DateTimeOffset.MaxValue ? long.MaxValue : next.UtcTicks);
         Volatile.Write(ref _lastSweepTicks, now.UtcTicks);
         if (expiredUnused + expiredIdle > 0)
         {
@@ -137,7 +143,11 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
             expiry = long.MaxValue;
             foreach (var session in runtime.Sessions.SessionsOf(owner))
             {
-                expiry = Math.Min(expiry, session.ExpiresAt(idle, unused).UtcTicks);
+                var at = Http.IdempotencyKeys.IdempotencyKey.IsKeySession(session) ? KeyForgottenAt(session) : session.ExpiresAt(idle, unused);
+                if (at != DateTimeOffset.MaxValue)
+                {
+                    expiry = Math.Min(expiry, at.UtcTicks);
+                }
             }
         }
 
@@ -161,6 +171,13 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
         }
 
         return Math.Max(1, (long)Math.Ceiling(TimeSpan.FromTicks(freesAt - now.UtcTicks).TotalSeconds));
+    }
+
+    /// <summary>When a key session's slot frees: its key is forgotten after both retentions (never, with an infinite one).</summary>
+    private DateTimeOffset KeyForgottenAt(Session session)
+    {
+        var keys = runtime.Options.IdempotencyKeys;
+        return keys.ExpiredKeyRetention == Timeout.InfiniteTimeSpan ? DateTimeOffset.MaxValue : session.LastActivity + keys.Retention + keys.ExpiredKeyRetention;
     }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)

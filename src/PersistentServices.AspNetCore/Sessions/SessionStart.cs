@@ -58,7 +58,13 @@ internal static class SessionStart
 
         // A calling service counts against MaxSessions like any client (not against MaxSessionsPerOwner: one caller
         // session per session of the calling service is its normal use).
-        var session = new Session(id, SessionOwner.Of(context.User), runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
+        if (SessionOwners.Of(runtime, context.User) is not { } owner)
+        {
+            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+            return null;
+        }
+
+        var session = new Session(id, owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
         if (runtime.Sessions.TryReserve(session.Owner, runtime.Options.MaxSessions, maxPerOwner: null) != StartRefusal.None)
         {
             var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();

@@ -88,9 +88,31 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
     /// <summary>Replay only: the request's logged records still to be consumed.</summary>
     public ReplayCursor? Cursor { get; } = cursor;
 
+    /// <summary>
+    /// Why this request was abandoned while it ran (a call the host's stop ended, a member that refused it as an orphan, a
+    /// write that would make a shared variable an orphan), or null. Once set, the request logs nothing more (every
+    /// <see cref="Append"/> throws it again), and whatever the endpoint does with the exception (it may catch it and
+    /// answer), the request ends abandoned, never with a logged reply: it is finished by a later run (a restart's replay
+    /// or a rollback), which logs what this run could not.
+    /// </summary>
+    public Exception? Abandoned { get; private set; }
+
+    /// <summary>Marks this request abandoned by <paramref name="reason"/> (the first reason wins) and returns it, to be thrown.</summary>
+    public TException Abandon<TException>(TException reason)
+        where TException : Exception
+    {
+        Abandoned ??= reason;
+        return reason;
+    }
+
     /// <summary>Appends a record written by this request and makes it part of the session's state (state number, DV).</summary>
     public long Append(RecordKind kind, IMessage body)
     {
+        if (Abandoned is { } abandoned)
+        {
+            System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(abandoned);
+        }
+
         var lsn = Log.Append(kind, body);
         Position.Aux.Add(lsn);
         Session.LoggedBytesSinceCheckpoint += body.CalculateSize();

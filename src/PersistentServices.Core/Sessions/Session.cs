@@ -105,6 +105,7 @@ internal sealed class Session
     {
         Id = id;
         Owner = owner;
+        AdmissionBucket = owner;
         OwnerVersion = ownerVersion;
         StartedAt = startedAt;
         Codec = codec ?? Serialization.JsonValueCodec.Instance;
@@ -134,6 +135,13 @@ internal sealed class Session
 
     /// <summary>SHA-256 of the owning principal's identifier; empty when the session was started anonymously.</summary>
     public byte[] Owner { get; }
+
+    /// <summary>
+    /// Whose share of the session table this session counts against (<see cref="SessionTable.TryReserve"/>): its owner when
+    /// authenticated; for an anonymous session started or keyed live, a hash of the client's address (not logged: a
+    /// recovered anonymous session counts against no share, only against the table). Empty: no share.
+    /// </summary>
+    public byte[] AdmissionBucket { get; set; }
 
     /// <summary>How <see cref="Owner"/> was hashed (<see cref="SessionOwner"/>): sessions started by older builds keep theirs.</summary>
     public int OwnerVersion { get; }

@@ -10,13 +10,14 @@ internal enum StartRefusal
     /// <summary>The service holds its most sessions.</summary>
     ServiceFull,
 
-    /// <summary>The caller (an authenticated principal) holds its most sessions.</summary>
+    /// <summary>The caller (an authenticated principal, or an anonymous client's address) holds its share of the sessions.</summary>
     OwnerFull,
 }
 
 /// <summary>
 /// The service's live sessions, by id, and what admission needs to know about them: how many there are (never-used ones
-/// too), how many each authenticated owner holds, and the memory their buffered replies take
+/// too), how many each admission bucket holds (an authenticated owner, or an anonymous client's address:
+/// <see cref="Session.AdmissionBucket"/>), and the memory their buffered replies take
 /// (<see cref="SessionMemory"/>). A start reserves its slot before its record is logged, so concurrent starts never
 /// exceed a cap; sessions recovered from the log join whatever the caps say.
 /// </summary>
@@ -115,9 +116,10 @@ internal sealed class SessionTable
     }
 
     /// <summary>
-    /// Reserves a slot for a session <paramref name="owner"/> is starting: refused when the service holds
-    /// <paramref name="maxSessions"/> sessions, or an authenticated owner <paramref name="maxPerOwner"/>. A reserved slot is
-    /// then used by <see cref="TryAddReserved"/> or given back by <see cref="ReleaseReserved"/>.
+    /// Reserves a slot for a session started in <paramref name="owner"/>'s admission bucket: refused when the service holds
+    /// <paramref name="maxSessions"/> sessions, or the bucket <paramref name="maxPerOwner"/>. A reserved slot is then used by
+    /// <see cref="TryAddReserved"/> (with the session's <see cref="Session.AdmissionBucket"/> set to the same bucket) or
+    /// given back by <see cref="ReleaseReserved"/>.
     /// </summary>
     public StartRefusal TryReserve(byte[] owner, int maxSessions, int? maxPerOwner)
     {
@@ -203,14 +205,15 @@ internal sealed class SessionTable
 
         Interlocked.Decrement(ref _slots);
         session.Detach();
-        if (session.Owner.Length > 0)
+        var bucket = session.AdmissionBucket;
+        if (bucket.Length > 0)
         {
             lock (_ownersGate)
             {
-                if (_owners.TryGetValue(session.Owner, out var sessions))
+                if (_owners.TryGetValue(bucket, out var sessions))
                 {
                     sessions.Live.Remove(session);
-                    RemoveIfEmpty(session.Owner, sessions);
+                    RemoveIfEmpty(bucket, sessions);
                 }
             }
         }
@@ -218,7 +221,7 @@ internal sealed class SessionTable
         return true;
     }
 
-    /// <summary>Live sessions of an authenticated owner (starts in flight included).</summary>
+    /// <summary>Live sessions of an admission bucket (starts in flight included).</summary>
     public int CountOf(byte[] owner)
     {
         lock (_ownersGate)
@@ -227,7 +230,7 @@ internal sealed class SessionTable
         }
     }
 
-    /// <summary>The live sessions of an authenticated owner, copied.</summary>
+    /// <summary>The live sessions of an admission bucket, copied.</summary>
     public Session[] SessionsOf(byte[] owner)
     {
         lock (_ownersGate)
@@ -241,16 +244,17 @@ internal sealed class SessionTable
 
     private void AddToOwner(Session session, bool reserved)
     {
-        if (session.Owner.Length == 0)
+        var bucket = session.AdmissionBucket;
+        if (bucket.Length == 0)
         {
             return;
         }
 
         lock (_ownersGate)
         {
-            if (!_owners.TryGetValue(session.Owner, out var sessions))
+            if (!_owners.TryGetValue(bucket, out var sessions))
             {
-                _owners[session.Owner] = sessions = new OwnerSessions();
+                _owners[bucket] = sessions = new OwnerSessions();
             }
 
             if (reserved)

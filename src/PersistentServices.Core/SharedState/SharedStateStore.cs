@@ -49,6 +49,17 @@ internal sealed partial class SharedStateStore
     /// </summary>
     public Func<DependencyVector, CancellationToken, Task>? DistributedFlush { get; set; }
 
+    /// <summary>
+    /// In a service domain: the recovered state numbers this service knows (null outside a domain). A live write whose
+    /// writer depends on one of them is refused (<see cref="OrphanError"/>): the variable would take the writer's DV and
+    /// carry the lost state to every later reader, after the check the learning of that number made ([MSP §4.2]); a live
+    /// read of a variable that depends on one (its rollback has not run yet) starts that rollback and is refused too.
+    /// </summary>
+    public RecoveredStates? Recovered { get; set; }
+
+    /// <summary>The exception that abandons a request which would depend on lost state (set with <see cref="Recovered"/>).</summary>
+    public Func<RecoveredStateNumber, Exception>? OrphanError { get; set; }
+
     /// <summary>How values are written to the log (and read back in the format they were written in).</summary>
     public ValueCodec Codec { get; }
 
@@ -225,8 +236,16 @@ internal sealed partial class SharedStateStore
 
     private bool WriteLocked<T>(SharedCell cell, RequestExecution execution, T value)
     {
-        var (bytes, format) = Codec.Encode(value);
         var writerDv = execution.Session.Dv;
+
+        // Checked under the variable's lock: a recovered state number learned after this check finds the write in the
+        // variable when its own check (RollBackOrphanAsync, which takes the lock) comes.
+        if (Recovered?.FindOrphan(writerDv) is { } lost && OrphanError is { } orphan)
+        {
+            throw execution.Abandon(orphan(lost));
+        }
+
+        var (bytes, format) = Codec.Encode(value);
         var write = new SharedWrite
         {
             Variable = cell.Name,
@@ -438,6 +457,21 @@ internal sealed partial class SharedStateStore
             }
 
             rollingBack.TrySetResult();
+        }
+    }
+
+    /// <summary>A rollback started by a read that found the variable an orphan: off the reader's thread (it holds the variable's lock).</summary>
+    private async Task RollBackInBackgroundAsync(string name, RecoveredStateNumber lost, RecoveredStates known)
+    {
+        await Task.Yield();
+        try
+        {
+            await RollBackOrphanAsync(name, lost, known).ConfigureAwait(false);
+        }
+        catch (Exception ex) when (ex is not OutOfMemoryException)
+        {
+            // The log faulted (the service must restart and recovers the variable from its log), or it closed.
+            SharedStateEvents.RollBackFailed(_logger, name, ex);
         }
     }
 
@@ -693,6 +727,15 @@ internal sealed partial class SharedStateStore
         DependencyVector dv;
         using (EnterForAccess(cell))
         {
+            if (Recovered?.FindOrphan(cell.Dv) is { } lost && OrphanError is { } orphan)
+            {
+                // The variable depends on lost state and its rollback has not run (it is under way for a number being
+                // learned, or that number's check missed it): run it, and abandon the reader, whose next run reads the value
+                // the rollback restores.
+                _ = RollBackInBackgroundAsync(cell.Name, lost, Recovered);
+                throw execution.Abandon(orphan(lost));
+            }
+
             // Logged under the variable's lock: the read's place in the log matches the value it saw.
             value = cell.GetValue<T>(Codec);
             var (bytes, format) = cell.Bytes is { } logged ? (logged, cell.Format) : Codec.Encode(value);
@@ -721,4 +764,7 @@ internal static partial class SharedStateEvents
     [LoggerMessage(1300, LogLevel.Warning,
         "Shared variable '{Variable}' depended on state of '{Service}' lost after epoch {Epoch} LSN {Lsn}; rolled back along its write chain to the record at LSN {RestoredLsn}")]
     public static partial void RolledBack(ILogger logger, string variable, string service, long epoch, long lsn, long restoredLsn);
+
+    [LoggerMessage(1301, LogLevel.Error, "Shared variable '{Variable}' depends on lost state and could not be rolled back now (the log faulted or closed)")]
+    public static partial void RollBackFailed(ILogger logger, string variable, Exception exception);
 }

@@ -12,8 +12,9 @@ namespace PersistentServices.Generators.Replay;
 /// registrations whose <c>AddHttpClient(...)</c> chain has <c>.AddPersistentCalls()</c>, read from source. A send is
 /// through such a client when its receiver is, as far as the analyzer can see in source,
 /// <list type="bullet">
-/// <item><c>IHttpClientFactory.CreateClient("name")</c> with a constant name registered that way, directly or through a
-///   local variable every assignment of which is such a call;</item>
+/// <item><c>IHttpClientFactory.CreateClient("name")</c> with a constant name registered that way, or with the variable
+///   (local, parameter, readonly field) whose value the registration named, directly or through a local variable every
+///   assignment of which is such a call;</item>
 /// <item>the <c>HttpClient</c> injected into a typed client registered that way (<c>AddHttpClient&lt;TClient&gt;()</c>, or
 ///   <c>AddHttpClient&lt;TClient, TImplementation&gt;()</c>: into the implementation): a constructor parameter of that class
 ///   (a primary constructor's included), or a readonly field or get-only property of the class written only in its
@@ -27,10 +28,11 @@ internal sealed class PersistentCallClients
     private const int MaxLocalDepth = 4;
 
     private readonly HashSet<string> _names = new(StringComparer.Ordinal);
+    private readonly HashSet<ISymbol> _nameVariables = new(SymbolEqualityComparer.Default);
     private readonly HashSet<INamedTypeSymbol> _typedClients = new(SymbolEqualityComparer.Default);
 
     /// <summary>True when no registration in the compilation has <c>AddPersistentCalls()</c>.</summary>
-    public bool IsEmpty => _names.Count == 0 && _typedClients.Count == 0;
+    public bool IsEmpty => _names.Count == 0 && _nameVariables.Count == 0 && _typedClients.Count == 0;
 
     /// <summary>Reads one <c>AddPersistentCalls()</c> call: the <c>AddHttpClient</c> at the start of its builder chain.</summary>
     public void Add(IInvocationOperation addPersistentCalls)
@@ -68,9 +70,16 @@ internal sealed class PersistentCallClients
     {
         foreach (var argument in addHttpClient.Arguments)
         {
-            if (argument.Parameter?.Name == "name" && argument.Value.ConstantValue is { HasValue: true, Value: string name })
+            if (argument.Parameter?.Name == "name")
             {
-                _names.Add(name);
+                if (argument.Value.ConstantValue is { HasValue: true, Value: string name })
+                {
+                    _names.Add(name);
+                }
+                else if (NameVariable(argument.Value) is { } variable)
+                {
+                    _nameVariables.Add(variable);
+                }
             }
         }
 
@@ -115,7 +124,9 @@ internal sealed class PersistentCallClients
             {
                 if (argument.Parameter?.Name == "name")
                 {
-                    return argument.Value.ConstantValue is { HasValue: true, Value: string name } && _names.Contains(name);
+                    return argument.Value.ConstantValue is { HasValue: true, Value: string name }
+                        ? _names.Contains(name)
+                        : NameVariable(argument.Value) is { } variable && _nameVariables.Contains(variable);
                 }
             }
 
@@ -124,6 +135,20 @@ internal sealed class PersistentCallClients
 
         return KnownSymbols.Is(type, "System.Net.Http", "HttpClientFactoryExtensions") && _names.Contains(string.Empty);
     }
+
+    /// <summary>
+    /// A client name held in a variable (<c>AddHttpClient(next, ...)</c> and <c>CreateClient(next)</c>, names read from
+    /// configuration): the local, parameter or field that holds it. A send through <c>CreateClient</c> with the same variable
+    /// as a registration with <c>AddPersistentCalls()</c> is through that client. Null for any other expression.
+    /// </summary>
+    private static ISymbol? NameVariable(IOperation value)
+        => Operations.SkipConversions(value) switch
+        {
+            ILocalReferenceOperation local => local.Local,
+            IParameterReferenceOperation parameter => parameter.Parameter,
+            IFieldReferenceOperation { Field: { IsReadOnly: true } or { IsConst: true } } field => field.Field,
+            _ => null,
+        };
 
     /// <summary>A constructor parameter of a typed client class (a primary constructor's included).</summary>
     private bool IsInjectedParameter(IParameterSymbol parameter)

@@ -135,6 +135,13 @@ internal sealed class TestAuthHandler(IOptionsMonitor<AuthenticationSchemeOption
 {
     protected override Task<AuthenticateResult> HandleAuthenticateAsync()
     {
+        // "X-Test-Client: id": an API-key handler's principal, with only a client_id claim (no name identifier, no name).
+        if (Request.Headers["X-Test-Client"] is [{ } client])
+        {
+            var apiKey = new ClaimsIdentity([new Claim("client_id", client)], "ApiKey");
+            return Task.FromResult(AuthenticateResult.Success(new AuthenticationTicket(new ClaimsPrincipal(apiKey), "Test")));
+        }
+
         if (Request.Headers["X-Test-User"] is not [{ } user])
         {
             return Task.FromResult(AuthenticateResult.NoResult());

@@ -255,6 +255,75 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         Assert.Null(known.FindOrphan(_store.Cell("Tests.Counter").Dv));
     }
 
+    /// <summary>
+    /// Issue 38 (an orphan rollback without end): a recovered state number learned while a request that depends on the lost
+    /// state is still running. Its write after the learning's check of the variable would give the variable the lost
+    /// dependency for good (every later reader an orphan, rolled back, reading it again). The write is refused (its request
+    /// abandoned: it logs nothing more, whatever the endpoint does), and the variable keeps its value and DV.
+    /// </summary>
+    [Fact]
+    public void Write_ByAWriterThatDependsOnKnownLostState_IsRefused_AndTheRequestIsAbandoned()
+    {
+        var known = new RecoveredStates();
+        _store.Recovered = known;
+        _store.OrphanError = lost => new InvalidOperationException("orphan of " + lost.Service);
+        var clean = NewSession();
+        Run(clean, 1, () => Counter.Write(1));
+
+        var writer = NewSession();
+        writer.Dv = writer.Dv.With("B", new StateId(1, 300));
+        known.Learn(new RecoveredStateNumber("B", new StateId(1, 250)));
+        RequestExecution? execution = null;
+        var error = Assert.Throws<InvalidOperationException>(() => execution = Run(writer, 1, () => Counter.Write(2)));
+
+        Assert.Equal("orphan of B", error.Message);
+        Assert.Equal(1, Counter.Read());
+        Assert.Null(known.FindOrphan(_store.Cell("Tests.Counter").Dv));
+
+        // Whatever the endpoint does after catching it, its request logs nothing more.
+        var caught = NewSession();
+        caught.Dv = caught.Dv.With("B", new StateId(1, 260));
+        var abandoned = Run(caught, 1, () =>
+        {
+            Assert.Throws<InvalidOperationException>(() => Counter.Write(3));
+            Assert.Throws<InvalidOperationException>(() => Stock.Update("x", n => n + 1));
+        });
+        Assert.NotNull(abandoned.Abandoned);
+        Assert.Empty(abandoned.Position.Aux);
+        Assert.Equal(1, Counter.Read());
+    }
+
+    /// <summary>
+    /// A variable that depends on known lost state (the learning's check missed it, or its rollback has not run): a live read
+    /// starts the variable's rollback and is refused, so no reader takes the lost dependency; its next run reads the value
+    /// the rollback restored.
+    /// </summary>
+    [Fact]
+    public async Task Read_OfAVariableThatDependsOnKnownLostState_StartsItsRollback_AndIsRefused()
+    {
+        await WriteOneTwoThreeDependingOnBAsync(checkpointInterval: 100);
+        var known = new RecoveredStates();
+        _store.Recovered = known;
+        _store.OrphanError = lost => new InvalidOperationException("orphan of " + lost.Service);
+        known.Learn(new RecoveredStateNumber("B", new StateId(1, 250)));
+
+        var reader = NewSession();
+        Assert.Throws<InvalidOperationException>(() => Run(reader, 1, () => Counter.Read()));
+        Assert.DoesNotContain(reader.Dv.Entries, e => e.Key == "B");
+
+        var deadline = DateTime.UtcNow.AddSeconds(10);
+        while (known.FindOrphan(_store.Cell("Tests.Counter").Dv) is not null)
+        {
+            Assert.True(DateTime.UtcNow < deadline, "the variable was not rolled back");
+            await Task.Delay(10, Ct);
+        }
+
+        var again = NewSession();
+        var value = 0;
+        Run(again, 2, () => value = Counter.Read());
+        Assert.Equal(2, value);
+    }
+
     [Fact]
     public async Task OrphanUndo_FollowsTheBackwardChainToTheLatestNonOrphanWrite()
     {

@@ -13,19 +13,31 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// same session in the recovered log; it is scoped per principal (the owner hash of <see cref="SessionOwner"/>), so two
 /// callers using the same key never meet, and one caller's key cannot read another's reply.
 /// </summary>
-internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] Scope)
+internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] Scope, SessionId? LegacySessionId)
 {
     public const string HeaderName = "Idempotency-Key";
 
     /// <summary>
     /// The <see cref="Session.OwnerVersion"/> of a key session, logged in its SessionStarted and checkpoint records: the
-    /// owner is hashed as <see cref="SessionOwner.CurrentVersion"/> 2 does, and the session belongs to one key (one request;
-    /// no session-protocol request may use it; its own retention, <see cref="IdempotencyKeyOptions"/>).
+    /// session belongs to one key (one request; no session-protocol request may use it; its own retention,
+    /// <see cref="IdempotencyKeyOptions"/>), and its owner is hashed as <see cref="SessionOwner"/> version 3 does (with the
+    /// authentication type; an unidentified principal is refused). Key sessions started before carry 40: owner version 2.
     /// </summary>
-    public const int KeySessionOwnerVersion = 40;
+    public const int KeySessionOwnerVersion = 41;
+
+    /// <summary>Key sessions started by builds before owner version 3.</summary>
+    public const int LegacyKeySessionOwnerVersion = 40;
 
     /// <summary>True when <paramref name="session"/> is a key session.</summary>
-    public static bool IsKeySession(Session session) => session.OwnerVersion == KeySessionOwnerVersion;
+    public static bool IsKeySession(Session session) => session.OwnerVersion is KeySessionOwnerVersion or LegacyKeySessionOwnerVersion;
+
+    /// <summary>The <see cref="SessionOwner"/> version a session's owner was hashed with (a key session's version says which).</summary>
+    public static int OwnerHashVersion(Session session) => session.OwnerVersion switch
+    {
+        KeySessionOwnerVersion => 3,
+        LegacyKeySessionOwnerVersion => 2,
+        var version => version,
+    };
 
     /// <summary>The header's state on a request.</summary>
     public enum Presence
@@ -33,13 +45,16 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
         Absent,
         Valid,
         Malformed,
+
+        /// <summary>A valid key from an authenticated principal that no claim identifies (refused: it would share keys with every such principal).</summary>
+        Unidentified,
     }
 
     /// <summary>
     /// Reads the header: one value, either a structured-field string (<c>"…"</c>, as the draft specifies) or a bare token
     /// (what most clients send), 1 to <paramref name="maxLength"/> printable ASCII characters (0x20–0x7E, the characters of a structured-field string).
     /// </summary>
-    public static Presence TryRead(HttpRequest request, ClaimsPrincipal user, int maxLength, out IdempotencyKey? key)
+    public static Presence TryRead(HttpRequest request, ClaimsPrincipal user, int maxLength, OwnerIdentityOptions identity, out IdempotencyKey? key)
     {
         key = null;
         var values = request.Headers[HeaderName];
@@ -61,8 +76,15 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
             }
         }
 
-        var scope = SessionOwner.Of(user);
-        key = new IdempotencyKey(value, Derive(scope, value), scope);
+        if (SessionOwner.Of(user, SessionOwner.CurrentVersion, identity) is not { } scope)
+        {
+            return Presence.Unidentified;
+        }
+
+        // A principal's keys of owner version 2 (before the authentication type was part of the owner) may still be
+        // remembered: a retry across the upgrade finds the key's session there instead of running again.
+        var legacy = scope.Length > 0 && SessionOwner.Of(user, 2) is { Length: > 0 } v2 ? Derive(v2, value) : (SessionId?)null;
+        key = new IdempotencyKey(value, Derive(scope, value), scope, legacy);
         return Presence.Valid;
     }
 
@@ -83,7 +105,9 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
     {
         if (text.Length == 0 || text[0] != '"')
         {
-            return text.Contains('"', StringComparison.Ordinal) ? null : text;
+            // A bare key: no quote, and no comma (a comma outside quotes separates list members: "a, b" on one line is two
+            // values, refused as on two lines).
+            return text.Contains('"', StringComparison.Ordinal) || text.Contains(',', StringComparison.Ordinal) ? null : text;
         }
 
         if (text.Length < 2 || text[^1] != '"')

@@ -30,7 +30,7 @@ internal static class IdempotencyKeyAdmission
         var options = runtime.Options.IdempotencyKeys;
         IdempotencyKey? key = null;
         var presence = options.Enabled
-            ? IdempotencyKey.TryRead(context.Request, context.User, options.MaxKeyLength, out key)
+            ? IdempotencyKey.TryRead(context.Request, context.User, options.MaxKeyLength, runtime.Options.OwnerIdentityOptions, out key)
             : IdempotencyKey.Presence.Absent;
         var hasSession = context.Request.Headers.ContainsKey(ProtocolHeaders.Session);
         switch (presence)
@@ -38,6 +38,16 @@ internal static class IdempotencyKeyAdmission
             case IdempotencyKey.Presence.Malformed:
                 await ProtocolProblems.WriteAsync(context, 400, "idempotency-key-malformed", "Idempotency-Key malformed",
                     $"The {IdempotencyKey.HeaderName} header must be one value: a string of 1 to {options.MaxKeyLength} printable ASCII characters (space through ~), quoted (\"…\") or not.").ConfigureAwait(false);
+                return (false, null);
+
+            case IdempotencyKey.Presence.Unidentified:
+                await Sessions.SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+                return (false, null);
+
+            case IdempotencyKey.Presence.Valid when options.RequireAuthenticatedOwner && key!.Scope.Length == 0:
+                await ProtocolProblems.WriteAsync(context, 401, "idempotency-key-anonymous", "Idempotency-Key needs an authenticated caller",
+                    $"This service remembers {IdempotencyKey.HeaderName}s only for authenticated callers (IdempotencyKeys.RequireAuthenticatedOwner): an anonymous caller's key would be " +
+                    "shared with every other anonymous caller. Authenticate, or use the session protocol.").ConfigureAwait(false);
                 return (false, null);
 
             case IdempotencyKey.Presence.Valid when hasSession:

@@ -25,6 +25,14 @@ public sealed class IdempotencyKeyOptions
     /// </summary>
     public TimeSpan ExpiredKeyRetention { get; set; } = TimeSpan.FromHours(24);
 
+    /// <summary>
+    /// Whether keyed requests from anonymous callers are refused (<c>401 idempotency-key-anonymous</c>). An anonymous
+    /// caller's key is scoped to no one: any other anonymous caller who sends the same key gets its stored reply, so the key
+    /// is then the only secret, like a session id (keys must be unguessable: a UUID, never an order number). Set this when
+    /// every client of the service authenticates. Default false.
+    /// </summary>
+    public bool RequireAuthenticatedOwner { get; set; }
+
     /// <summary>Longest key accepted, in characters (after removing the quotes of a structured-field string). Default 255.</summary>
     public int MaxKeyLength { get; set; } = 255;
 

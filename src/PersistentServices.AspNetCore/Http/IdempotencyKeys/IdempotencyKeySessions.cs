@@ -1,5 +1,6 @@
 using System.Text.Json;
 using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Checkpoints;
 using PersistentServices.Hosting;
@@ -36,31 +37,47 @@ internal static class IdempotencyKeySessions
     {
         Session? session = null;
         var refusal = Refusal.None;
+        var startRefusal = StartRefusal.None;
+        var (bucket, share, byAddress) = Sessions.SessionOwners.AdmissionBucket(runtime, context, key.Scope);
         lock (Gate)
         {
-            if (runtime.Sessions.TryGet(key.SessionId, out var existing))
+            if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
+                (key.LegacySessionId is { } legacy && runtime.Sessions.TryGet(legacy, out existing) && existing.OwnerVersion == IdempotencyKey.LegacyKeySessionOwnerVersion))
             {
                 // The id is derived from the principal and the key: another session with it is a hash collision of SHA-256.
-                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && SessionOwner.Owns(context.User, existing.Owner, existing.OwnerVersion) ? existing : null;
+                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && Sessions.SessionOwners.Owns(runtime, context.User, existing) ? existing : null;
                 refusal = session is null ? Refusal.Unavailable : Refusal.None;
             }
-            else if (runtime.Sessions.Count >= runtime.Options.MaxSessions)
+            else if ((startRefusal = runtime.Sessions.TryReserve(bucket, runtime.Options.MaxSessions, share)) != StartRefusal.None)
             {
+                // Each remembered key holds a slot, counted in the table and in the caller's share (its principal's, or
+                // its address's when anonymous), so one client's flood of fresh keys cannot lock the others out.
                 refusal = Refusal.Full;
             }
             else
             {
-                var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false, IdempotencyKey.KeySessionOwnerVersion, runtime.Codec);
+                var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false, IdempotencyKey.KeySessionOwnerVersion, runtime.Codec)
+                {
+                    AdmissionBucket = bucket,
+                };
                 var starting = runtime.Sessions.BeginStart(runtime.Log.TailAddress);
                 try
                 {
                     SessionRecords.AppendStarted(runtime.Log, started, started.StartedAt);
-                    runtime.Sessions.TryAdd(started);
-                    session = started;
-                    IdempotencyKeyEvents.KeySessionStarted(logger, started.TraceTag);
+                    if (runtime.Sessions.TryAddReserved(started))
+                    {
+                        session = started;
+                        IdempotencyKeyEvents.KeySessionStarted(logger, started.TraceTag);
+                    }
+                    else
+                    {
+                        runtime.Sessions.ReleaseReserved(bucket);
+                        refusal = Refusal.Unavailable;
+                    }
                 }
                 catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
                 {
+                    runtime.Sessions.ReleaseReserved(bucket);
                     refusal = Refusal.Unavailable;
                 }
                 finally
@@ -73,9 +90,8 @@ internal static class IdempotencyKeySessions
         switch (refusal)
         {
             case Refusal.Full:
-                context.Response.Headers.RetryAfter = "1";
-                await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
-                    $"The service holds its maximum of {runtime.Options.MaxSessions} live sessions, and each Idempotency-Key it remembers is one; retry later.").ConfigureAwait(false);
+                await Sessions.SessionEndpoints.RefuseAsync(context, runtime, startRefusal, bucket, byAddress,
+                    context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.IdempotencyKeys"), "live sessions and remembered keys").ConfigureAwait(false);
                 return null;
             case Refusal.Unavailable:
                 await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);

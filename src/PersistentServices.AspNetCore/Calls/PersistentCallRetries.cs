@@ -1,0 +1,25 @@
+using System.Net;
+using Polly.Timeout;
+
+namespace PersistentServices.Calls;
+
+/// <summary>
+/// What a persistent call retries (docs/calls.md, condition 4): the callee out of reach (connection refused or reset, no
+/// answer within <see cref="PersistentCallOptions.AttemptTimeout"/>), recovering or stopping (503), shedding load (429),
+/// or still running an earlier attempt of the same call (409 with <c>Retry-After</c>). Any other answer is the call's reply.
+/// </summary>
+internal static partial class PersistentCallRetries
+{
+    [Microsoft.Extensions.Logging.LoggerMessage(1376, Microsoft.Extensions.Logging.LogLevel.Warning,
+        "A persistent call to '{Callee}' is waiting for its callee (attempt {Attempt}: {Outcome}); it is asked again with the same id until it answers")]
+    public static partial void CallWaits(Microsoft.Extensions.Logging.ILogger logger, string callee, int attempt, string outcome);
+
+    /// <summary>An exception a later attempt may not get: the callee was out of reach, or did not answer in time.</summary>
+    public static bool IsTransient(Exception exception)
+        => exception is HttpRequestException or TimeoutRejectedException or OperationCanceledException;
+
+    /// <summary>An answer that is not the call's reply: ask again.</summary>
+    public static bool IsRetryable(HttpResponseMessage response)
+        => response.StatusCode is HttpStatusCode.ServiceUnavailable or HttpStatusCode.TooManyRequests
+           || (response.StatusCode == HttpStatusCode.Conflict && response.Headers.RetryAfter is not null);
+}
