@@ -45,7 +45,8 @@ public sealed partial class QuickStartTests
         var port = FreePort();
         var script = string.Join('\n', commands.Where(c => !c.StartsWith("dotnet build", StringComparison.Ordinal)))
             .Replace("127.0.0.1:5000", $"127.0.0.1:{port}", StringComparison.Ordinal);
-        script = "set -e\n" + script + "\nkill -9 $! 2>/dev/null || true\n";
+        // Whatever happens, the services the script started in the background do not outlive it.
+        script = "set -e\ntrap 'kill -9 $(jobs -p) 2>/dev/null || true' EXIT\n" + script + "\n";
 
         var start = new ProcessStartInfo("bash", ["-c", script])
         {
@@ -56,7 +57,20 @@ public sealed partial class QuickStartTests
         using var bash = Process.Start(start)!;
         var stdout = bash.StandardOutput.ReadToEndAsync(TestContext.Current.CancellationToken);
         var stderr = bash.StandardError.ReadToEndAsync(TestContext.Current.CancellationToken);
-        await bash.WaitForExitAsync(TestContext.Current.CancellationToken);
+        using (var timeout = CancellationTokenSource.CreateLinkedTokenSource(TestContext.Current.CancellationToken))
+        {
+            timeout.CancelAfter(TimeSpan.FromSeconds(120));   // the transcript's `until curl` loops wait for a service that may never come
+            try
+            {
+                await bash.WaitForExitAsync(timeout.Token);
+            }
+            catch (OperationCanceledException) when (!TestContext.Current.CancellationToken.IsCancellationRequested)
+            {
+                bash.Kill(entireProcessTree: true);
+                Assert.Fail($"the transcript did not finish within 120 s:\n{await stdout}");
+            }
+        }
+
         var appLog = File.Exists(Path.Combine(folder.Path, "app.log")) ? await File.ReadAllTextAsync(Path.Combine(folder.Path, "app.log"), TestContext.Current.CancellationToken) : "";
         Assert.True(bash.ExitCode == 0, $"bash exited with {bash.ExitCode}:\n{await stderr}\n{await stdout}\n{appLog}");
 
