@@ -3,6 +3,9 @@ using System.Text.Json;
 using System.Threading.RateLimiting;
 using Microsoft.AspNetCore.Diagnostics.HealthChecks;
 using Microsoft.AspNetCore.RateLimiting;
+using OpenTelemetry.Metrics;
+using OpenTelemetry.Resources;
+using OpenTelemetry.Trace;
 using PersistentServices;
 using PersistentServices.Sample;
 
@@ -51,7 +54,37 @@ builder.Services.AddRateLimiter(limiter =>
         }));
 });
 
+// Telemetry (docs/telemetry.md): the library's spans and metrics beside ASP.NET Core's. Traces and metrics go over OTLP
+// when OTEL_EXPORTER_OTLP_ENDPOINT is set (e.g. http://127.0.0.1:4317), metrics are scraped by Prometheus at /metrics,
+// and Sample:ConsoleTelemetry=true prints the spans to the console.
+var otlp = !string.IsNullOrEmpty(builder.Configuration["OTEL_EXPORTER_OTLP_ENDPOINT"]);
+var consoleTelemetry = builder.Configuration.GetValue("Sample:ConsoleTelemetry", false);
+builder.Services.AddOpenTelemetry()
+    .ConfigureResource(resource => resource.AddService("PersistentServices.Sample"))
+    .WithTracing(tracing =>
+    {
+        tracing.AddPersistentServicesInstrumentation().AddAspNetCoreInstrumentation();
+        if (otlp)
+        {
+            tracing.AddOtlpExporter();
+        }
+
+        if (consoleTelemetry)
+        {
+            tracing.AddConsoleExporter();
+        }
+    })
+    .WithMetrics(metrics =>
+    {
+        metrics.AddPersistentServicesInstrumentation().AddAspNetCoreInstrumentation().AddPrometheusExporter();
+        if (otlp)
+        {
+            metrics.AddOtlpExporter();
+        }
+    });
+
 var app = builder.Build();
+app.MapPrometheusScrapingEndpoint();   // GET /metrics: Prometheus' text format
 app.UseRateLimiter();
 app.UsePersistentServices(sessions => sessions.RequireRateLimiting("per-client"));
 app.MapControllers();

@@ -9,7 +9,7 @@ namespace PersistentServices.Client;
 /// </summary>
 internal static class ClientMetrics
 {
-    public const string MeterName = "PersistentServices.Client";
+    public const string MeterName = Diagnostics.PersistentServicesTelemetry.ClientMeterName;
 
     public static readonly Meter Meter = new(MeterName, typeof(ClientMetrics).Assembly.GetName().Version?.ToString());
 
@@ -28,8 +28,9 @@ internal static class ClientMetrics
     public static readonly Counter<long> SessionsClosed = Meter.CreateCounter<long>(
         "persistentservices.client.sessions.closed", "{session}", "Idle sessions ended at the service when the client stopped.");
 
-    public static readonly Histogram<double> RequestDuration = Meter.CreateHistogram<double>(
-        "persistentservices.client.request.duration", "s", "Time from a call's start to its reply being handed over (storing, every attempt and the forces included).");
+    public static readonly Histogram<double> RequestDuration = Meter.CreateHistogram(
+        "persistentservices.client.request.duration", "s", "Time from a call's start to its reply being handed over (storing, every attempt and the forces included).",
+        tags: null, advice: Diagnostics.PersistentServicesMetrics.ShortDurations);
 
     public static KeyValuePair<string, object?> Tag(string client) => new("client", client);
 }

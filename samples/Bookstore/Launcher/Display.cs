@@ -62,8 +62,9 @@ internal static class Display
 
     private static Rows Render(RunStatus status, Deployment? deployment)
     {
+        // Fits 80 columns: the kind and the host are in the start-up events ("store-1 (persistent) on 127.0.0.1:port").
         var services = new Table().Border(TableBorder.Rounded).Expand()
-            .AddColumns("service", "kind", "address", "pid", "state", "restarts", "log forces", "commits");
+            .AddColumns("service", "port", "pid", "state", "restarts", "forces", "commits");
         foreach (var service in deployment?.Services ?? [])
         {
             var state = service.State switch
@@ -76,8 +77,7 @@ internal static class Display
             var forces = status.Forces.GetValueOrDefault(service.Name);
             services.AddRow(
                 Markup.Escape(service.Name),
-                Markup.Escape(service.Kind),
-                Markup.Escape(service.Url.Authority),
+                service.Url.Port.ToString(CultureInfo.InvariantCulture),
                 service.ProcessId.ToString(CultureInfo.InvariantCulture),
                 state,
                 service.Restarts.ToString(CultureInfo.InvariantCulture),
@@ -102,9 +102,11 @@ internal static class Display
 
         return new Rows(
             new Markup($"[bold]Online bookstore[/] [grey](Phoenix/App §5.5)[/]  {Markup.Escape(status.Title)}"),
-            new Markup($"[grey]logs in {Markup.Escape(status.RunDirectory)} · Ctrl+C stops after this loop (twice: at once)[/]"),
+            new Markup($"[grey]Ctrl+C stops after this loop (twice: at once); logs in[/]"),
+            new Markup($"[grey]{Markup.Escape(status.RunDirectory)}[/]"),
             services,
-            new Markup($"[bold]BookBuyer[/]  {Markup.Escape(status.Phase)} · {Markup.Escape(Progress(status))} · {status.Clock.Elapsed.TotalSeconds:0} s"),
+            new Markup($"[bold]BookBuyer[/]  {Markup.Escape(status.Phase)} · {status.Clock.Elapsed.TotalSeconds:0} s"),
+            new Markup(Markup.Escape(Progress(status))),
             buyer,
             new Panel(recent).Header("events").Border(BoxBorder.Rounded).Expand());
     }

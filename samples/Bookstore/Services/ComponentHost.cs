@@ -49,7 +49,7 @@ internal static class ComponentHost
         builder.Services.AddOpenTelemetry()
             .ConfigureResource(resource => resource.AddService(builder.Configuration["PersistentServices:ServiceName"] is { Length: > 0 } name ? name : component))
             .WithMetrics(metrics => metrics
-            .AddMeter("PersistentServices", "Microsoft.AspNetCore.Hosting")
+            .AddMeter(PersistentServices.Diagnostics.PersistentServicesTelemetry.MeterName, "Microsoft.AspNetCore.Hosting")
             .AddPrometheusExporter());
         builder.Services.AddHostedService<ParentWatch>();
         var useRoles = builder.Configuration.GetValue("PersistentServices:Calls:UseRoles", defaultValue: true);

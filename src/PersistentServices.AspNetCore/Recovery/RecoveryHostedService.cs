@@ -26,6 +26,7 @@ internal sealed class RecoveryHostedService(
 {
     private readonly CancellationTokenSource _stopping = new();
     private Task _replay = Task.CompletedTask;
+    private int _disposed;
 
     /// <summary>Completes when every recovered session has replayed (or recovery failed).</summary>
     public Task Completion => _replay;
@@ -72,11 +73,24 @@ internal sealed class RecoveryHostedService(
 
     public async Task StopAsync(CancellationToken cancellationToken)
     {
+        // WebApplicationFactory stops its host again after disposing it (found with the endpoint benchmark template):
+        // nothing is left to stop then.
+        if (Volatile.Read(ref _disposed) != 0)
+        {
+            return;
+        }
+
         await _stopping.CancelAsync().ConfigureAwait(false);
         await _replay.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
     }
 
-    public void Dispose() => _stopping.Dispose();
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) == 0)
+        {
+            _stopping.Dispose();
+        }
+    }
 
     private async Task ReplayAllAsync()
     {

@@ -8,7 +8,7 @@ namespace PersistentServices.Diagnostics;
 /// </summary>
 internal static class PersistentServicesMetrics
 {
-    public const string MeterName = "PersistentServices";
+    public const string MeterName = PersistentServicesTelemetry.MeterName;
 
     public static readonly Meter Meter = new(MeterName, typeof(PersistentServicesMetrics).Assembly.GetName().Version?.ToString());
 
@@ -21,11 +21,26 @@ internal static class PersistentServicesMetrics
     public static readonly Counter<long> LogCommits = Meter.CreateCounter<long>(
         "persistentservices.log.commits", "{commit}", "Durable commits (log forces).");
 
-    public static readonly Histogram<double> LogCommitDuration = Meter.CreateHistogram<double>(
-        "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.");
+    /// <summary>
+    /// Bucket boundaries for the durations of one commit, force or read (seconds, 100 µs to 10 s): exporters' defaults
+    /// (0, 5, 10, ... 10,000) are meant for milliseconds and would put every commit into the first bucket.
+    /// </summary>
+    public static readonly InstrumentAdvice<double> ShortDurations = new()
+    {
+        HistogramBucketBoundaries = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    };
 
-    public static readonly Histogram<double> RecoveryReplayDuration = Meter.CreateHistogram<double>(
-        "persistentservices.recovery.replay.duration", "s", "Time to replay every recovered session after a crash.");
+    /// <summary>Bucket boundaries for a recovery's replay (seconds, 10 ms to 10 min).</summary>
+    public static readonly InstrumentAdvice<double> LongDurations = new()
+    {
+        HistogramBucketBoundaries = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600],
+    };
+
+    public static readonly Histogram<double> LogCommitDuration = Meter.CreateHistogram(
+        "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.", tags: null, advice: ShortDurations);
+
+    public static readonly Histogram<double> RecoveryReplayDuration = Meter.CreateHistogram(
+        "persistentservices.recovery.replay.duration", "s", "Time to replay every recovered session after a crash.", tags: null, advice: LongDurations);
 
     public static readonly Counter<long> Requests = Meter.CreateCounter<long>(
         "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
@@ -58,8 +73,8 @@ internal static class PersistentServicesMetrics
         "persistentservices.replies.logged_in_full", "{reply}",
         "Replies kept in the log instead of memory, by reason: size (above MaxBufferedReplyBytes) or budget (the session memory budget was full).");
 
-    public static readonly Histogram<double> ReplyReadDuration = Meter.CreateHistogram<double>(
-        "persistentservices.replies.read.duration", "s", "Time to read a reply kept in the log back for a duplicate.");
+    public static readonly Histogram<double> ReplyReadDuration = Meter.CreateHistogram(
+        "persistentservices.replies.read.duration", "s", "Time to read a reply kept in the log back for a duplicate.", tags: null, advice: ShortDurations);
 
     public static readonly Counter<long> SessionsRefused = Meter.CreateCounter<long>(
         "persistentservices.sessions.refused", "{session}", "Session starts refused with 429, by reason: max_sessions or max_sessions_per_owner.");

@@ -12,7 +12,7 @@ namespace PersistentServices.Diagnostics;
 /// </summary>
 internal static class PersistentServicesTracing
 {
-    public const string SourceName = PersistentServicesMetrics.MeterName;
+    public const string SourceName = PersistentServicesTelemetry.ActivitySourceName;
 
     public static readonly ActivitySource Source = new(SourceName, typeof(PersistentServicesTracing).Assembly.GetName().Version?.ToString());
 
