@@ -28,6 +28,12 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
 
     public override async Task StopAsync(CancellationToken cancellationToken)
     {
+        if (runtime.IsDisposed)
+        {
+            // Stopped after the host was disposed (WebApplicationFactory does that): the log is closed, nothing to drain.
+            return;
+        }
+
         // Calls of running requests are retried while the drain waits for them; when the shutdown timeout ends it (or there
         // was nothing to drain), they stop, and their requests are finished after the restart.
         using var timedOut = cancellationToken.Register(runtime.AbandonCalls);

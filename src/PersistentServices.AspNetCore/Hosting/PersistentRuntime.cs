@@ -293,8 +293,18 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         _stage = RecoveryStage.Failed;
     }
 
+    /// <summary>The runtime was disposed (its log closed): a host stopped after its disposal (WebApplicationFactory does that) finds nothing to drain.</summary>
+    public bool IsDisposed => Volatile.Read(ref _disposed) != 0;
+
+    private int _disposed;
+
     public async ValueTask DisposeAsync()
     {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
         // An open still running (a host built and never started, or stopped while recovering) ends first: it owns the log.
         await _disposing.CancelAsync().ConfigureAwait(false);
         Task? opening;
