@@ -142,6 +142,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         catch (Exception ex)
         {
             string reason;
+            var stopping = true;
             if (runtime.CallsAbandoned.IsCancellationRequested)
             {
                 reason = "The host stopped (its shutdown timeout ended the drain)";
@@ -154,10 +155,12 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             {
                 CallFailed(logger, callee, method, path, ex);
                 reason = $"The call failed ({ex.GetType().Name}: {ex.Message})";
+                stopping = false;
             }
 
             throw execution.Abandon(new CallAbandonedException(
-                $"{reason} before '{callee}' answered {method} {path}; the request is finished by its next run (after the restart, or by the session's rollback), which calls again under the same id.", ex));
+                $"{reason} before '{callee}' answered {method} {path}; the request is finished by its next run (after the restart, or by the session's rollback), which calls again under the same id.",
+                ex, stopping));
         }
 
         if (runtime.IsDraining && PersistentCallRetries.IsRetryable(response))
@@ -166,7 +169,8 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             var status = (int)response.StatusCode;
             response.Dispose();
             throw execution.Abandon(new CallAbandonedException(
-                $"The host is stopping and '{callee}' still answered {status} after {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain; {method} {path} is finished by the request's next run, under the same id."));
+                $"The host is stopping and '{callee}' still answered {status} after {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain; {method} {path} is finished by the request's next run, under the same id.",
+                hostStopping: true));
         }
 
         if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(callee) &&
@@ -359,6 +363,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
     /// </summary>
     private async Task FlushUntilDoneAsync(RequestExecution execution)
     {
+        var delay = runtime.Options.Calls.RetryDelay;
         while (true)
         {
             try
@@ -375,9 +380,14 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
                 if (runtime.CallsAbandoned.IsCancellationRequested || !runtime.CallRetriesAllowed)
                 {
                     throw execution.Abandon(new CallAbandonedException(
-                        $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex));
+                        $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex, hostStopping: true));
                 }
             }
+
+            // The flush waited FlushTimeout for a member out of reach, or a member answered at once with an error: pause
+            // before asking again, as the call's own retries do.
+            await Task.Delay(delay, runtime.Time).ConfigureAwait(false);
+            delay = TimeSpan.FromTicks(Math.Min(delay.Ticks * 2, runtime.Options.Calls.MaxRetryDelay.Ticks));
         }
     }
 
