@@ -28,14 +28,12 @@ internal sealed partial class ServiceDomain : IDisposable
     private readonly ILogger _logger;
     private readonly HttpClient _http;
     private readonly ResiliencePipeline<HttpResponseMessage> _flushPipeline;
-    private readonly byte[] _key;
 
     public ServiceDomain(PersistentRuntime runtime, ILogger logger)
     {
         _runtime = runtime;
         _logger = logger;
         var options = runtime.Options;
-        _key = Encoding.UTF8.GetBytes(options.Calls.PeerKey ?? "");
         _http = new HttpClient(new SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) }) { Timeout = options.Domain.FlushTimeout };
 
         // A member that restarts is out of reach (connection refused) and then recovering (503) for a moment: the flush asks
@@ -257,7 +255,10 @@ internal sealed partial class ServiceDomain : IDisposable
         }
     }
 
-    /// <summary>Verifies a domain message from a member (signed with the peer key); the member's name, or null with <paramref name="error"/>.</summary>
+    /// <summary>
+    /// Verifies a domain message from a member, signed with the peer key for this service (<c>PS-Callee</c>; a message to
+    /// another member is refused here); the member's name, or null with <paramref name="error"/>.
+    /// </summary>
     public string? VerifyMember(Microsoft.AspNetCore.Http.HttpContext context, ReadOnlySpan<byte> body, out string? error)
     {
         var request = context.Request;
@@ -268,8 +269,10 @@ internal sealed partial class ServiceDomain : IDisposable
             return null;
         }
 
-        error = PeerSignature.Verify(_key, request.Headers[Http.ProtocolHeaders.Signature].ToString() is { Length: > 0 } s ? s : null, _runtime.Time.GetUtcNow(),
-            _runtime.Options.Calls.SignatureWindow, request.Method, request.Path.Value + request.QueryString.Value, caller, "", "", "domain", "", body);
+        error = _runtime.Peers.Verify(request.Headers[Http.ProtocolHeaders.Signature].ToString() is { Length: > 0 } s ? s : null,
+            Message(request.Method, request.Path.Value + request.QueryString.Value, caller, request.Headers[Http.ProtocolHeaders.Callee].ToString(),
+                request.Headers.ContentType.ToString()),
+            body);
         return error is null ? caller : null;
     }
 
@@ -287,8 +290,8 @@ internal sealed partial class ServiceDomain : IDisposable
         }
 
         request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Caller, Self);
-        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Signature, PeerSignature.Sign(_key, _runtime.Time.GetUtcNow().ToUnixTimeMilliseconds(),
-            method.Method, path, Self, "", "", "domain", "", body));
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Callee, member);
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Signature, _runtime.Peers.Sign(Message(method.Method, path, Self, member, ""), body));
         try
         {
             return await _http.SendAsync(request, cancellationToken).ConfigureAwait(false);
@@ -298,6 +301,10 @@ internal sealed partial class ServiceDomain : IDisposable
             throw new DomainUnavailableException($"Member '{member}' at {address} could not be reached: {ex.Message}", ex);
         }
     }
+
+    /// <summary>What a domain message's signature covers: no session, number or DV; the role <c>domain</c>.</summary>
+    private static PeerMessage Message(string method, string pathAndQuery, string caller, string callee, string contentType)
+        => new(method, pathAndQuery, caller, callee, Session: "", Sequence: "", Role: "domain", Dv: "", contentType);
 
     /// <summary>
     /// Recovered state numbers on the wire (<c>POST</c> and <c>GET /ps/domain/recovered</c>): a JSON array of

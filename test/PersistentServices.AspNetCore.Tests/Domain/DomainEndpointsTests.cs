@@ -153,14 +153,15 @@ public sealed class DomainEndpointsTests : IDisposable
         return server;
     }
 
-    /// <summary>A domain message from member B, signed with the peer key as members sign them.</summary>
+    /// <summary>A domain message from member B to A, signed with the peer key as members sign them.</summary>
     private static Task<HttpResponseMessage> SendSignedAsync(TestServer server, HttpMethod method, string path, string body)
     {
         var bytes = Encoding.UTF8.GetBytes(body);
         var request = new HttpRequestMessage(method, path) { Content = new ByteArrayContent(bytes) };
         request.Headers.TryAddWithoutValidation("PS-Caller", "B");
-        request.Headers.TryAddWithoutValidation("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(PeerKey),
-            DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), method.Method, path, "B", "", "", "domain", "", bytes));
+        request.Headers.TryAddWithoutValidation("PS-Callee", "A");
+        request.Headers.TryAddWithoutValidation("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(PeerKey), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(),
+            PeerSignature.V2, new PeerMessage(method.Method, path, "B", "A", "", "", "domain", "", ""), bytes));
         return server.Client.SendAsync(request, TestContext.Current.CancellationToken);
     }
 
