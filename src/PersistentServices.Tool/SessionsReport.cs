@@ -111,15 +111,7 @@ internal static class SessionsReport
     private static string Body(byte[] body)
     {
         var shown = body.AsSpan(0, Math.Min(body.Length, SessionInspection.MaxBodyShown));
-        try
-        {
-            var text = new System.Text.UTF8Encoding(false, true).GetString(shown);
-            return text.Any(c => char.IsControl(c) && c is not ('\t' or '\r' or '\n')) ? "(base64) " + Convert.ToBase64String(shown) : text;
-        }
-        catch (System.Text.DecoderFallbackException)
-        {
-            return "(base64) " + Convert.ToBase64String(shown);
-        }
+        return SessionInspection.AsText(shown) ?? "(base64) " + Convert.ToBase64String(shown);
     }
 
     private static string N(long value) => value.ToString("N0", CultureInfo.InvariantCulture);

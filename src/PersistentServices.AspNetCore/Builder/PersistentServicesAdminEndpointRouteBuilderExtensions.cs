@@ -39,14 +39,14 @@ public static class PersistentServicesAdminEndpointRouteBuilderExtensions
                 "p => p.RequireRole(\"ops\")))); they are never mapped without one.", nameof(authorizationPolicy));
         }
 
-        if (string.IsNullOrWhiteSpace(pattern) || pattern[0] != '/' || pattern.Length > 1 && pattern[^1] == '/' || pattern.Contains('{', StringComparison.Ordinal))
+        if (string.IsNullOrWhiteSpace(pattern) || pattern[0] != '/' || (pattern.Length > 1 && pattern[^1] == '/') || pattern.Contains('{', StringComparison.Ordinal))
         {
             throw new ArgumentException($"The admin endpoints' pattern must be a path such as \"/ps/admin\": starting with '/', not ending with one, without route parameters (was \"{pattern}\").",
                 nameof(pattern));
         }
 
         var services = endpoints.ServiceProvider;
-        if (services.GetService<PersistentRuntime>() is null)
+        if (services.GetService<IServiceProviderIsService>() is { } registered && !registered.IsService(typeof(PersistentRuntime)))
         {
             throw new InvalidOperationException("MapPersistentServicesAdmin needs AddPersistentServices() in the application's services.");
         }

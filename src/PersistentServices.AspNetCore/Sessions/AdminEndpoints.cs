@@ -173,6 +173,8 @@ internal static partial class AdminEndpoints
 
         var held = session.LastReply;
         var reply = held?.Reply;
+        var shown = bodies && reply is { Body.Length: > 0 } ? reply.Body.AsMemory(0, Math.Min(reply.Body.Length, SessionInspection.MaxBodyShown)) : default;
+        var text = shown.IsEmpty ? null : SessionInspection.AsText(shown.Span);
         await WriteJsonAsync(context, 200, new
         {
             id = byId ? session.IdText : null, // only to whoever named the session by its id
@@ -183,7 +185,8 @@ internal static partial class AdminEndpoints
                 bodyBytes = reply?.Body.Length,
                 inLog = held.InLog,
                 lsn = held.InLog ? held.Location.Lsn : (long?)null,
-                body = bodies && reply is not null && reply.Body.Length <= SessionInspection.MaxBodyShown && IsText(reply.Body) ? System.Text.Encoding.UTF8.GetString(reply.Body) : null,
+                body = text,
+                bodyBase64 = !shown.IsEmpty && text is null ? Convert.ToBase64String(shown.Span) : null,
             },
             history = new { from = history.From, until = history.Until, cut = history.Cut, records = history.Records },
         }).ConfigureAwait(false);
@@ -381,18 +384,6 @@ internal static partial class AdminEndpoints
     {
         value = 0;
         return values is [{ } text] && int.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out value) && value >= min && value <= max;
-    }
-
-    private static bool IsText(byte[] body)
-    {
-        try
-        {
-            return !new System.Text.UTF8Encoding(false, true).GetString(body).Any(c => char.IsControl(c) && c is not ('\t' or '\r' or '\n'));
-        }
-        catch (System.Text.DecoderFallbackException)
-        {
-            return false;
-        }
     }
 
     private static Task WriteJsonAsync(HttpContext context, int status, object value)

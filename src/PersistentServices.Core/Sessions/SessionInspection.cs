@@ -392,7 +392,7 @@ internal static class SessionInspection
 
     /// <summary>The bytes as text when they are UTF-8 without control characters (tabs and line ends allowed); else null.</summary>
     [SkipLocalsInit]
-    private static string? AsText(ReadOnlySpan<byte> bytes)
+    public static string? AsText(ReadOnlySpan<byte> bytes)
     {
         string text;
         try
