@@ -69,13 +69,7 @@ internal static partial class AdminEndpoints
             return;
         }
 
-        var query = context.Request.Query;
-        string? state = null, kind = null, after = null;
-        var limit = DefaultPage;
-        if ((query.TryGetValue("state", out var states) && !TryOneOf(states, SessionInspection.States, out state)) ||
-            (query.TryGetValue("kind", out var kinds) && !TryOneOf(kinds, SessionInspection.Kinds, out kind)) ||
-            (query.TryGetValue("limit", out var limits) && !TryNumber(limits, 1, MaxPage, out limit)) ||
-            (query.TryGetValue("after", out var afters) && (afters is not [{ } cursor] || !SessionInspection.IsTag(cursor) || (after = cursor.ToLowerInvariant()) is null)))
+        if (!TryReadListQuery(context.Request.Query, out var state, out var kind, out var limit, out var after))
         {
             await BadQueryAsync(context,
                 $"state is one of {string.Join(", ", SessionInspection.States)}; kind is session or key; limit is 1 to {MaxPage} (default {DefaultPage}); " +
@@ -372,6 +366,31 @@ internal static partial class AdminEndpoints
         await ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
             "GET …/sessions lists sessions, GET …/sessions/{tag-or-id} shows one, POST …/sessions/{tag-or-id}/discard and …/release repair a quarantined one.")
             .ConfigureAwait(false);
+    }
+
+    /// <summary>The list's query: <c>state</c>, <c>kind</c>, <c>limit</c> and the cursor <c>after</c>, each at most once; false when one is malformed.</summary>
+    private static bool TryReadListQuery(IQueryCollection query, out string? state, out string? kind, out int limit, out string? after)
+    {
+        state = kind = after = null;
+        limit = DefaultPage;
+        if ((query.TryGetValue("state", out var states) && !TryOneOf(states, SessionInspection.States, out state)) ||
+            (query.TryGetValue("kind", out var kinds) && !TryOneOf(kinds, SessionInspection.Kinds, out kind)) ||
+            (query.TryGetValue("limit", out var limits) && !TryNumber(limits, 1, MaxPage, out limit)))
+        {
+            return false;
+        }
+
+        if (query.TryGetValue("after", out var afters))
+        {
+            if (afters is not [{ } cursor] || !SessionInspection.IsTag(cursor))
+            {
+                return false;
+            }
+
+            after = cursor.ToLowerInvariant();
+        }
+
+        return true;
     }
 
     private static bool TryOneOf(Microsoft.Extensions.Primitives.StringValues values, IReadOnlyList<string> allowed, out string? value)
