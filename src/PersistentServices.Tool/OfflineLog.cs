@@ -64,6 +64,16 @@ internal sealed class OfflineLog : IAsyncDisposable
             SegmentSizeBits = segmentSizeBits ?? (metadata is { SegmentSizeBits: > 0 } m2 ? m2.SegmentSizeBits : defaults.SegmentSizeBits),
         };
         options.MemorySizeBits = Math.Max(options.MemorySizeBits, options.PageSizeBits + 1);
+
+        // Keep the modes the service gave its files (LogOptions.FileMode: a backup group may read them); opening with the
+        // default would narrow them to the owner until the service's next start.
+        if (!OperatingSystem.IsWindows() && File.Exists(metadataPath))
+        {
+            var mode = File.GetUnixFileMode(metadataPath) & (UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead |
+                UnixFileMode.GroupWrite | UnixFileMode.OtherRead | UnixFileMode.OtherWrite);
+            options.FileMode = mode | UnixFileMode.UserRead | UnixFileMode.UserWrite;
+        }
+
         options.MaxRecordBytes = Math.Min(options.MaxRecordBytes, (options.PageSize / 2) - LogOptions.EntryOverhead);
 
         DurableLog log;
