@@ -91,7 +91,7 @@ app.MapControllers();
 
 // A persistent minimal API and its read-only twin.
 app.MapPost("/counter/add", [Persistent] (AddToCounter body, CounterSession counter) => counter.Add(body));
-app.MapGet("/counter", [ReadOnly] (CounterSession counter) => counter.Read());
+app.MapGet("/counter", [PersistentReadOnly] (CounterSession counter) => counter.Read());
 
 // A plain endpoint: untouched by PersistentServices.
 app.MapGet("/", () => "PersistentServices sample: POST /ps/sessions, then POST /cart/items with PS-Session and PS-Seq headers (see README.md).");
