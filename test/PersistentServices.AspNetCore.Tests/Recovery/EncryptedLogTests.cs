@@ -154,4 +154,20 @@ public sealed class EncryptedLogTests : IDisposable
         Assert.DoesNotContain(key, error.Message, StringComparison.Ordinal);
         Assert.Empty(Directory.GetFiles(_dir.Path));
     }
+
+    [Fact]
+    public void WholeOptionsSection_BindsTheKeyAndPreviousKeys_AsTheSamplesBindTheirOptions()
+    {
+        var configuration = InMemory(
+            ("PersistentServices:LogDirectory", "/var/lib/orders/log"),
+            ("PersistentServices:Log:Encryption:Key", KeyB),
+            ("PersistentServices:Log:Encryption:PreviousKeys:0", KeyA));
+        var options = new PersistentServicesOptions();
+
+        configuration.GetSection("PersistentServices").Bind(options);
+
+        Assert.Equal(KeyB, options.Log.Encryption.Key);
+        Assert.Equal([KeyA], options.Log.Encryption.PreviousKeys);
+        Assert.Equal(KeyB, options.BuildLogOptions().Encryption.Key);
+    }
 }

@@ -299,6 +299,29 @@ public sealed class LogEncryptionTests
         Assert.Contains("fails authentication", error.Message, StringComparison.Ordinal);
     }
 
+    [Fact]
+    public void Sealer_DrawsANewDataKeySalt_AfterItsRecordsPerDataKey_EveryRecordStillOpens()
+    {
+        using var keys = LogKeyRing.Create(new LogEncryptionOptions { Key = KeyA })!;
+        using var sealer = new RecordSealer(keys.Current!, recordsPerDataKey: 3);
+        var body = Secret(1).ToByteArray();
+        var salts = new List<string>();
+        for (var i = 0; i < 7; i++)
+        {
+            var lsn = 64 + (i * 4096);
+            var entry = new byte[RecordEnvelope.HeaderSize + RecordEnvelope.SealedOverhead + body.Length];
+            RecordEnvelope.WriteSealed(entry, lsn, RecordKind.Payload, RecordFlags.None, body, sealer);
+            salts.Add(Convert.ToHexString(entry, RecordEnvelope.SaltOffset, RecordEnvelope.SaltSize));
+            Assert.Equal(Secret(1), LogRecord.FromEntry(entry, entry.Length, lsn, keys).Parse(Payload.Parser));
+        }
+
+        Assert.Equal(3, salts.Distinct().Count());
+        Assert.Equal(salts[0], salts[2]);
+        Assert.NotEqual(salts[2], salts[3]);
+        Assert.Equal(salts[3], salts[5]);
+        Assert.NotEqual(salts[5], salts[6]);
+    }
+
     [Theory]
     [InlineData("not base64!", "is not valid base64")]
     [InlineData("AAECAwQFBgcICQoLDA0ODw==", "it holds 16 bytes")]
