@@ -4,6 +4,7 @@ using PersistentServices.Tool;
 // psctl: the operator's tool for a PersistentServices log directory (docs/operations.md).
 //   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file FILE ...]
 //   psctl replay-check --log <log-directory> [options] -- <command> [arguments...]
+//   psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]   (a stopped service's sessions)
 // Exit status: 0 the service would open the log / every session replayed fine; 1 it would refuse / a session diverged;
 // 2 the log could not be checked (usage, missing directory, unreadable files, no report).
 return Cli.Run(args, Console.Out, Console.Error);
@@ -23,6 +24,7 @@ namespace PersistentServices.Tool
             Usage:
               psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file <file> ...]
               psctl replay-check --log <log-directory> [options] -- <command> [arguments...]   (psctl replay-check --help)
+              psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]  (psctl sessions --help)
 
             verify runs the checks the service runs before it opens its log, without starting a service and without
             writing anything (no lock taken, no file created, no torn tail truncated), and reports the committed range,
@@ -55,6 +57,11 @@ namespace PersistentServices.Tool
                 }
 
                 return ReplayCheckCommand.Run(args[1..], output, error);
+            }
+
+            if (args[0] == "sessions")
+            {
+                return SessionsCommand.Run(args[1..], output, error);
             }
 
             if (args[0] != "verify")

@@ -33,7 +33,7 @@ internal sealed record AppContract(string LivePath, string ReadyPath, string Met
 /// <item><c>restricted</c>: the "restricted" Pod Security Standard (non-root, no privilege escalation, every capability
 /// dropped, RuntimeDefault seccomp, no host namespaces, ports or paths) and a read-only root file system with /tmp
 /// on an emptyDir; <c>namespace</c>: the namespace enforces "restricted".</item>
-/// <item><c>peer-key</c>: the peer key from a Secret, never a value in a manifest; <c>image</c>: a tagged image (not
+/// <item><c>peer-key</c>: the peer key (and any key accepted besides it) from a Secret, never a value in a manifest; <c>image</c>: a tagged image (not
 /// <c>latest</c>) with an explicit pull policy; <c>metrics</c>: Prometheus scrape annotations naming the app's metrics
 /// path and port.</item>
 /// <item><c>pdb</c>: a PodDisruptionBudget for every workload; <c>service</c>: every Service selects a workload and
@@ -238,6 +238,15 @@ internal sealed partial class ManifestChecker(AppContract app)
         else if (peerKey.FromSecret is null)
         {
             add("peer-key", $"{name}: the peer key is {peerKey.Source}, not a secretKeyRef");
+        }
+
+        // So are the keys accepted besides it during a rotation (PersistentCallOptions.AcceptedPeerKeys).
+        foreach (var (variable, accepted) in env.Where(e => e.Key.StartsWith("PersistentServices__Calls__AcceptedPeerKeys__", StringComparison.Ordinal)))
+        {
+            if (accepted.FromSecret is null)
+            {
+                add("peer-key", $"{name}: the accepted peer key {variable} is {accepted.Source}, not a secretKeyRef");
+            }
         }
 
         var port = AppPort(env);

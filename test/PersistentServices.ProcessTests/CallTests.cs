@@ -24,6 +24,7 @@ public sealed class CallTests : IDisposable
         var aEnv = new Dictionary<string, string>
         {
             ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}",
+            ["PS_CALLEE_SERVICE"] = "B", // the client is named "bank": calls are signed for B
         };
         return (aPort, aEnv, bPort, bEnv);
     }
@@ -284,7 +285,8 @@ public sealed class CallTests : IDisposable
         forged.Headers.TryAddWithoutValidation("PS-Caller", "A");
         forged.Headers.TryAddWithoutValidation("PS-Session", "AAAAAAAAAAAAAAAAAAAAAA");
         forged.Headers.TryAddWithoutValidation("PS-Seq", "1");
-        forged.Headers.TryAddWithoutValidation("PS-Signature", "t=" + DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() + ",v1=" + new string('0', 64));
+        forged.Headers.TryAddWithoutValidation("PS-Callee", "B");
+        forged.Headers.TryAddWithoutValidation("PS-Signature", "t=" + DateTimeOffset.UtcNow.ToUnixTimeMilliseconds() + ",v2=" + new string('0', 64));
         using var response = await b.Client.SendAsync(forged, TestContext.Current.CancellationToken);
 
         Assert.Equal(HttpStatusCode.Unauthorized, response.StatusCode);

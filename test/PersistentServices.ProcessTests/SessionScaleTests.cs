@@ -157,7 +157,7 @@ public sealed partial class SessionScaleTests : IDisposable
         Assert.Equal(HttpStatusCode.Created, started.StatusCode);
     }
 
-    /// <summary>Idle sessions checkpointed by service checkpoints so far (event 1350's "forced N idle sessions").</summary>
+    /// <summary>Idle sessions checkpointed by service checkpoints so far (event 1390's "forced N idle sessions").</summary>
     private static int ForcedIdleSessions(string output) => ForcedPattern().Matches(output).Sum(m => int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture));
 
     [GeneratedRegex(@"forced (\d+) idle sessions")]

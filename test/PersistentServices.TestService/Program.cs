@@ -11,9 +11,11 @@ using PersistentServices.SharedState;
 //   PS_NOTIFY_FILE           /notify appends a line here from its Response.OnCompleted callback
 //   PS_BLOCK_CHAIN           "1": /chain blocks inside its first update (a crash point for the tests)
 //   PS_VERSION               the service's version: "2" adds a field to /deposit's reply (an upgrade whose replies differ)
-//   PS_SERVICE_NAME, PS_PEER_KEY, PS_CALLEE_URL, PS_CALLEE_NAME  calls between services: this service's name, the
-//                            deployment's peer key, the base address of the service /pay calls, and its client's name
-//                            (default "bank"; inside a domain the member's name)
+//   PS_SERVICE_NAME, PS_PEER_KEY, PS_CALLEE_URL, PS_CALLEE_NAME, PS_CALLEE_SERVICE  calls between services: this
+//                            service's name, the deployment's peer key, the base address of the service /pay calls, its
+//                            client's name (default "bank"; inside a domain the member's name) and the callee's service
+//                            name, which calls are signed for (default the client's name)
+//   PS_LEGACY_SIGNATURES     PersistentCallOptions.LegacySignatures (Refuse | Accept | SignAndAccept)
 //   PS_DOMAIN                the service domain: "A=http://127.0.0.1:5001,B=http://127.0.0.1:5002" (this service included)
 //   PS_DIE_AFTER_CREDIT      "1": SIGKILL itself right after the reply to its first /bank/credit went out (a member that
 //                            crashes before anything forced what it just told the caller)
@@ -103,6 +105,11 @@ builder.Services.AddPersistentServices(options =>
     }
 
     options.Calls.PeerKey = Environment.GetEnvironmentVariable("PS_PEER_KEY");
+    if (Environment.GetEnvironmentVariable("PS_LEGACY_SIGNATURES") is { Length: > 0 } legacy)
+    {
+        options.Calls.LegacySignatures = Enum.Parse<LegacySignatures>(legacy);
+    }
+
     options.Calls.RetryDelay = TimeSpan.FromMilliseconds(50);
     options.Calls.MaxRetryDelay = TimeSpan.FromMilliseconds(500);
     if (Environment.GetEnvironmentVariable("PS_DOMAIN") is { Length: > 0 } domain)
@@ -130,7 +137,7 @@ builder.Services.AddPersistentServices(options =>
 builder.Services.AddSingleton<Tally>();
 var bankClient = Environment.GetEnvironmentVariable("PS_CALLEE_NAME") ?? "bank"; // in a domain: the member's name
 var bankBuilder = builder.Services.AddHttpClient(bankClient, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE_URL") ?? "http://127.0.0.1:9"))
-    .AddPersistentCalls();
+    .AddPersistentCalls(Environment.GetEnvironmentVariable("PS_CALLEE_SERVICE") is { Length: > 0 } calleeService ? calleeService : bankClient);
 if (Environment.GetEnvironmentVariable("PS_CALLEE_CLIENT_TIMEOUT_MS") is { Length: > 0 } clientTimeout)
 {
     bankBuilder.ConfigureHttpClient(client => client.Timeout = TimeSpan.FromMilliseconds(int.Parse(clientTimeout, System.Globalization.CultureInfo.InvariantCulture)));

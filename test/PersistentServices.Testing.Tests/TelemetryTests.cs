@@ -164,7 +164,7 @@ public sealed class TelemetryTests
             o.ServiceName = name;
             o.Calls.PeerKey = "telemetry-test-peer-key-0123456789-abcdefghij";
         });
-        builder.Services.AddHttpClient("b", c => c.BaseAddress = callee ?? new Uri("http://127.0.0.1:9")).AddPersistentCalls();
+        builder.Services.AddHttpClient("b", c => c.BaseAddress = callee ?? new Uri("http://127.0.0.1:9")).AddPersistentCalls("B");
         if (spans is not null)
         {
             // One tracer provider for both services: an ActivityListener hears every source in the process.

@@ -121,7 +121,7 @@ public class CallBenchmarks : IDisposable
             o.Calls.Logging = Logging;
         });
         var callee = calleeUrl ?? new Uri("http://127.0.0.1:9");
-        builder.Services.AddHttpClient("b", c => c.BaseAddress = callee).AddPersistentCalls();
+        builder.Services.AddHttpClient("b", c => c.BaseAddress = callee).AddPersistentCalls("B"); // calls are signed for the service named B
         builder.Services.AddHttpClient("plain-b", c => c.BaseAddress = callee);
         var app = builder.Build();
         app.UsePersistentServices();

@@ -10,8 +10,11 @@ namespace Bookstore.Services;
 /// </summary>
 internal static class BookSellerEndpoints
 {
-    /// <summary>The named client of TaxCalculator (registered with <c>AddPersistentCalls()</c>).</summary>
+    /// <summary>The named client of TaxCalculator (registered with <c>AddPersistentCalls(TaxService)</c>).</summary>
     public const string TaxClient = "tax";
+
+    /// <summary>TaxCalculator's service name (its <c>PersistentServices:ServiceName</c>): the client's calls are signed for it.</summary>
+    public const string TaxService = "taxcalculator";
 
     public static void Map(WebApplication app, bool useRoles)
     {

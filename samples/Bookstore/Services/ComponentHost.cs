@@ -68,8 +68,9 @@ internal static class ComponentHost
 
         if (component == "seller")
         {
+            // The client's name ("tax") stays the callee in call ids; its calls are signed for TaxCalculator's service name.
             builder.Services.AddHttpClient(BookSellerEndpoints.TaxClient, c => c.BaseAddress = new Uri(settings.TaxUrl ?? throw new InvalidOperationException("Bookstore:TaxUrl is required")))
-                .AddPersistentCalls();
+                .AddPersistentCalls(BookSellerEndpoints.TaxService);
             builder.Services.AddSingleton<BasketManager>();
         }
 

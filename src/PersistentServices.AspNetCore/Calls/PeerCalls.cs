@@ -1,5 +1,4 @@
 using System.Security.Claims;
-using System.Text;
 using Microsoft.AspNetCore.Http;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
@@ -21,8 +20,9 @@ internal static class PeerCalls
         => new(new ClaimsIdentity([new Claim(ClaimTypes.NameIdentifier, caller, ClaimValueTypes.String, Issuer), new Claim(ClaimTypes.Name, caller, ClaimValueTypes.String, Issuer)], AuthenticationType));
 
     /// <summary>
-    /// For a request with <c>PS-Caller</c>: verifies its signature over <paramref name="body"/>. Returns the caller's name,
-    /// or null for a request from a client (no <c>PS-Caller</c>). <paramref name="error"/> says why a signed call is refused.
+    /// For a request with <c>PS-Caller</c>: verifies its signature over <paramref name="body"/>, made for this service
+    /// (<see cref="PeerAuthentication"/>). Returns the caller's name, or null for a request from a client (no
+    /// <c>PS-Caller</c>). <paramref name="error"/> says why a signed call is refused.
     /// </summary>
     public static string? Verify(PersistentRuntime runtime, HttpContext context, ReadOnlySpan<byte> body, out string? error)
     {
@@ -33,24 +33,18 @@ internal static class PeerCalls
             return null;
         }
 
-        if (runtime.Options.Calls.PeerKey is not { } key)
-        {
-            error = "this service has no PersistentServicesOptions.Calls.PeerKey, so it accepts no calls from other services";
-            return null;
-        }
-
-        error = PeerSignature.Verify(
-            Encoding.UTF8.GetBytes(key),
+        error = runtime.Peers.Verify(
             request.Headers[ProtocolHeaders.Signature].ToString() is { Length: > 0 } signature ? signature : null,
-            runtime.Time.GetUtcNow(),
-            runtime.Options.Calls.SignatureWindow,
-            request.Method,
-            request.Path.Value + request.QueryString.Value,
-            caller,
-            request.Headers[ProtocolHeaders.Session].ToString(),
-            request.Headers[ProtocolHeaders.Sequence].ToString(),
-            request.Headers[ProtocolHeaders.Role].ToString(),
-            request.Headers[ProtocolHeaders.Dv].ToString(),
+            new PeerMessage(
+                request.Method,
+                request.Path.Value + request.QueryString.Value,
+                caller,
+                request.Headers[ProtocolHeaders.Callee].ToString(),
+                request.Headers[ProtocolHeaders.Session].ToString(),
+                request.Headers[ProtocolHeaders.Sequence].ToString(),
+                request.Headers[ProtocolHeaders.Role].ToString(),
+                request.Headers[ProtocolHeaders.Dv].ToString(),
+                request.Headers.ContentType.ToString()),
             body);
         return error is null ? caller : null;
     }

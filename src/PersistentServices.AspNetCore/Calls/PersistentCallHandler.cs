@@ -26,9 +26,13 @@ namespace PersistentServices.Calls;
 /// <item>in replay the call is not sent: its reply comes from the log (condition 5); a functional call is made again;
 ///   when the log holds no reply (the crash came first), the call is made live, with the same id.</item>
 /// </list>
-/// Outside persistent requests the handler passes calls through untouched.
+/// Outside persistent requests the handler passes calls through untouched. The callee has two names: the client's name
+/// (<c>callee</c>: call ids, call numbers, the role table) and its service name (<c>calleeService</c>: the signature's
+/// callee, and whether it is a member of this service's domain); they are the same unless
+/// <c>AddPersistentCalls(calleeService)</c> names another.
 /// </summary>
-internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, string callee, Microsoft.Extensions.Logging.ILogger logger) : DelegatingHandler
+internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, CallRoles roles, string callee, string calleeService, Microsoft.Extensions.Logging.ILogger logger)
+    : DelegatingHandler
 {
     protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
     {
@@ -120,7 +124,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         headers.Remove(ProtocolHeaders.Role);
         headers.TryAddWithoutValidation(ProtocolHeaders.Role, CallRoles.Persistent);
         headers.Remove(ProtocolHeaders.Dv);
-        if (runtime.Domain.IsMember(callee) && runtime.Domain.IsMember(runtime.Options.ServiceName))
+        if (runtime.Domain.IsMember(calleeService) && runtime.Domain.IsMember(runtime.Options.ServiceName))
         {
             // Inside the domain: the session's DV travels with the call ([MSP Fig. 7]), nothing is forced.
             headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered)));
@@ -142,6 +146,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         catch (Exception ex)
         {
             string reason;
+            var stopping = true;
             if (runtime.CallsAbandoned.IsCancellationRequested)
             {
                 reason = "The host stopped (its shutdown timeout ended the drain)";
@@ -154,10 +159,12 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             {
                 CallFailed(logger, callee, method, path, ex);
                 reason = $"The call failed ({ex.GetType().Name}: {ex.Message})";
+                stopping = false;
             }
 
             throw execution.Abandon(new CallAbandonedException(
-                $"{reason} before '{callee}' answered {method} {path}; the request is finished by its next run (after the restart, or by the session's rollback), which calls again under the same id.", ex));
+                $"{reason} before '{callee}' answered {method} {path}; the request is finished by its next run (after the restart, or by the session's rollback), which calls again under the same id.",
+                ex, stopping));
         }
 
         if (runtime.IsDraining && PersistentCallRetries.IsRetryable(response))
@@ -166,10 +173,11 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             var status = (int)response.StatusCode;
             response.Dispose();
             throw execution.Abandon(new CallAbandonedException(
-                $"The host is stopping and '{callee}' still answered {status} after {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain; {method} {path} is finished by the request's next run, under the same id."));
+                $"The host is stopping and '{callee}' still answered {status} after {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain; {method} {path} is finished by the request's next run, under the same id.",
+                hostStopping: true));
         }
 
-        if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(callee) &&
+        if (response.StatusCode == System.Net.HttpStatusCode.Conflict && runtime.Domain.IsMember(calleeService) &&
             response.Headers.TryGetValues(ProtocolHeaders.Orphan, out var orphan))
         {
             // The member refused the call as an orphan message: this session depends on state a crash took back ([MSP Fig. 7]).
@@ -212,7 +220,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
     private Domain.DependencyVector ReplyDv(RequestExecution execution, HttpResponseMessage response)
     {
         var domain = runtime.Domain;
-        if (!domain.IsMember(callee) || !response.Headers.TryGetValues(ProtocolHeaders.Dv, out var values))
+        if (!domain.IsMember(calleeService) || !response.Headers.TryGetValues(ProtocolHeaders.Dv, out var values))
         {
             return Domain.DependencyVector.Empty;
         }
@@ -334,7 +342,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         {
             // In a domain: a call to a member forces nothing (its DV travels with it); a call that leaves the domain needs a
             // distributed flush of the session's DV first ([MSP §3.1]).
-            if (!domain.IsMember(callee))
+            if (!domain.IsMember(calleeService))
             {
                 await FlushUntilDoneAsync(execution).ConfigureAwait(false);
             }
@@ -359,6 +367,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
     /// </summary>
     private async Task FlushUntilDoneAsync(RequestExecution execution)
     {
+        var delay = runtime.Options.Calls.RetryDelay;
         while (true)
         {
             try
@@ -375,9 +384,14 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
                 if (runtime.CallsAbandoned.IsCancellationRequested || !runtime.CallRetriesAllowed)
                 {
                     throw execution.Abandon(new CallAbandonedException(
-                        $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex));
+                        $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex, hostStopping: true));
                 }
             }
+
+            // The flush waited FlushTimeout for a member out of reach, or a member answered at once with an error: pause
+            // before asking again, as the call's own retries do.
+            await Task.Delay(delay, runtime.Time).ConfigureAwait(false);
+            delay = TimeSpan.FromTicks(Math.Min(delay.Ticks * 2, runtime.Options.Calls.MaxRetryDelay.Ticks));
         }
     }
 

@@ -7,15 +7,37 @@ namespace PersistentServices;
 public sealed class PersistentCallOptions
 {
     /// <summary>
-    /// The secret the deployment's services share: every call between them is signed with it (HMAC-SHA256 over the call's
-    /// identity, a timestamp and its body), and a callee honours call ids, roles and implicit sessions only from
-    /// requests it signed. At least 32 characters; keep it out of source control (configuration, a Kubernetes secret).
-    /// Required to make or receive persistent calls.
+    /// The secret the deployment's services share: every call between them and every domain message is signed with it
+    /// (HMAC-SHA256 over the call's identity, its callee, a timestamp, its content type and its body), and a callee
+    /// honours call ids, roles and implicit sessions only from requests signed for it. At least 32 characters; keep it
+    /// out of source control (configuration, a Kubernetes secret). Required to make or receive persistent calls.
     /// </summary>
     public string? PeerKey { get; set; }
 
-    /// <summary>How far a signed call's timestamp may be from the callee's clock. Default 5 minutes.</summary>
+    /// <summary>
+    /// Further keys a signature is accepted with, besides <see cref="PeerKey"/>; never used to sign. For a rotation
+    /// without a stop (docs/calls.md, "Rotating the peer key"): every service accepts the new key, then signs with it,
+    /// then the old one is removed. Each at least 32 characters. Empty by default. In configuration:
+    /// <c>PersistentServices:Calls:AcceptedPeerKeys:0</c> (an environment variable <c>PersistentServices__Calls__AcceptedPeerKeys__0</c>).
+    /// </summary>
+    public IList<string> AcceptedPeerKeys { get; } = new List<string>();
+
+    /// <summary>How old a signed call's timestamp may be by the callee's clock (a retry is signed again). Default 5 minutes.</summary>
     public TimeSpan SignatureWindow { get; set; } = TimeSpan.FromMinutes(5);
+
+    /// <summary>
+    /// How far ahead of the callee's clock a signed call's timestamp may be: the hosts' clocks may differ by this much. Kept
+    /// small, so a captured call cannot be held back and sent later than <see cref="SignatureWindow"/> after it was made.
+    /// At most one minute. Default 5 seconds.
+    /// </summary>
+    public TimeSpan SignatureFutureSkew { get; set; } = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// Signatures of the format versions before issue 32 (<c>v1</c>, which bind no callee), for a rolling upgrade from such
+    /// a version (docs/upgrades.md, "Signatures of calls"). Default <see cref="PersistentServices.LegacySignatures.Refuse"/>: only
+    /// <c>v2</c> is sent and accepted.
+    /// </summary>
+    public LegacySignatures LegacySignatures { get; set; } = LegacySignatures.Refuse;
 
     /// <summary>One attempt of a call gives up (and is retried with the same id) after this long. Default 30 seconds.</summary>
     public TimeSpan AttemptTimeout { get; set; } = TimeSpan.FromSeconds(30);
@@ -47,6 +69,24 @@ public sealed class PersistentCallOptions
     /// the bookstore benchmark compares with). Default true.
     /// </summary>
     public bool UseRoles { get; set; } = true;
+}
+
+/// <summary>
+/// What a service does with signatures of format <c>v1</c> (<see cref="PersistentCallOptions.LegacySignatures"/>), which
+/// versions before issue 32 send and accept only: a <c>v1</c> signature does not bind the callee, so a captured call can be
+/// sent to another service of the deployment that maps the same path. An upgrade without a stop takes three rolling
+/// restarts (docs/upgrades.md): <see cref="SignAndAccept"/>, then <see cref="Accept"/>, then <see cref="Refuse"/>.
+/// </summary>
+public enum LegacySignatures
+{
+    /// <summary>Sign <c>v2</c>, accept only <c>v2</c> (the default; every service of the deployment runs this version or later).</summary>
+    Refuse,
+
+    /// <summary>Sign <c>v2</c>, accept <c>v1</c> too: the second step, while services of the first step still sign <c>v1</c>.</summary>
+    Accept,
+
+    /// <summary>Sign <c>v1</c> (older services accept nothing else), accept both: the first step, while older services still run.</summary>
+    SignAndAccept,
 }
 
 /// <summary>When a persistent request forces the log around its calls (Phoenix/App §2.3, §3.1, §3.5).</summary>

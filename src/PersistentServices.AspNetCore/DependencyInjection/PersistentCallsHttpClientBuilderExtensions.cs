@@ -19,12 +19,27 @@ public static class PersistentCallsHttpClientBuilderExtensions
     /// deterministic call id, the caller's log forced before a call to a persistent service, the reply logged and answered
     /// from the log in replay, retries with the same id until a reply arrives (a resilience pipeline: per-attempt timeout,
     /// exponential backoff with jitter; <see cref="PersistentCallOptions"/>), and each attempt signed with
-    /// <see cref="PersistentCallOptions.PeerKey"/>. The client's name identifies the callee in call ids: keep it stable.
+    /// <see cref="PersistentCallOptions.PeerKey"/> for the callee. The client's name identifies the callee in call ids: keep
+    /// it stable. The client's name is also the callee's <see cref="PersistentServicesOptions.ServiceName"/>, which the
+    /// signature names and the callee checks: when it is another, use <see cref="AddPersistentCalls(IHttpClientBuilder, string)"/>.
     /// Calls made outside persistent requests pass through unchanged.
     /// </summary>
     public static IHttpClientBuilder AddPersistentCalls(this IHttpClientBuilder builder)
     {
         ArgumentNullException.ThrowIfNull(builder);
+        return builder.AddPersistentCalls(builder.Name);
+    }
+
+    /// <summary>
+    /// <see cref="AddPersistentCalls(IHttpClientBuilder)"/> for a callee whose <see cref="PersistentServicesOptions.ServiceName"/>
+    /// is <paramref name="calleeService"/>, not the client's name: every call is signed for that service, which refuses a
+    /// call signed for another (docs/calls.md, "Who may call"), and in a service domain it is the member the calls go to.
+    /// The client's name still identifies the callee in call ids.
+    /// </summary>
+    public static IHttpClientBuilder AddPersistentCalls(this IHttpClientBuilder builder, string calleeService)
+    {
+        ArgumentNullException.ThrowIfNull(builder);
+        ArgumentException.ThrowIfNullOrWhiteSpace(calleeService);
         builder.Services.TryAddSingleton<CallRoles>();
         var callee = builder.Name;
 
@@ -32,7 +47,7 @@ public static class PersistentCallsHttpClientBuilderExtensions
         // off (PersistentCallHandler ignores the client's token inside persistent requests anyway, for a Timeout set later).
         builder.ConfigureHttpClient(static client => client.Timeout = Timeout.InfiniteTimeSpan);
         builder.AddHttpMessageHandler(sp => new PersistentCallHandler(
-            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), callee,
+            sp.GetRequiredService<PersistentRuntime>(), sp.GetRequiredService<CallRoles>(), callee, calleeService,
             sp.GetRequiredService<ILoggerFactory>().CreateLogger<PersistentCallHandler>()));
         builder.Services.TryAddEnumerable(ServiceDescriptor.Singleton<IConfigureOptions<TelemetryOptions>, QuietRetryTelemetry>());
         builder.AddResilienceHandler(PipelineName, static (pipeline, context) =>
@@ -71,11 +86,11 @@ public static class PersistentCallsHttpClientBuilderExtensions
             });
             pipeline.AddTimeout(options.AttemptTimeout);
         });
-        builder.AddHttpMessageHandler(sp => new PeerSigningHandler(sp.GetRequiredService<PersistentRuntime>()));
+        builder.AddHttpMessageHandler(sp => new PeerSigningHandler(sp.GetRequiredService<PersistentRuntime>(), calleeService));
         return builder;
     }
 
-    /// <summary>The name of the resilience pipeline <see cref="AddPersistentCalls"/> adds (Polly names it <c>{client}-persistent-calls</c>).</summary>
+    /// <summary>The name of the resilience pipeline <see cref="AddPersistentCalls(IHttpClientBuilder)"/> adds (Polly names it <c>{client}-persistent-calls</c>).</summary>
     internal const string PipelineName = "persistent-calls";
 
     /// <summary>

@@ -1,6 +1,5 @@
 using System.Globalization;
 using System.Text;
-using System.Text.Json;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Routing;
@@ -15,7 +14,9 @@ namespace PersistentServices.Domain;
 /// <summary>
 /// The domain's control endpoints, answered only to members (signed with the peer key): a distributed flush's local part
 /// (<c>POST /ps/domain/flush</c>, body <c>epoch.lsn</c>: 200 once durable, 409 with the recovered LSN when that state
-/// was lost), and recovered state numbers (<c>POST</c> to tell, <c>GET</c> to ask, <c>/ps/domain/recovered</c>).
+/// was lost), and recovered state numbers (<c>POST</c> to tell, <c>GET</c> to ask, <c>/ps/domain/recovered</c>). Every
+/// refusal is a problem details reply, logged (event 1109): 401 for a message not signed by a member, 400 for a malformed
+/// one or one about state this service never had, 405 for another method.
 /// </summary>
 internal static class DomainEndpoints
 {
@@ -26,6 +27,19 @@ internal static class DomainEndpoints
         endpoints.MapPost(ServiceDomain.FlushPath, FlushAsync).WithDisplayName("PersistentServices: domain flush");
         endpoints.MapPost(ServiceDomain.RecoveredPath, TellAsync).WithDisplayName("PersistentServices: domain recovered state numbers (tell)");
         endpoints.MapGet(ServiceDomain.RecoveredPath, AskAsync).WithDisplayName("PersistentServices: domain recovered state numbers (ask)");
+
+        // Any other method: 405 with problem details (the routing's own 405 has no body), as for the session resource.
+        endpoints.Map(ServiceDomain.FlushPath, MethodNotAllowedAsync).WithOrder(1).WithDisplayName("PersistentServices: domain flush (other methods)");
+        endpoints.Map(ServiceDomain.RecoveredPath, MethodNotAllowedAsync).WithOrder(1).WithDisplayName("PersistentServices: domain recovered state numbers (other methods)");
+    }
+
+    private static Task MethodNotAllowedAsync(HttpContext context)
+    {
+        var flush = context.Request.Path.Equals(ServiceDomain.FlushPath, StringComparison.OrdinalIgnoreCase);
+        context.Response.Headers.Allow = flush ? "POST" : "GET, POST";
+        return ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
+            $"POST {ServiceDomain.FlushPath} asks for a distributed flush; POST {ServiceDomain.RecoveredPath} tells recovered state numbers and GET asks for them. " +
+            "Only members of the service domain send them.");
     }
 
     private static async Task FlushAsync(HttpContext context)
@@ -35,19 +49,37 @@ internal static class DomainEndpoints
             return;
         }
 
-        var (runtime, _, body) = verified;
+        var (runtime, member, body) = verified;
         var text = Encoding.UTF8.GetString(body);
         var dot = text.IndexOf('.', StringComparison.Ordinal);
+
+        // Digits only (NumberStyles.None): no sign, no spaces, no exponent; a number beyond long fails to parse.
         if (dot <= 0 || !long.TryParse(text.AsSpan(0, dot), NumberStyles.None, CultureInfo.InvariantCulture, out var epoch) ||
-            !long.TryParse(text.AsSpan(dot + 1), NumberStyles.None, CultureInfo.InvariantCulture, out var lsn) || epoch > runtime.Epoch)
+            !long.TryParse(text.AsSpan(dot + 1), NumberStyles.None, CultureInfo.InvariantCulture, out var lsn) || epoch < 1)
         {
-            await ProtocolProblems.WriteAsync(context, 400, "domain-flush", "Malformed flush request", "The body must be 'epoch.lsn' of a state of this service.").ConfigureAwait(false);
+            await RefuseAsync(context, member, "a malformed flush request (not 'epoch.lsn')", 400, "domain-flush", "Malformed flush request",
+                "The body must be 'epoch.lsn' of a state of this service: two non-negative integers, the epoch at least 1.").ConfigureAwait(false);
             return;
         }
 
         if (!runtime.IsAvailable)
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+            return;
+        }
+
+        // A state this service never had: a later epoch, or an LSN of the running epoch at or past the log's tail (every
+        // state of it that a member can depend on was appended before the message that carried it left this service).
+        // An answer of 200 would tell the member that state is durable. (A past epoch's LSN past what it recovered to is
+        // a loss: 409 below.)
+        var tail = runtime.Log.TailAddress;
+        if (epoch > runtime.Epoch || (epoch == runtime.Epoch && lsn >= tail))
+        {
+            await RefuseAsync(context, member, $"a flush of a state this service never had ({epoch}.{lsn}; running epoch {runtime.Epoch}, tail {tail})",
+                400, "domain-flush", "Flush of a state this service never had",
+                epoch > runtime.Epoch
+                    ? $"Epoch {epoch} is later than this service's running epoch {runtime.Epoch}."
+                    : $"LSN {lsn} of the running epoch {epoch} is at or past the log's tail ({tail}): no record of this service is there yet.").ConfigureAwait(false);
             return;
         }
 
@@ -70,17 +102,11 @@ internal static class DomainEndpoints
             return;
         }
 
-        var (runtime, _, body) = verified;
-        RecoveredStateNumber[] numbers;
-        try
+        var (runtime, member, body) = verified;
+        if (ServiceDomain.RecoveredWire.Parse(body, runtime.Domain.IsMember, out var error) is not { } numbers)
         {
-            numbers = [.. (JsonSerializer.Deserialize<Wire[]>(body) ?? [])
-                .Where(w => runtime.Domain.IsMember(w.Service))
-                .Select(w => new RecoveredStateNumber(w.Service, new StateId(w.Epoch, w.Lsn)))];
-        }
-        catch (JsonException)
-        {
-            await ProtocolProblems.WriteAsync(context, 400, "domain-recovered", "Malformed recovered state numbers", "The body must be a JSON array of {service, epoch, lsn}.").ConfigureAwait(false);
+            await RefuseAsync(context, member, error!, 400, "domain-recovered", "Malformed recovered state numbers",
+                $"The body must be a JSON array of {{\"Service\": name, \"Epoch\": epoch (at least 1), \"Lsn\": LSN (not negative)}}, every field present and spelled so; it had {error}.").ConfigureAwait(false);
             return;
         }
 
@@ -102,9 +128,18 @@ internal static class DomainEndpoints
         }
 
         context.Response.ContentType = "application/json";
-        await context.Response.Body.WriteAsync(JsonSerializer.SerializeToUtf8Bytes(
-            verified.Runtime.Domain.Recovered.All.Select(n => new Wire(n.Service, n.State.Epoch, n.State.Lsn)).ToArray()), context.RequestAborted).ConfigureAwait(false);
+        await context.Response.Body.WriteAsync(ServiceDomain.RecoveredWire.Serialize(verified.Runtime.Domain.Recovered.All), context.RequestAborted).ConfigureAwait(false);
     }
+
+    /// <summary>A member's message this service will not act on: logged (event 1109) and answered with problem details.</summary>
+    private static Task RefuseAsync(HttpContext context, string member, string reason, int status, string type, string title, string detail)
+    {
+        AspNetCoreEvents.DomainMessageRefused(Logger(context), context.Request.Path.Value ?? "", $"{reason} (member '{member}'; answered {status})");
+        return ProtocolProblems.WriteAsync(context, status, type, title, detail);
+    }
+
+    private static ILogger Logger(HttpContext context)
+        => context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Domain");
 
     private static async Task<(PersistentRuntime Runtime, string Member, byte[] Body)?> VerifyAsync(HttpContext context)
     {
@@ -120,8 +155,7 @@ internal static class DomainEndpoints
         if (!runtime.Domain.Enabled || runtime.Domain.VerifyMember(context, body, out error) is not { } member)
         {
             var reason = error ?? "no signature";
-            AspNetCoreEvents.DomainMessageRefused(context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Domain"),
-                context.Request.Path.Value ?? "", reason);
+            AspNetCoreEvents.DomainMessageRefused(Logger(context), context.Request.Path.Value ?? "", reason);
             await ProtocolProblems.WriteAsync(context, 401, "domain-member", "Not a member of this service domain",
                 $"Domain messages are accepted only from the domain's members, signed with its peer key: this one had {reason}.").ConfigureAwait(false);
             return null;
@@ -151,6 +185,4 @@ internal static class DomainEndpoints
 
         return buffer.ToArray();
     }
-
-    private sealed record Wire(string Service, long Epoch, long Lsn);
 }

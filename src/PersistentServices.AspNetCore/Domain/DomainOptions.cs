@@ -10,7 +10,8 @@ public sealed class DomainOptions
     /// <summary>
     /// The domain's services by name (their <see cref="PersistentServicesOptions.ServiceName"/>) and base address, this
     /// service included. Messages between members carry dependency vectors and are not forced; a member's named
-    /// <c>HttpClient</c> must be named like the member (<c>AddHttpClient("Store1", ...).AddPersistentCalls()</c>).
+    /// <c>HttpClient</c> must be named like the member (<c>AddHttpClient("Store1", ...).AddPersistentCalls()</c>) or name it
+    /// (<c>AddHttpClient("store", ...).AddPersistentCalls("Store1")</c>).
     /// Members authenticate each other with <see cref="PersistentCallOptions.PeerKey"/>.
     /// </summary>
     public IDictionary<string, Uri> Members { get; } = new Dictionary<string, Uri>(StringComparer.Ordinal);

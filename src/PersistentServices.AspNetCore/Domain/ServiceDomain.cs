@@ -28,14 +28,12 @@ internal sealed partial class ServiceDomain : IDisposable
     private readonly ILogger _logger;
     private readonly HttpClient _http;
     private readonly ResiliencePipeline<HttpResponseMessage> _flushPipeline;
-    private readonly byte[] _key;
 
     public ServiceDomain(PersistentRuntime runtime, ILogger logger)
     {
         _runtime = runtime;
         _logger = logger;
         var options = runtime.Options;
-        _key = Encoding.UTF8.GetBytes(options.Calls.PeerKey ?? "");
         _http = new HttpClient(new SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) }) { Timeout = options.Domain.FlushTimeout };
 
         // A member that restarts is out of reach (connection refused) and then recovering (503) for a moment: the flush asks
@@ -222,7 +220,7 @@ internal sealed partial class ServiceDomain : IDisposable
     public async Task<bool> SendRecoveredAsync(string member, IReadOnlyList<RecoveredStateNumber> numbers, CancellationToken cancellationToken)
     {
         PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "recovered"));
-        var body = JsonSerializer.SerializeToUtf8Bytes(numbers.Select(n => new RecoveredWire(n.Service, n.State.Epoch, n.State.Lsn)).ToArray());
+        var body = RecoveredWire.Serialize(numbers);
         try
         {
             using var response = await SendAsync(member, HttpMethod.Post, RecoveredPath, body, cancellationToken).ConfigureAwait(false);
@@ -245,17 +243,22 @@ internal sealed partial class ServiceDomain : IDisposable
                 return null;
             }
 
-            var wire = await JsonSerializer.DeserializeAsync<RecoveredWire[]>(await response.Content.ReadAsStreamAsync(cancellationToken).ConfigureAwait(false),
-                cancellationToken: cancellationToken).ConfigureAwait(false) ?? [];
-            return [.. wire.Where(w => IsMember(w.Service)).Select(w => new RecoveredStateNumber(w.Service, new StateId(w.Epoch, w.Lsn)))];
+            // A member's answer is read as strictly as its messages are (DomainEndpoints): an answer this version cannot read
+            // is asked again later, never taken half (a missing field read as 0) or thrown out of the domain's hosted service.
+            var body = await response.Content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+            return RecoveredWire.Parse(body, IsMember, out _);
         }
-        catch (Exception ex) when (ex is DomainUnavailableException or JsonException)
+        catch (Exception ex) when (ex is DomainUnavailableException or HttpRequestException or IOException ||
+                                   ex is OperationCanceledException && !cancellationToken.IsCancellationRequested)
         {
             return null;
         }
     }
 
-    /// <summary>Verifies a domain message from a member (signed with the peer key); the member's name, or null with <paramref name="error"/>.</summary>
+    /// <summary>
+    /// Verifies a domain message from a member, signed with the peer key for this service (<c>PS-Callee</c>; a message to
+    /// another member is refused here); the member's name, or null with <paramref name="error"/>.
+    /// </summary>
     public string? VerifyMember(Microsoft.AspNetCore.Http.HttpContext context, ReadOnlySpan<byte> body, out string? error)
     {
         var request = context.Request;
@@ -266,8 +269,10 @@ internal sealed partial class ServiceDomain : IDisposable
             return null;
         }
 
-        error = PeerSignature.Verify(_key, request.Headers[Http.ProtocolHeaders.Signature].ToString() is { Length: > 0 } s ? s : null, _runtime.Time.GetUtcNow(),
-            _runtime.Options.Calls.SignatureWindow, request.Method, request.Path.Value + request.QueryString.Value, caller, "", "", "domain", "", body);
+        error = _runtime.Peers.Verify(request.Headers[Http.ProtocolHeaders.Signature].ToString() is { Length: > 0 } s ? s : null,
+            Message(request.Method, request.Path.Value + request.QueryString.Value, caller, request.Headers[Http.ProtocolHeaders.Callee].ToString(),
+                request.Headers.ContentType.ToString()),
+            body);
         return error is null ? caller : null;
     }
 
@@ -285,8 +290,8 @@ internal sealed partial class ServiceDomain : IDisposable
         }
 
         request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Caller, Self);
-        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Signature, PeerSignature.Sign(_key, _runtime.Time.GetUtcNow().ToUnixTimeMilliseconds(),
-            method.Method, path, Self, "", "", "domain", "", body));
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Callee, member);
+        request.Headers.TryAddWithoutValidation(Http.ProtocolHeaders.Signature, _runtime.Peers.Sign(Message(method.Method, path, Self, member, ""), body));
         try
         {
             return await _http.SendAsync(request, cancellationToken).ConfigureAwait(false);
@@ -297,7 +302,73 @@ internal sealed partial class ServiceDomain : IDisposable
         }
     }
 
-    private sealed record RecoveredWire(string Service, long Epoch, long Lsn);
+    /// <summary>What a domain message's signature covers: no session, number or DV; the role <c>domain</c>.</summary>
+    private static PeerMessage Message(string method, string pathAndQuery, string caller, string callee, string contentType)
+        => new(method, pathAndQuery, caller, callee, Session: "", Sequence: "", Role: "domain", Dv: "", contentType);
+
+    /// <summary>
+    /// Recovered state numbers on the wire (<c>POST</c> and <c>GET /ps/domain/recovered</c>): a JSON array of
+    /// <c>{"Service": name, "Epoch": e, "Lsn": n}</c>, the names as written (the format every version has sent). Read
+    /// strictly: a null entry, a field missing, null, unknown or spelled otherwise, an epoch below 1 or a negative LSN
+    /// make the whole message malformed, and nothing of it is learned.
+    /// </summary>
+    internal sealed record RecoveredWire(string Service, long Epoch, long Lsn)
+    {
+        private static readonly JsonSerializerOptions Strict = new()
+        {
+            RespectNullableAnnotations = true,
+            RespectRequiredConstructorParameters = true,
+            UnmappedMemberHandling = System.Text.Json.Serialization.JsonUnmappedMemberHandling.Disallow,
+            AllowDuplicateProperties = false,
+        };
+
+        public static byte[] Serialize(IEnumerable<RecoveredStateNumber> numbers)
+            => JsonSerializer.SerializeToUtf8Bytes(numbers.Select(n => new RecoveredWire(n.Service, n.State.Epoch, n.State.Lsn)).ToArray(), Strict);
+
+        /// <summary>The numbers of members (others are left out); null with <paramref name="error"/> for a malformed message.</summary>
+        public static List<RecoveredStateNumber>? Parse(ReadOnlySpan<byte> json, Func<string, bool> isMember, out string? error)
+        {
+            RecoveredWire?[]? wire;
+            try
+            {
+                wire = JsonSerializer.Deserialize<RecoveredWire?[]>(json, Strict);
+            }
+            catch (JsonException ex)
+            {
+                error = $"a body that is not a JSON array of {{Service, Epoch, Lsn}} ({ex.Message})";
+                return null;
+            }
+
+            if (wire is null)
+            {
+                error = "a null body (a JSON array of {Service, Epoch, Lsn} is expected)";
+                return null;
+            }
+
+            var numbers = new List<RecoveredStateNumber>(wire.Length);
+            for (var i = 0; i < wire.Length; i++)
+            {
+                switch (wire[i])
+                {
+                    case null:
+                        error = $"a null entry at index {i}";
+                        return null;
+                    case { Epoch: < 1 } w:
+                        error = $"epoch {w.Epoch} at index {i} (epochs start at 1)";
+                        return null;
+                    case { Lsn: < 0 } w:
+                        error = $"a negative LSN ({w.Lsn}) at index {i}";
+                        return null;
+                    case var w when isMember(w.Service):
+                        numbers.Add(new RecoveredStateNumber(w.Service, new StateId(w.Epoch, w.Lsn)));
+                        break;
+                }
+            }
+
+            error = null;
+            return numbers;
+        }
+    }
 
     [LoggerMessage(1370, LogLevel.Warning, "Learned that service '{Service}' recovered epoch {Epoch} only up to LSN {Lsn}: whatever depended on later state of it is an orphan")]
     private static partial void LearnedRecovered(ILogger logger, string service, long epoch, long lsn);

@@ -127,14 +127,14 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         }
     }
 
-    [LoggerMessage(1360, LogLevel.Information,
+    [LoggerMessage(1391, LogLevel.Information,
         "Drained: every request finished; {Sessions} sessions and {Variables} shared variables checkpointed; clean-shutdown checkpoint at LSN {Lsn} ({ElapsedMs} ms). The next start replays nothing.")]
     private static partial void Drained(ILogger logger, int sessions, int variables, long lsn, long elapsedMs);
 
-    [LoggerMessage(1361, LogLevel.Warning,
+    [LoggerMessage(1392, LogLevel.Warning,
         "The host's shutdown timeout ended the drain after {ElapsedMs} ms with {Executing} persistent requests still running: nothing is lost, the next start replays what was not checkpointed")]
     private static partial void DrainTimedOut(ILogger logger, int executing, long elapsedMs);
 
-    [LoggerMessage(1362, LogLevel.Error, "A service checkpoint failed; the anchor still names the previous one")]
+    [LoggerMessage(1393, LogLevel.Error, "A service checkpoint failed; the anchor still names the previous one")]
     private static partial void CheckpointFailed(ILogger logger, Exception exception);
 }

@@ -119,6 +119,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     private Domain.ServiceDomain? _domain;
 
+    /// <summary>Signs what this service sends to the deployment's other services and verifies what they send (docs/calls.md, "Who may call").</summary>
+    public Calls.PeerAuthentication Peers => _peers ??= new Calls.PeerAuthentication(Options.Calls, Options.ServiceName, Time, _logger);
+
+    private Calls.PeerAuthentication? _peers;
+
     /// <summary>
     /// Before a session checkpoint: in a domain, a distributed flush of the session's DV ([MSP §3.2]: the checkpointed state
     /// must never be an orphan). False when it cannot be made now (a member out of reach, or the session is an orphan):

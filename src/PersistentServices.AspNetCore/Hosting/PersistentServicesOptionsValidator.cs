@@ -106,6 +106,32 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.Calls.PeerKey must have at least 32 characters (had {key.Length}); it signs calls between the deployment's services.");
         }
 
+        // Keys accepted besides PeerKey during a rotation (docs/calls.md): as strong as PeerKey, and only beside one.
+        for (var i = 0; i < options.Calls.AcceptedPeerKeys.Count; i++)
+        {
+            if (options.Calls.AcceptedPeerKeys[i] is not { Length: >= 32 })
+            {
+                failures.Add($"PersistentServicesOptions.Calls.AcceptedPeerKeys[{i}] must have at least 32 characters (had {options.Calls.AcceptedPeerKeys[i]?.Length ?? 0}); " +
+                    "a signature made with it is accepted like one made with PeerKey.");
+            }
+        }
+
+        if (options.Calls.AcceptedPeerKeys.Count > 0 && options.Calls.PeerKey is null)
+        {
+            failures.Add("PersistentServicesOptions.Calls.AcceptedPeerKeys needs PeerKey: a service signs with PeerKey and accepts AcceptedPeerKeys besides it (a rotation, docs/calls.md).");
+        }
+
+        if (options.Calls.SignatureFutureSkew < TimeSpan.Zero || options.Calls.SignatureFutureSkew > TimeSpan.FromMinutes(1))
+        {
+            failures.Add($"PersistentServicesOptions.Calls.SignatureFutureSkew must be between 0 and 1 minute (was {options.Calls.SignatureFutureSkew}): " +
+                "how far ahead of this service's clock a signed call's timestamp may be; the deployment's clocks should agree within seconds.");
+        }
+
+        if (!Enum.IsDefined(options.Calls.LegacySignatures))
+        {
+            failures.Add($"PersistentServicesOptions.Calls.LegacySignatures must be Refuse, Accept or SignAndAccept (was {options.Calls.LegacySignatures}).");
+        }
+
         if (options.Calls.SignatureWindow < TimeSpan.FromSeconds(1) || options.Calls.AttemptTimeout < TimeSpan.FromMilliseconds(10) ||
             options.Calls.RetryDelay < TimeSpan.Zero || options.Calls.MaxRetryDelay < options.Calls.RetryDelay)
         {

@@ -31,7 +31,10 @@ internal static class ProtocolHeaders
     /// </summary>
     public const string Orphan = "PS-Orphan";
 
-    /// <summary>On a call: its signature with the deployment's peer key (<c>t=&lt;unix ms&gt;,v1=&lt;hex&gt;</c>).</summary>
+    /// <summary>On a call from another of the deployment's services: the called service's name, covered by the signature (docs/calls.md).</summary>
+    public const string Callee = "PS-Callee";
+
+    /// <summary>On a call: its signature with the deployment's peer key (<c>t=&lt;unix ms&gt;,v2=&lt;hex&gt;</c>).</summary>
     public const string Signature = "PS-Signature";
 
     /// <summary>On an error about sequence numbers: the number the service expects next.</summary>

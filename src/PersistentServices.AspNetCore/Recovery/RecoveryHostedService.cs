@@ -128,6 +128,11 @@ internal sealed class RecoveryHostedService(
                 // of reach): only this session waits for it; it rolls back and runs it again once the domain allows.
                 orphans.ScheduleAfterAbandonedTail(session);
             }
+            catch (ReplayTailAbandonedException)
+            {
+                // Outside a domain (a call that failed with an error not retried): as when that happens live, the request stays
+                // unanswered (retries of its number get 503) and the next restart runs it again; every other session goes on.
+            }
             catch (ReplayDivergenceException divergence) when (runtime.Options.OnDivergence == DivergencePolicy.QuarantineSession)
             {
                 // Only this session: its requests get session-diverged; every other session and the shared state go on. Its

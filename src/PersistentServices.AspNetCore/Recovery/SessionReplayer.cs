@@ -118,7 +118,16 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             {
                 replayed = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
             }
-            catch (RequestAbandonedException abandoned) when (cutShort && abandoned is not Calls.CallAbandonedException)
+            catch (RequestAbandonedException abandoned) when (!cutShort && abandoned is not Calls.CallAbandonedException { HostStopping: true })
+            {
+                // A request whose reply is logged could not be replayed to its end: a functional call it makes again (Algorithm 4)
+                // failed with an error that is not retried. Its replay cannot reproduce it: a divergence (the session is
+                // quarantined), not a failure of the whole recovery.
+                throw new ReplayDivergenceException(
+                    $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {position.RequestLsn}) could not finish: {abandoned.Message}",
+                    session.TraceTag, position.RequestLsn, record.Sequence, abandoned);
+            }
+            catch (RequestAbandonedException abandoned) when (cutShort && abandoned is not Calls.CallAbandonedException { HostStopping: true })
             {
                 // Its live part could not finish: a member refused its call as an orphan (the member, or this session,
                 // depends on state a crash took back) or could not be reached. As live, the request is abandoned, not the

@@ -87,13 +87,7 @@ internal static partial class Quarantines
             return false;
         }
 
-        var record = SessionCheckpoints.CaptureQuarantineMarker(session, "");
-        record.Quarantined = "";
-        if (record.LastSequence > 0)
-        {
-            record.LastReply = standIn.ToLogged();
-        }
-
+        var record = QuarantineRepair.ReleaseCheckpoint(session, standIn);
         var lsn = runtime.Log.Append(RecordKind.SessionCheckpoint, record);
         session.ContinueFromCheckpoint(lsn, record);
         session.ReleaseQuarantine();
@@ -102,19 +96,7 @@ internal static partial class Quarantines
     }
 
     /// <summary>The reply a released session's last request gets (a retry of it): its real reply could not be reproduced.</summary>
-    public static BufferedReply ReleasedReply()
-    {
-        var body = System.Text.Json.JsonSerializer.SerializeToUtf8Bytes(new Dictionary<string, object?>
-        {
-            ["type"] = Http.ProtocolProblems.TypePrefix + "session-released",
-            ["title"] = "Reply lost: the session was released",
-            ["status"] = 410,
-            ["detail"] = "This request ran before a restart, but its replay did not reproduce it and the session was quarantined; an operator " +
-                         "released the session with its state reset. The request is never executed again (its effects on shared state stand): " +
-                         "go on with the next request number.",
-        });
-        return new BufferedReply(410, [new("Content-Type", ["application/problem+json"])], body);
-    }
+    public static BufferedReply ReleasedReply() => QuarantineRepair.ReleasedReply();
 
     [LoggerMessage(1117, LogLevel.Error, "The quarantine of session {SessionTag} could not be logged; it is quarantined again after a restart")]
     private static partial void MarkerNotLogged(ILogger logger, string sessionTag, Exception exception);

@@ -195,9 +195,9 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
         }
     }
 
-    [LoggerMessage(1110, LogLevel.Debug, "Ended session {SessionTag} (expired: {Kind})")]
+    [LoggerMessage(1120, LogLevel.Debug, "Ended session {SessionTag} (expired: {Kind})")]
     private static partial void SessionExpired(ILogger logger, string sessionTag, string kind);
 
-    [LoggerMessage(1111, LogLevel.Information, "Expired {NeverUsed} never-used and {Idle} idle sessions; {Live} live")]
+    [LoggerMessage(1121, LogLevel.Information, "Expired {NeverUsed} never-used and {Idle} idle sessions; {Live} live")]
     private static partial void Swept(ILogger logger, int neverUsed, int idle, int live);
 }

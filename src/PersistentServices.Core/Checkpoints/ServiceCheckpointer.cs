@@ -320,7 +320,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
         }
     }
 
-    [LoggerMessage(1350, LogLevel.Information,
+    [LoggerMessage(1390, LogLevel.Information,
         "Service checkpoint at LSN {Lsn}: the log is kept from {ScanFrom}, recovery scans from {ScanStart} ({AtRest} sessions and {VariablesAtRest} shared variables at rest read directly); {Sessions} sessions, {Variables} shared variables; forced {ForcedSessions} idle sessions and {ForcedVariables} variables; {ElapsedMs} ms")]
     private static partial void Taken_(ILogger logger, long lsn, long scanFrom, long scanStart, int atRest, int variablesAtRest, int sessions, int variables, int forcedSessions, int forcedVariables, long elapsedMs);
 }

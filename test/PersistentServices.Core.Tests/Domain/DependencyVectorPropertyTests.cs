@@ -101,6 +101,11 @@ public sealed class DependencyVectorPropertyTests
     [InlineData("B=1.100,X=1.1", "not a service of this domain")]
     [InlineData("B=1", "malformed")]
     [InlineData("B=one.two", "malformed")]
+    [InlineData("B=-1.100", "malformed")]
+    [InlineData("B=1.-100", "malformed")]
+    [InlineData("B=+1.100", "malformed")]
+    [InlineData("B= 1.100", "malformed")]
+    [InlineData("B=1.99999999999999999999", "malformed")]
     public void Header_RefusesWhatIsNotAVectorOfThisDomain(string text, string reason)
     {
         Assert.Null(DvHeader.Parse(text, 8, s => s is "A" or "B", out var error));

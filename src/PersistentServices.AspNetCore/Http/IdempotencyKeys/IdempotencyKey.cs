@@ -23,10 +23,10 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
     /// <see cref="IdempotencyKeyOptions"/>), and its owner is hashed as <see cref="SessionOwner"/> version 3 does (with the
     /// authentication type; an unidentified principal is refused). Key sessions started before carry 40: owner version 2.
     /// </summary>
-    public const int KeySessionOwnerVersion = 41;
+    public const int KeySessionOwnerVersion = KeySessions.OwnerVersion;
 
     /// <summary>Key sessions started by builds before owner version 3.</summary>
-    public const int LegacyKeySessionOwnerVersion = 40;
+    public const int LegacyKeySessionOwnerVersion = KeySessions.LegacyOwnerVersion;
 
     /// <summary>True when <paramref name="session"/> is a key session.</summary>
     public static bool IsKeySession(Session session) => session.OwnerVersion is KeySessionOwnerVersion or LegacyKeySessionOwnerVersion;

@@ -28,7 +28,7 @@ namespace PersistentServices.Http.IdempotencyKeys;
 internal static class IdempotencyKeySessions
 {
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
-    public const string StateHeader = "PS-Idempotency-Key";
+    public const string StateHeader = KeySessions.StateHeader;
 
     private static readonly Lock Gate = new();
 

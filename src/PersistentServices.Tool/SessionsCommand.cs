@@ -1,0 +1,221 @@
+using System.Globalization;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Log;
+using PersistentServices.Sessions;
+
+namespace PersistentServices.Tool;
+
+/// <summary>
+/// <c>psctl sessions list|show|discard|release</c>: the operator's view and repair of a stopped service's sessions
+/// (docs/operations.md, "Operator repair"). The log is opened as the service's recovery opens it (<see cref="OfflineLog"/>);
+/// discard and release append the records the admin endpoints append on a running service (<see cref="QuarantineRepair"/>),
+/// so the next start sees the session ended or released.
+/// </summary>
+internal static class SessionsCommand
+{
+    public const string Usage = """
+          psctl sessions list <log-directory> [--state STATE] [--kind session|key]
+          psctl sessions show <log-directory> <tag-or-id> [--bodies] [--limit N]
+          psctl sessions discard <log-directory> <tag-or-id>
+          psctl sessions release <log-directory> <tag-or-id>
+
+        The sessions of a STOPPED service's log: the log is opened as the service's start opens it (the same checks, a torn
+        tail after the last commit truncated as that start would) and refused while a process holds it (directory.lock);
+        on a running service use its admin endpoints (MapPersistentServicesAdmin). A session is named by its trace tag
+        (12 hex digits, as the list and the service's logs show it) or by its id.
+
+          list     every live session: trace tag, kind (session, or key for an Idempotency-Key), state (live, never-used,
+                   quarantined and why, expired-key), last request number, owner hash (its first 6 bytes; anonymous),
+                   bytes held, requests the next start replays, last activity. --state and --kind filter.
+          show     one session and its logged records (requests: method, path, sizes; replies: status; checkpoints; for a
+                   quarantined session every record of it the log still holds). Bodies and query strings only with
+                   --bodies (they may hold secrets); --limit caps the records listed (default 1000).
+          discard  ends a quarantined session: its client's requests get 404. A quarantined Idempotency-Key becomes an
+                   expired key instead (410 idempotency-key-expired), so its operation never runs again.
+          release  lets a quarantined session serve again with no state: a retry of its last request gets 410
+                   session-released, its next request runs. A key becomes an expired key, as with discard.
+
+          --page-size-bits N, --segment-size-bits N   only for a log whose commit.meta does not record them
+
+        Exit status: 0 done; 1 refused (no such session, two share the tag, not quarantined); 2 the log could not be
+                     opened (usage, missing or not a log directory, in use, damaged: see psctl verify).
+        """;
+
+    private const int DefaultRecords = 1000;
+
+    public static int Run(string[] args, TextWriter output, TextWriter error)
+    {
+        if (args is [] or ["-h" or "--help" or "help", ..])
+        {
+            output.WriteLine(Usage);
+            return args.Length == 0 ? Cli.CannotCheck : Cli.Clean;
+        }
+
+        var command = args[0];
+        if (command is not ("list" or "show" or "discard" or "release"))
+        {
+            return UsageError(error, $"unknown command 'sessions {command}'");
+        }
+
+        var positional = new List<string>();
+        string? state = null, kind = null;
+        int? pageSizeBits = null, segmentSizeBits = null;
+        var bodies = false;
+        var limit = DefaultRecords;
+        for (var i = 1; i < args.Length; i++)
+        {
+            switch (args[i])
+            {
+                case "--state" when command == "list" && i + 1 < args.Length && SessionInspection.States.Contains(args[i + 1]):
+                    state = args[++i];
+                    break;
+                case "--kind" when command == "list" && i + 1 < args.Length && SessionInspection.Kinds.Contains(args[i + 1]):
+                    kind = args[++i];
+                    break;
+                case "--bodies" when command == "show":
+                    bodies = true;
+                    break;
+                case "--limit" when command == "show" && i + 1 < args.Length && TryNumber(args[i + 1], 1, 1_000_000, out var records):
+                    limit = records;
+                    i++;
+                    break;
+                case "--page-size-bits" when i + 1 < args.Length && TryNumber(args[i + 1], 1, 64, out var page):
+                    pageSizeBits = page;
+                    i++;
+                    break;
+                case "--segment-size-bits" when i + 1 < args.Length && TryNumber(args[i + 1], 1, 64, out var segment):
+                    segmentSizeBits = segment;
+                    i++;
+                    break;
+                case var other when !other.StartsWith('-'):
+                    positional.Add(other);
+                    break;
+                default:
+                    return UsageError(error, $"unexpected argument '{args[i]}' for 'sessions {command}'" +
+                        (args[i] is "--state" ? $" (states: {string.Join(", ", SessionInspection.States)})" : args[i] is "--kind" ? " (kinds: session, key)" : ""));
+            }
+        }
+
+        var wanted = command == "list" ? 1 : 2;
+        if (positional.Count != wanted)
+        {
+            return UsageError(error, command == "list"
+                ? "give the log directory (PersistentServicesOptions.LogDirectory of the stopped service)"
+                : $"give the log directory and the session's trace tag or id: psctl sessions {command} <log-directory> <tag-or-id>");
+        }
+
+        try
+        {
+            return RunAsync(command, positional[0], positional.ElementAtOrDefault(1), state, kind, bodies, limit, pageSizeBits, segmentSizeBits, output, error)
+                .GetAwaiter().GetResult();
+        }
+        catch (OfflineLogRefusedException ex)
+        {
+            error.WriteLine($"psctl sessions {command}: {ex.Message}");
+            return Cli.CannotCheck;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException or LogCorruptionException or LogFormatException or LogFaultedException)
+        {
+            error.WriteLine($"psctl sessions {command}: the log could not be opened: {ex.Message}");
+            if (ex is LogCorruptionException)
+            {
+                error.WriteLine("The service would refuse to start on it too; 'psctl verify' lists every problem. Nothing was changed.");
+            }
+
+            return Cli.CannotCheck;
+        }
+    }
+
+    private static async Task<int> RunAsync(string command, string directory, string? reference, string? state, string? kind, bool bodies, int limit,
+        int? pageSizeBits, int? segmentSizeBits, TextWriter output, TextWriter error)
+    {
+        await using var log = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, new ErrorLogger(error), CancellationToken.None).ConfigureAwait(false);
+        if (command == "list")
+        {
+            List(log, state, kind, output);
+            return Cli.Clean;
+        }
+
+        var session = Find(log, reference!, command, error);
+        if (session is null)
+        {
+            return Cli.Refused;
+        }
+
+        if (command == "show")
+        {
+            var history = await SessionInspection.ReadHistoryAsync(log.Log, session, SessionInspection.HistoryStart(log.Log, session), bodies, limit, CancellationToken.None)
+                .ConfigureAwait(false);
+            SessionsReport.WriteShow(session, reference!.Length == SessionId.TextLength, history, bodies, output);
+            return Cli.Clean;
+        }
+
+        var action = command == "discard" ? RepairAction.Discard : RepairAction.Release;
+        if (session.QuarantineReason is not { } reason)
+        {
+            error.WriteLine(
+                $"psctl sessions {command}: session {session.TraceTag} is {SessionInspection.StateOf(session, offline: true)}, not quarantined: only a quarantined session can be " +
+                $"{command}d. Nothing was changed.");
+            return Cli.Refused;
+        }
+
+        var lsn = QuarantineRepair.AppendOffline(log.Log, session, action, TimeProvider.System.GetUtcNow());
+        await log.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+        SessionsReport.WriteRepair(session, action, QuarantineRepair.OutcomeOf(session, action), reason, lsn, log.Directory, output);
+        return Cli.Clean;
+    }
+
+    private static void List(OfflineLog log, string? state, string? kind, TextWriter output)
+    {
+        var all = log.Sessions.Enumerate().Select(s => SessionInspection.Summarize(s, offline: true)).ToList();
+        var listed = all.Where(s => (state is null || s.State == state) && (kind is null || s.Kind == kind))
+            .OrderBy(s => s.Tag, StringComparer.Ordinal).ToList();
+        SessionsReport.WriteList(log.Directory, all, listed, output);
+    }
+
+    private static Session? Find(OfflineLog log, string reference, string command, TextWriter error)
+    {
+        switch (SessionInspection.Find(log.Sessions, reference, out var session))
+        {
+            case SessionMatch.Found:
+                return session;
+            case SessionMatch.Ambiguous:
+                error.WriteLine($"psctl sessions {command}: two sessions share the trace tag {reference}; name the session by its id.");
+                return null;
+            case SessionMatch.Malformed:
+                error.WriteLine($"psctl sessions {command}: '{reference}' is neither a trace tag ({SessionInspection.TagLength} hex digits) nor a session id " +
+                    $"({SessionId.TextLength} base64url characters).");
+                return null;
+            default:
+                error.WriteLine($"psctl sessions {command}: no live session {reference} in this log ('psctl sessions list' lists them).");
+                return null;
+        }
+    }
+
+    private static bool TryNumber(string text, int min, int max, out int value)
+        => int.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out value) && value >= min && value <= max;
+
+    private static int UsageError(TextWriter error, string message)
+    {
+        error.WriteLine($"psctl: {message}.");
+        error.WriteLine(Usage);
+        return Cli.CannotCheck;
+    }
+
+    /// <summary>What the log's open reports (a torn tail truncated, metadata rebuilt), for the operator, on stderr.</summary>
+    private sealed class ErrorLogger(TextWriter error) : ILogger
+    {
+        public IDisposable? BeginScope<TState>(TState state)
+            where TState : notnull => null;
+
+        public bool IsEnabled(LogLevel logLevel) => logLevel >= LogLevel.Warning;
+
+        public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
+        {
+            if (IsEnabled(logLevel))
+            {
+                error.WriteLine($"psctl: {logLevel}: {formatter(state, exception)}");
+            }
+        }
+    }
+}
