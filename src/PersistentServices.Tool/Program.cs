@@ -61,7 +61,7 @@ namespace PersistentServices.Tool
 
             if (args[0] == "sessions")
             {
-                return SessionsCommand.Run(args[1..], output, error);
+                return SessionsCommand.Run(args[1..], output, error, environment);
             }
 
             if (args[0] != "verify")
