@@ -15,6 +15,9 @@ using PersistentServices.Log.Records;
 //      cover yet and the commits the flushed floor does not cover yet; per flush, its lag behind the first commit it
 //      makes durable in the floor.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.CommitHarness -- [--dir DIR] [--samples N] [--seconds S] [--writers 1,8,64] [--metadata-interval MS]
+// With --compare-encryption [--rounds N] it measures 3 and 4 instead for a log in clear and a log with
+// LogOptions.Encryption (records sealed with AES-256-GCM), alternating them in ABBA rounds, and then the open (the
+// verification walk, which opens every sealed record) of the logs the throughput runs wrote.
 var options = HarnessOptions.Parse(args);
 LogRuns.MetadataInterval = options.MetadataInterval ?? LogRuns.MetadataInterval;
 Directory.CreateDirectory(options.Directory);
@@ -32,6 +35,12 @@ Console.WriteLine();
 
 try
 {
+    if (options.CompareEncryption)
+    {
+        await EncryptionComparison.RunAsync(runDir, options);
+        return 0;
+    }
+
     var raw = RawWrites.AppendFdatasync(Path.Combine(runDir, "raw-fdatasync.dat"), options.Samples);
     var direct = RawWrites.AppendDirectSync(Path.Combine(runDir, "raw-direct.dat"), options.Samples);
     var commit = await LogRuns.CommitLatencyAsync(Path.Combine(runDir, "latency"), options.Samples);
@@ -66,7 +75,7 @@ finally
 
 return 0;
 
-internal sealed record HarnessOptions(string Directory, int Samples, int Seconds, int[] Writers, bool Keep, TimeSpan? MetadataInterval)
+internal sealed record HarnessOptions(string Directory, int Samples, int Seconds, int[] Writers, bool Keep, TimeSpan? MetadataInterval, bool CompareEncryption = false, int Rounds = 4)
 {
     public static HarnessOptions Parse(string[] args)
     {
@@ -76,6 +85,8 @@ internal sealed record HarnessOptions(string Directory, int Samples, int Seconds
         int[] writers = [1, 8, 64];
         var keep = false;
         TimeSpan? metadataInterval = null;
+        var compareEncryption = false;
+        var rounds = 4;
         for (var i = 0; i < args.Length; i++)
         {
             switch (args[i])
@@ -86,11 +97,13 @@ internal sealed record HarnessOptions(string Directory, int Samples, int Seconds
                 case "--writers": writers = args[++i].Split(',').Select(w => int.Parse(w, CultureInfo.InvariantCulture)).ToArray(); break;
                 case "--keep": keep = true; break;
                 case "--metadata-interval": metadataInterval = TimeSpan.FromMilliseconds(double.Parse(args[++i], CultureInfo.InvariantCulture)); break;
+                case "--compare-encryption": compareEncryption = true; break;
+                case "--rounds": rounds = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
                 default: throw new ArgumentException($"unknown argument '{args[i]}'; see the comment at the top of Program.cs");
             }
         }
 
-        return new HarnessOptions(directory, samples, seconds, writers, keep, metadataInterval);
+        return new HarnessOptions(directory, samples, seconds, writers, keep, metadataInterval, compareEncryption, rounds);
     }
 }
 
@@ -189,16 +202,30 @@ internal static class LogRuns
 
     public static TimeSpan MetadataInterval { get; set; } = new LogOptions().MetadataFlushInterval;
 
-    private static LogOptions Options(string directory) => new() { Directory = directory, MetadataFlushInterval = MetadataInterval };
+    private static LogOptions Options(string directory, string? key)
+    {
+        var options = new LogOptions { Directory = directory, MetadataFlushInterval = MetadataInterval };
+        options.Encryption.Key = key;
+        return options;
+    }
 
-    public static async Task<(Latencies Latency, long Commits, long MetadataWrites, MetadataLag Lag)> CommitLatencyAsync(string directory, int samples)
+    /// <summary>Opens the log in <paramref name="directory"/> (the verification walk reads every record), closes it; the open's time.</summary>
+    public static async Task<(double Milliseconds, long Records, long Bytes)> OpenAsync(string directory, string? key)
+    {
+        var started = Stopwatch.GetTimestamp();
+        await using var log = await DurableLog.OpenAsync(Options(directory, key));
+        var elapsed = Stopwatch.GetElapsedTime(started).TotalMilliseconds;
+        return (elapsed, log.OpenReport.RecordsVerified, log.DurableUntil - log.BeginAddress);
+    }
+
+    public static async Task<(Latencies Latency, long Commits, long MetadataWrites, MetadataLag Lag)> CommitLatencyAsync(string directory, int samples, string? key = null)
     {
         if (Record.CalculateSize() + RecordEnvelope.HeaderSize != 512)
         {
             throw new InvalidOperationException("the harness record must be 512 bytes");
         }
 
-        await using var log = await DurableLog.OpenAsync(Options(directory));
+        await using var log = await DurableLog.OpenAsync(Options(directory, key));
         var result = new List<double>(samples);
         var cpuBefore = System.Diagnostics.Process.GetCurrentProcess().TotalProcessorTime;
         for (var i = 0; i < samples + samples / 10; i++)
@@ -217,9 +244,9 @@ internal static class LogRuns
         return (new Latencies(result), log.Commits, log.MetadataWrites, log.MetadataLag);
     }
 
-    public static async Task<ThroughputResult> ThroughputAsync(string directory, int writers, TimeSpan duration)
+    public static async Task<ThroughputResult> ThroughputAsync(string directory, int writers, TimeSpan duration, string? key = null)
     {
-        await using var log = await DurableLog.OpenAsync(Options(directory));
+        await using var log = await DurableLog.OpenAsync(Options(directory, key));
 
         // Warm up, then measure, sampling how much durable work the commit metadata does not cover yet.
         await RunAsync(log, writers, TimeSpan.FromSeconds(1));

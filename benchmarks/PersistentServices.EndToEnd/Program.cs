@@ -24,20 +24,24 @@ using PersistentServices.Hosting;
 //       against the rate at which B is SIGKILLed (Fig. 15b).
 //   recovery: drives N logged requests into the sample service (a child process), SIGKILLs it, restarts it and
 //       measures restart -> ready (log verified and scanned) -> all sessions replayed.
+//   encryption: the [Persistent] endpoint of two in-process servers, one whose log is in clear and one whose log is
+//       encrypted (LogOptions.Encryption), alternated in ABBA rounds: requests/s, p50/p99, CPU and log bytes per request.
 // Usage: dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- [throughput] [--seconds 10] [--sessions 1,64] [--kinds plain,persistent,readonly]
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- recovery [--requests 100000] [--sessions 1000]
+//        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- encryption [--seconds 8] [--sessions 1,64] [--rounds 4]
 //        [--saved-log DIR]: the first run saves the killed service's log (and the session ids) in DIR; later runs restart
 //        on a copy of it instead of driving again (restart measurements of one log, before and after a change);
 //        with PS_BENCH_COLD_LOG=1 the copy's pages are evicted from the page cache, as a kill -9 leaves an O_DIRECT log;
-//        PS_BENCH_SAMPLE=path/to/PersistentServices.Sample.dll runs another build of the sample (a ReadyToRun publish).
+//        PS_BENCH_SAMPLE=path/to/PersistentServices.Sample.dll runs another build of the sample (a ReadyToRun publish);
+//        PS_BENCH_LOG_KEY=<base64 key> gives the sample an encrypted log (a saved log must have been written with it).
 //        dotnet run -c Release --project benchmarks/PersistentServices.EndToEnd -- domain [--seconds 5] [--sessions 1,16] [--calls 1,2,3,4]
 //            [--configs nolog,pessimistic,optimistic,psession,stateserver] [--crash-every 0,10,5,2.5] [--crash-seconds 20]
 //            [--phases on]   (p50 of each traced step in A and B: request, distributed flush, force, HTTP in and out by path)
 //            [--log-roots DIR_A,DIR_B]   (A's logs under DIR_A, B's under DIR_B: two file systems, as services on two machines)
 var mode = args.Length > 0 && !args[0].StartsWith("--", StringComparison.Ordinal) ? args[0] : "throughput";
-if (mode is not ("throughput" or "state" or "recovery" or "domain" or "serve" or "member"))
+if (mode is not ("throughput" or "state" or "recovery" or "domain" or "serve" or "member" or "encryption"))
 {
-    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery, domain or serve");
+    Console.Error.WriteLine($"unknown mode '{mode}': throughput (default), state, recovery, domain, encryption or serve");
     return 2;
 }
 
@@ -97,6 +101,15 @@ if (mode == "domain")
         crashSeconds: int.Parse(Option("--crash-seconds") ?? "20", CultureInfo.InvariantCulture),
         phases: Option("--phases") is "on" or "true",
         logRoots: Option("--log-roots")?.Split(','));
+    return 0;
+}
+
+if (mode == "encryption")
+{
+    await EncryptionComparison.RunAsync(
+        int.Parse(Option("--seconds") ?? "8", CultureInfo.InvariantCulture),
+        (Option("--sessions") ?? "1,64").Split(',').Select(s => int.Parse(s, CultureInfo.InvariantCulture)).ToArray(),
+        int.Parse(Option("--rounds") ?? "4", CultureInfo.InvariantCulture));
     return 0;
 }
 
@@ -163,7 +176,7 @@ namespace PersistentServices.EndToEnd
 
         public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
 
-        public static async Task<BenchServer> StartAsync(string logDirectory, string url = "http://127.0.0.1:0")
+        public static async Task<BenchServer> StartAsync(string logDirectory, string url = "http://127.0.0.1:0", string? encryptionKey = null)
         {
             var builder = WebApplication.CreateBuilder();
             builder.WebHost.UseUrls(url);
@@ -171,7 +184,11 @@ namespace PersistentServices.EndToEnd
             builder.Logging.AddSimpleConsole(o => o.SingleLine = true); // warnings and errors only: a fault shows
             builder.Logging.SetMinimumLevel(LogLevel.Warning);
             builder.Services.AddSingleton<BenchSession>();
-            builder.Services.AddPersistentServices(o => o.LogDirectory = logDirectory);
+            builder.Services.AddPersistentServices(o =>
+            {
+                o.LogDirectory = logDirectory;
+                o.Log.Encryption.Key = encryptionKey;
+            });
             var app = builder.Build();
             app.UsePersistentServices();
             app.MapPost("/plain", (Item body, BenchSession _) => Results.Ok(new { count = body.N }));
@@ -456,6 +473,12 @@ namespace PersistentServices.EndToEnd
                 }
             };
             process.ErrorDataReceived += (_, _) => { };
+            if (Environment.GetEnvironmentVariable("PS_BENCH_LOG_KEY") is { Length: > 0 } key)
+            {
+                // An encrypted log (LogOptions.Encryption), the key given as a Kubernetes Secret gives it.
+                process.StartInfo.Environment["PersistentServices__Log__Encryption__Key"] = key;
+            }
+
             foreach (var setting in settings)
             {
                 process.StartInfo.ArgumentList.Add(setting);

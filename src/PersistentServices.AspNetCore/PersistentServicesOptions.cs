@@ -171,7 +171,7 @@ public sealed class PersistentServicesOptions
     /// <summary>The <c>Idempotency-Key</c> header for clients without sessions: retention of keys and replies (docs/client.md).</summary>
     public IdempotencyKeyOptions IdempotencyKeys { get; } = new();
 
-    /// <summary>Advanced settings of the log (page and segment sizes, metadata interval, zeroed space ahead of the tail). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
+    /// <summary>Advanced settings of the log (page and segment sizes, metadata interval, zeroed space ahead of the tail, encryption of the records at rest: <see cref="LogOptions.Encryption"/>). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();
 
     /// <summary>The session memory budget in effect: <see cref="SessionMemoryBudgetBytes"/>, or its default.</summary>

@@ -34,7 +34,8 @@ internal sealed class OfflineLog : IAsyncDisposable
 
     /// <exception cref="OfflineLogRefusedException">In use, missing, or not a log directory; nothing was changed.</exception>
     /// <exception cref="LogCorruptionException">The service would refuse to start on this log (<c>psctl verify</c> lists why); nothing was changed.</exception>
-    public static async Task<OfflineLog> OpenAsync(string directory, int? pageSizeBits, int? segmentSizeBits, ILogger logger, CancellationToken cancellationToken)
+    /// <remarks><paramref name="keys"/>: the keys of an encrypted log (its <see cref="LogEncryptionOptions.Key"/> seals what psctl appends); null for a log in clear.</remarks>
+    public static async Task<OfflineLog> OpenAsync(string directory, int? pageSizeBits, int? segmentSizeBits, LogEncryptionOptions? keys, ILogger logger, CancellationToken cancellationToken)
     {
         directory = Path.GetFullPath(directory);
         if (!System.IO.Directory.Exists(directory))
@@ -64,6 +65,14 @@ internal sealed class OfflineLog : IAsyncDisposable
             SegmentSizeBits = segmentSizeBits ?? (metadata is { SegmentSizeBits: > 0 } m2 ? m2.SegmentSizeBits : defaults.SegmentSizeBits),
         };
         options.MemorySizeBits = Math.Max(options.MemorySizeBits, options.PageSizeBits + 1);
+        if (keys is not null)
+        {
+            options.Encryption.Key = keys.Key;
+            foreach (var previous in keys.PreviousKeys)
+            {
+                options.Encryption.PreviousKeys.Add(previous);
+            }
+        }
 
         // Keep the modes the service gave its files (LogOptions.FileMode: a backup group may read them); opening with the
         // default would narrow them to the owner until the service's next start.
@@ -74,7 +83,7 @@ internal sealed class OfflineLog : IAsyncDisposable
             options.FileMode = mode | UnixFileMode.UserRead | UnixFileMode.UserWrite;
         }
 
-        options.MaxRecordBytes = Math.Min(options.MaxRecordBytes, (options.PageSize / 2) - LogOptions.EntryOverhead);
+        options.MaxRecordBytes = Math.Min(options.MaxRecordBytes, (options.PageSize / 2) - LogOptions.EntryOverhead - RecordEnvelope.SealedOverhead);
 
         DurableLog log;
         try

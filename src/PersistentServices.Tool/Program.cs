@@ -2,7 +2,7 @@ using System.Globalization;
 using PersistentServices.Tool;
 
 // psctl: the operator's tool for a PersistentServices log directory (docs/operations.md).
-//   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
+//   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file FILE ...]
 //   psctl replay-check --log <log-directory> [options] -- <command> [arguments...]
 //   psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]   (a stopped service's sessions)
 // Exit status: 0 the service would open the log / every session replayed fine; 1 it would refuse / a session diverged;
@@ -18,11 +18,11 @@ namespace PersistentServices.Tool
         public const int Refused = 1;
         public const int CannotCheck = 2;
 
-        private const string Usage = """
+        private static readonly string Usage = $"""
             psctl: the operator's tool for a PersistentServices log directory.
 
             Usage:
-              psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N]
+              psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file <file> ...]
               psctl replay-check --log <log-directory> [options] -- <command> [arguments...]   (psctl replay-check --help)
               psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]  (psctl sessions --help)
 
@@ -31,14 +31,17 @@ namespace PersistentServices.Tool
             the number of records, sessions and shared values, and every problem the service would refuse to start on.
             The page and segment sizes are read from the commit metadata; give them only for a log written by a build
             that did not record them, if the service changed PersistentServicesOptions.Log.
+            An encrypted log (PersistentServicesOptions.Log.Encryption) is read with its keys:
+            {LogKeyArguments.Help}
 
             Exit status: 0 the service would open this log; 1 it would refuse to (every problem is listed);
                          2 the log could not be checked.
             Taking a consistent copy of a running service's log, restoring it: docs/operations.md.
             """;
 
-        public static int Run(string[] args, TextWriter output, TextWriter error)
+        public static int Run(string[] args, TextWriter output, TextWriter error, Func<string, string?>? environment = null)
         {
+            environment ??= Environment.GetEnvironmentVariable;
             if (args is [] or ["-h" or "--help" or "help", ..])
             {
                 output.WriteLine(Usage);
@@ -58,7 +61,7 @@ namespace PersistentServices.Tool
 
             if (args[0] == "sessions")
             {
-                return SessionsCommand.Run(args[1..], output, error);
+                return SessionsCommand.Run(args[1..], output, error, environment);
             }
 
             if (args[0] != "verify")
@@ -71,8 +74,14 @@ namespace PersistentServices.Tool
             string? directory = null;
             int? pageSizeBits = null;
             int? segmentSizeBits = null;
+            var keyArguments = new LogKeyArguments();
             for (var i = 1; i < args.Length; i++)
             {
+                if (keyArguments.TryTake(args, ref i))
+                {
+                    continue;
+                }
+
                 switch (args[i])
                 {
                     case "--page-size-bits" when i + 1 < args.Length && int.TryParse(args[i + 1], NumberStyles.None, CultureInfo.InvariantCulture, out var page):
@@ -99,11 +108,21 @@ namespace PersistentServices.Tool
                 return CannotCheck;
             }
 
+            Log.LogEncryptionOptions? keys = null;
             try
             {
-                var verification = Log.LogVerifier.Verify(directory, pageSizeBits, segmentSizeBits);
+                keys = keyArguments.Read(environment);
+                var verification = Log.LogVerifier.Verify(directory, pageSizeBits, segmentSizeBits, keys);
                 VerifyReport.Write(verification, output);
                 return verification.Refused ? Refused : Clean;
+            }
+            catch (Log.LogEncryptionKeyException ex)
+            {
+                error.WriteLine(
+                    $"psctl verify: the log is encrypted and cannot be checked without its key: the record at LSN {ex.Address} is sealed with key id {ex.KeyId}, " +
+                    $"and {LogKeyArguments.Describe(keys)}. Give the key the service writes with (and any previous key still in use): " +
+                    $"--key-file <file> (the key in base64, as in the service's configuration), or {LogKeyArguments.EnvironmentVariable}.");
+                return CannotCheck;
             }
             catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
             {

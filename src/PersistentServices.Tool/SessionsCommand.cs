@@ -36,6 +36,10 @@ internal static class SessionsCommand
                    session-released, its next request runs. A key becomes an expired key, as with discard.
 
           --page-size-bits N, --segment-size-bits N   only for a log whose commit.meta does not record them
+          --key-file <file>      a key of an encrypted log (PersistentServicesOptions.Log.Encryption): a file holding it
+                                 in base64, as the service's configuration does; repeat for previous keys still in use.
+                                 discard and release seal their record with the FIRST key given: give the service's
+                                 current key first. Or PSCTL_LOG_KEYS=<base64>[,<base64>...] in the environment.
 
         Exit status: 0 done; 1 refused (no such session, two share the tag, not quarantined); 2 the log could not be
                      opened (usage, missing or not a log directory, in use, damaged: see psctl verify).
@@ -43,8 +47,9 @@ internal static class SessionsCommand
 
     private const int DefaultRecords = 1000;
 
-    public static int Run(string[] args, TextWriter output, TextWriter error)
+    public static int Run(string[] args, TextWriter output, TextWriter error, Func<string, string?>? environment = null)
     {
+        environment ??= Environment.GetEnvironmentVariable;
         if (args is [] or ["-h" or "--help" or "help", ..])
         {
             output.WriteLine(Usage);
@@ -62,8 +67,14 @@ internal static class SessionsCommand
         int? pageSizeBits = null, segmentSizeBits = null;
         var bodies = false;
         var limit = DefaultRecords;
+        var keyArguments = new LogKeyArguments();
         for (var i = 1; i < args.Length; i++)
         {
+            if (keyArguments.TryTake(args, ref i))
+            {
+                continue;
+            }
+
             switch (args[i])
             {
                 case "--state" when command == "list" && i + 1 < args.Length && SessionInspection.States.Contains(args[i + 1]):
@@ -104,10 +115,20 @@ internal static class SessionsCommand
                 : $"give the log directory and the session's trace tag or id: psctl sessions {command} <log-directory> <tag-or-id>");
         }
 
+        LogEncryptionOptions? keys = null;
         try
         {
-            return RunAsync(command, positional[0], positional.ElementAtOrDefault(1), state, kind, bodies, limit, pageSizeBits, segmentSizeBits, output, error)
+            keys = ForWriting(keyArguments.Read(environment));
+            return RunAsync(command, positional[0], positional.ElementAtOrDefault(1), state, kind, bodies, limit, pageSizeBits, segmentSizeBits, keys, output, error)
                 .GetAwaiter().GetResult();
+        }
+        catch (LogEncryptionKeyException ex)
+        {
+            error.WriteLine(
+                $"psctl sessions {command}: the log is encrypted and cannot be opened without its key: the record at LSN {ex.Address} is sealed with key id {ex.KeyId}, " +
+                $"and {LogKeyArguments.Describe(keys is null ? null : Describe(keys))}. Give the key the service writes with first (and any previous key still in use): " +
+                $"--key-file <file> (the key in base64, as in the service's configuration), or {LogKeyArguments.EnvironmentVariable}. Nothing was changed.");
+            return Cli.CannotCheck;
         }
         catch (OfflineLogRefusedException ex)
         {
@@ -126,10 +147,42 @@ internal static class SessionsCommand
         }
     }
 
-    private static async Task<int> RunAsync(string command, string directory, string? reference, string? state, string? kind, bool bodies, int limit,
-        int? pageSizeBits, int? segmentSizeBits, TextWriter output, TextWriter error)
+    /// <summary>
+    /// The keys given as the log opens them: the first is the one a discard or release seals its record with (the
+    /// service's current key, given first), the others are read only. Null when none was given.
+    /// </summary>
+    private static LogEncryptionOptions? ForWriting(LogEncryptionOptions? given)
     {
-        await using var log = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, new ErrorLogger(error), CancellationToken.None).ConfigureAwait(false);
+        if (given is null)
+        {
+            return null;
+        }
+
+        var keys = new LogEncryptionOptions { Key = given.PreviousKeys[0] };
+        foreach (var previous in given.PreviousKeys.Skip(1))
+        {
+            keys.PreviousKeys.Add(previous);
+        }
+
+        return keys;
+    }
+
+    /// <summary>Every key of <paramref name="keys"/> as a read-only list, for <see cref="LogKeyArguments.Describe"/>.</summary>
+    private static LogEncryptionOptions Describe(LogEncryptionOptions keys)
+    {
+        var all = new LogEncryptionOptions();
+        foreach (var key in keys.PreviousKeys.Prepend(keys.Key!))
+        {
+            all.PreviousKeys.Add(key);
+        }
+
+        return all;
+    }
+
+    private static async Task<int> RunAsync(string command, string directory, string? reference, string? state, string? kind, bool bodies, int limit,
+        int? pageSizeBits, int? segmentSizeBits, LogEncryptionOptions? keys, TextWriter output, TextWriter error)
+    {
+        await using var log = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, keys, new ErrorLogger(error), CancellationToken.None).ConfigureAwait(false);
         if (command == "list")
         {
             List(log, state, kind, output);

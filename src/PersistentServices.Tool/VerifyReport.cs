@@ -53,6 +53,11 @@ internal static class VerifyReport
 
             output.WriteLine($"Sessions: {N(inventory.LiveSessions)} live ({N(inventory.SessionsStarted)} started, {N(inventory.SessionsEnded)} ended); requests: {N(inventory.Requests)}");
             output.WriteLine($"Shared values: {N(inventory.SharedValues)} variables" + (inventory.LastEpoch > 0 ? $"; last epoch {N(inventory.LastEpoch)}" : ""));
+            if (inventory.ByLogKey.Count > 0)
+            {
+                output.WriteLine("Encryption: records sealed with key " + string.Join(", ", inventory.ByLogKey.Select(k => $"{k.Key} {N(k.Value)}")) +
+                    $"; in clear {N(inventory.RecordsInClear)} (keep each key listed configured while its records remain)");
+            }
             if (scan.TornTail is { } torn)
             {
                 output.WriteLine(

@@ -4,12 +4,13 @@ using PersistentServices.Log.CrashChild;
 using PersistentServices.Log.Records;
 
 // Usage: CrashChild <directory> <writers> <pageSizeBits> <segmentSizeBits> <maxPayload>
-//        CrashChild write-fixture <directory>   (writes the checked-in old-format log, FixtureLog.cs)
+//        CrashChild write-fixture <directory> [sealed]   (writes the checked-in old-format log, or the sealed one, FixtureLog.cs)
 // Appends Payload records numbered 1, 2, ... from <writers> concurrent writers. Once a record is durable it prints
 // "D <lsn> <number> <durableUntil> ." (the dot marks a whole line). Runs until killed. The kill tests parse these lines.
-if (args is ["write-fixture", var fixtureDirectory])
+// With PS_CRASH_CHILD_LOG_KEY set (a 32-byte key in base64), the records are sealed with it (LogOptions.Encryption).
+if (args is ["write-fixture", var fixtureDirectory, ..] && args.Length <= 3)
 {
-    await FixtureLog.WriteAsync(fixtureDirectory);
+    await FixtureLog.WriteAsync(fixtureDirectory, sealedRecords: args is [_, _, "sealed"]);
     return 0;
 }
 
@@ -28,6 +29,7 @@ var options = new LogOptions
     MaxRecordBytes = 4096,
     MetadataFlushInterval = TimeSpan.FromMilliseconds(1),
 };
+options.Encryption.Key = Environment.GetEnvironmentVariable("PS_CRASH_CHILD_LOG_KEY"); // sealed records (LogKillTests' encrypted run)
 var writers = int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture);
 var maxPayload = int.Parse(args[4], System.Globalization.CultureInfo.InvariantCulture);
 

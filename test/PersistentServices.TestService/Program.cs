@@ -27,6 +27,8 @@ using PersistentServices.SharedState;
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
+//   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
+//                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
 //   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
 //                            own timeout, shorter than a callee's outage: a persistent call must not end with it)
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
@@ -36,6 +38,7 @@ var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
 builder.Services.AddPersistentServices(options =>
 {
     options.LogDirectory = Environment.GetEnvironmentVariable("PS_LOG_DIR") ?? throw new InvalidOperationException("PS_LOG_DIR is required");
+    builder.Configuration.GetSection("PersistentServices:Log:Encryption").Bind(options.Log.Encryption);
     if (Environment.GetEnvironmentVariable("PS_REPLAY_PARALLELISM") is { Length: > 0 } parallelism)
     {
         options.ReplayParallelism = int.Parse(parallelism, System.Globalization.CultureInfo.InvariantCulture);

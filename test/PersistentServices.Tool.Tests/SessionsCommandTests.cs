@@ -31,14 +31,19 @@ public sealed class SessionsCommandTests
         return (exit, output.ToString());
     }
 
-    private static LogOptions Options(string directory) => new()
+    private static LogOptions Options(string directory, string? key = null)
     {
-        Directory = directory,
-        PageSizeBits = 14,
-        MemorySizeBits = 16,
-        SegmentSizeBits = 16,
-        MaxRecordBytes = 4096,
-    };
+        var options = new LogOptions
+        {
+            Directory = directory,
+            PageSizeBits = 14,
+            MemorySizeBits = 16,
+            SegmentSizeBits = 16,
+            MaxRecordBytes = 4096,
+        };
+        options.Encryption.Key = key;
+        return options;
+    }
 
     /// <summary>The sessions of the log <see cref="WriteLogAsync"/> writes.</summary>
     private sealed record Written(SessionId Quarantined, SessionId Other, SessionId Key, SessionId Live)
@@ -50,10 +55,10 @@ public sealed class SessionsCommandTests
     /// Four sessions, each with request 1 and its reply: two anonymous sessions and a key session quarantined (their markers
     /// logged, as a divergent replay leaves them), and a live session owned by a principal.
     /// </summary>
-    private static async Task<Written> WriteLogAsync(string directory)
+    private static async Task<Written> WriteLogAsync(string directory, string? key = null)
     {
         var written = new Written(SessionId.NewRandom(), SessionId.NewRandom(), SessionId.NewRandom(), SessionId.NewRandom());
-        await using var log = await DurableLog.OpenAsync(Options(directory), cancellationToken: Ct);
+        await using var log = await DurableLog.OpenAsync(Options(directory, key), cancellationToken: Ct);
         foreach (var (id, owner, version, quarantined) in new[]
                  {
                      (written.Quarantined, Array.Empty<byte>(), 3, true),
@@ -214,6 +219,50 @@ public sealed class SessionsCommandTests
     }
 
     [Fact]
+    public async Task OnAnEncryptedLog_WithoutItsKeyIsRefused_WithTheKeyListsAndDiscards_SealingWhatItAppends()
+    {
+        using var dir = new TempDirectory();
+        var key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var written = await WriteLogAsync(dir.Path, key);
+        var committed = await CommittedUntilAsync(dir.Path, key);
+
+        var (refused, why) = Psctl("list", dir.Path);
+        Assert.True(refused == Cli.CannotCheck, why);
+        Assert.Contains("the log is encrypted and cannot be opened without its key", why, StringComparison.Ordinal);
+        Assert.Contains("no key was given", why, StringComparison.Ordinal);
+        Assert.Equal(committed, await CommittedUntilAsync(dir.Path, key));
+
+        var keyFile = Path.Combine(dir.Path, "..", $"key-{Guid.NewGuid():N}");
+        await File.WriteAllTextAsync(keyFile, key + "\n", Ct);
+        try
+        {
+            var (list, listed) = Psctl("list", dir.Path, "--key-file", keyFile);
+            Assert.True(list == Cli.Clean, listed);
+            Assert.Contains(Written.Tag(written.Quarantined), listed, StringComparison.Ordinal);
+
+            var (discard, discarded) = Psctl("discard", dir.Path, Written.Tag(written.Quarantined), "--key-file", keyFile);
+            Assert.True(discard == Cli.Clean, discarded);
+
+            // What psctl appended is sealed too: verify finds no record in clear.
+            var output = new StringWriter();
+            Assert.Equal(Cli.Clean, Cli.Run(["verify", dir.Path, "--key-file", keyFile], output, output));
+            Assert.Contains("in clear 0", output.ToString(), StringComparison.Ordinal);
+            await using var log = await DurableLog.OpenAsync(Options(dir.Path, key), cancellationToken: Ct);
+            var ended = false;
+            await foreach (var record in log.ScanAsync(log.BeginAddress, cancellationToken: Ct))
+            {
+                ended |= record.Kind == RecordKind.SessionEnded;
+            }
+
+            Assert.True(ended);
+        }
+        finally
+        {
+            File.Delete(keyFile);
+        }
+    }
+
+    [Fact]
     public async Task Repair_OfASessionNotQuarantined_OrUnknown_IsRefused_AndAppendsNothing()
     {
         using var dir = new TempDirectory();
@@ -288,9 +337,9 @@ public sealed class SessionsCommandTests
         Assert.Contains("psctl sessions list <log-directory>", output, StringComparison.Ordinal);
     }
 
-    private static async Task<long> CommittedUntilAsync(string directory)
+    private static async Task<long> CommittedUntilAsync(string directory, string? key = null)
     {
-        await using var log = await DurableLog.OpenAsync(Options(directory), NullLogger.Instance, Ct);
+        await using var log = await DurableLog.OpenAsync(Options(directory, key), NullLogger.Instance, Ct);
         return log.DurableUntil;
     }
 }

@@ -5,8 +5,8 @@ using PersistentServices.Log;
 namespace PersistentServices.Hosting;
 
 /// <summary>
-/// A clean fail-stop when the log cannot be opened before the server starts (damage, a format too new, the directory in
-/// use): one log message that says what, where and what to do, then the process exits with
+/// A clean fail-stop when the log cannot be opened before the server starts (damage, a format too new, a log key missing,
+/// the directory in use): one log message that says what, where and what to do, then the process exits with
 /// <see cref="PersistentServicesOptions.RecoveryFailureExitCode"/>, with no unhandled exception (a host whose
 /// <c>StartAsync</c> throws ends in an abort, exit 134, with the error printed three times).
 /// <para>
@@ -31,7 +31,7 @@ internal static partial class FailStop
         }
 
         // Refusals the library diagnosed carry their whole story in the message; a stack trace adds nothing but noise.
-        if (error is LogCorruptionException or LogFormatException || error.GetType() == typeof(IOException))
+        if (error is LogCorruptionException or LogFormatException or LogEncryptionKeyException || error.GetType() == typeof(IOException))
         {
             StartRefused(logger, error.Message, exitCode);
         }

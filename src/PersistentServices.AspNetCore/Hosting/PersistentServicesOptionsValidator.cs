@@ -186,6 +186,15 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.ReplayParallelism must be positive (was {options.ReplayParallelism}).");
         }
 
+        try
+        {
+            options.Log.Encryption.Validate();
+        }
+        catch (ArgumentException ex)
+        {
+            failures.Add(ex.Message.Replace("LogOptions.Encryption", "PersistentServicesOptions.Log.Encryption", StringComparison.Ordinal));
+        }
+
         if (failures.Count == 0 && !string.IsNullOrWhiteSpace(options.LogDirectory))
         {
             try

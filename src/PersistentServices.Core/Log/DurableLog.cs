@@ -46,6 +46,8 @@ internal sealed class DurableLog : IAsyncDisposable
     private readonly Action _onCommitted;
     private readonly LogIoThread _io;
     private readonly IssueCommitItem _issueCommit;
+    private readonly LogKeyRing? _keys;
+    private readonly RecordSealer? _sealer;
     private List<Waiter> _waiters = [];
     private List<Waiter> _pending = [];
     private bool _commitInFlight;
@@ -69,6 +71,7 @@ internal sealed class DurableLog : IAsyncDisposable
         LogIoThread io,
         LogOptions options,
         LogScanResult scan,
+        LogKeyRing? keys,
         ILogger logger)
     {
         _log = log;
@@ -81,7 +84,9 @@ internal sealed class DurableLog : IAsyncDisposable
         FileMode = options.FileMode;
         _maxRecordBytes = options.MaxRecordBytes;
         _segmentSizeBits = options.SegmentSizeBits;
-        _entry = new AppendEntry(log);
+        _keys = keys;
+        _sealer = keys?.Current is { } current ? new RecordSealer(current) : null;
+        _entry = new AppendEntry(log, _sealer);
         _durableUntil = log.CommittedUntilAddress;
         _lastCommitNum = scan.CommitNum;
         _committedBegin = log.BeginAddress;
@@ -105,6 +110,9 @@ internal sealed class DurableLog : IAsyncDisposable
 
     /// <summary>Largest record body <see cref="Append(RecordKind, IMessage, RecordFlags)"/> accepts (<see cref="LogOptions.MaxRecordBytes"/>).</summary>
     public int MaxRecordBytes => _maxRecordBytes;
+
+    /// <summary>The id of the key new records are sealed with (<see cref="LogOptions.Encryption"/>); null when they are written in clear.</summary>
+    public string? EncryptionKeyId => _sealer is null ? null : LogKey.Format(_sealer.KeyId);
 
     /// <summary>What verification found when the log was opened.</summary>
     public LogScanResult OpenReport { get; }
@@ -162,9 +170,11 @@ internal sealed class DurableLog : IAsyncDisposable
         CommitMetadataWriter? metadataWriter = null;
         FaultObservingDevice? device = null;
         FasterLog? fasterLog = null;
+        LogKeyRing? keys = null;
         var io = new LogIoThread("ps-log-io");
         try
         {
+            keys = LogKeyRing.Create(options.Encryption);
             var metadataPath = Path.Combine(options.Directory, CommitMetadataFile.FileName);
             var (metadata, damage) = CommitMetadataFile.Read(metadataPath);
             if (damage.Count > 0 && (metadata is not null || File.Exists(metadataPath)))
@@ -241,9 +251,14 @@ internal sealed class DurableLog : IAsyncDisposable
                     Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
             }
 
-            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, logger);
+            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
                 (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
+            if (keys is not null)
+            {
+                LogEvents.Encryption(logger, options.Directory, created.EncryptionKeyId ?? "none (new records are written in clear)", LogKeyRing.Describe(keys));
+            }
+
             return created;
         }
         catch
@@ -253,6 +268,7 @@ internal sealed class DurableLog : IAsyncDisposable
             io.Dispose();
             metadataWriter?.Dispose();
             metadataFile?.Dispose();
+            keys?.Dispose();
             await lockFile.DisposeAsync().ConfigureAwait(false);
             throw;
         }
@@ -315,7 +331,7 @@ internal sealed class DurableLog : IAsyncDisposable
         }
 
         PersistentServicesMetrics.LogAppends.Add(1);
-        PersistentServicesMetrics.LogAppendedBytes.Add(body.Length + RecordEnvelope.HeaderSize);
+        PersistentServicesMetrics.LogAppendedBytes.Add(body.Length + RecordEnvelope.HeaderSize + (_sealer is null ? 0 : RecordEnvelope.SealedOverhead));
         return lsn;
     }
 
@@ -382,7 +398,7 @@ internal sealed class DurableLog : IAsyncDisposable
             throw new LogCorruptionException($"No log entry could be read at address {lsn}.", lsn);
         }
 
-        return LogRecord.FromEntry(entry, length, lsn);
+        return LogRecord.FromEntry(entry, length, lsn, _keys);
     }
 
     /// <summary>
@@ -425,7 +441,7 @@ internal sealed class DurableLog : IAsyncDisposable
                 }
             }
 
-            yield return LogRecord.FromEntry(entry, length, address);
+            yield return LogRecord.FromEntry(entry, length, address, _keys);
         }
     }
 
@@ -523,6 +539,8 @@ internal sealed class DurableLog : IAsyncDisposable
         _device.Dispose();
         _io.Dispose();
         _metadata.Dispose();
+        _sealer?.Dispose();
+        _keys?.Dispose();
         await _lockFile.DisposeAsync().ConfigureAwait(false);
     }
 
@@ -741,7 +759,7 @@ internal sealed class DurableLog : IAsyncDisposable
     /// Serializes a record straight into the log page. Used only under the append lock, which also covers commit-record
     /// enqueues, so the tail after allocation minus the entry's size is the entry's own address: the LSN written in it.
     /// </summary>
-    private sealed unsafe class AppendEntry(FasterLog log) : ILogEnqueueEntry
+    private sealed unsafe class AppendEntry(FasterLog log, RecordSealer? sealer) : ILogEnqueueEntry
     {
         private RecordKind _kind;
         private RecordFlags _flags;
@@ -750,7 +768,7 @@ internal sealed class DurableLog : IAsyncDisposable
 
         public long Lsn { get; private set; }
 
-        public int SerializedLength => RecordEnvelope.HeaderSize + _bodyLength;
+        public int SerializedLength => RecordEnvelope.HeaderSize + _bodyLength + (sealer is null ? 0 : RecordEnvelope.SealedOverhead);
 
         public void Set(RecordKind kind, RecordFlags flags, byte* body, int bodyLength)
         {
@@ -764,7 +782,15 @@ internal sealed class DurableLog : IAsyncDisposable
         public void SerializeTo(Span<byte> dest)
         {
             Lsn = log.TailAddress - FasterEntryLayout.EntrySize(SerializedLength);
-            RecordEnvelope.Write(dest, Lsn, _kind, _flags, new ReadOnlySpan<byte>(_body, _bodyLength));
+            if (sealer is null)
+            {
+                RecordEnvelope.Write(dest, Lsn, _kind, _flags, new ReadOnlySpan<byte>(_body, _bodyLength));
+            }
+            else
+            {
+                // Sealed here, where the LSN is known: it is part of the associated data, so a record copied elsewhere fails.
+                RecordEnvelope.WriteSealed(dest, Lsn, _kind, _flags, new ReadOnlySpan<byte>(_body, _bodyLength), sealer);
+            }
         }
     }
 }

@@ -28,4 +28,7 @@ internal static partial class LogEvents
 
     [LoggerMessage(1005, LogLevel.Information, "Truncated the log in '{Directory}' until {UntilLsn}")]
     public static partial void Truncated(ILogger logger, string directory, long untilLsn);
+
+    [LoggerMessage(1006, LogLevel.Information, "The log in '{Directory}' seals new records with key {KeyId} (AES-256-GCM); keys it reads: {Keys}")]
+    public static partial void Encryption(ILogger logger, string directory, string keyId, string keys);
 }

@@ -55,3 +55,40 @@ public sealed class LogFormatException : IOException
     {
     }
 }
+
+/// <summary>
+/// The log holds records sealed with a key that is not configured (<see cref="LogEncryptionOptions"/>): no key at all, or
+/// not this one (a wrong key has another key id). The log is not opened and nothing on disk is changed; without the key it
+/// was written with, the log cannot be read.
+/// </summary>
+public sealed class LogEncryptionKeyException : IOException
+{
+    /// <summary>Creates the exception.</summary>
+    public LogEncryptionKeyException(string message, long address, string keyId)
+        : base(message)
+    {
+        Address = address;
+        KeyId = keyId;
+    }
+
+    /// <summary>The LSN of the first record found that needs the key.</summary>
+    public long Address { get; }
+
+    /// <summary>The id of the key the record needs (8 hex digits derived from the key; never the key).</summary>
+    public string KeyId { get; }
+
+    internal static LogEncryptionKeyException Missing(long lsn, uint keyId, LogKeyRing? ring)
+    {
+        var id = LogKey.Format(keyId);
+        var what = ring is null
+            ? $"The log record at LSN {lsn} is encrypted (key id {id}), but no log key is configured"
+            : $"The log record at LSN {lsn} is encrypted with key id {id}, which is not among the configured log keys (configured: {LogKeyRing.Describe(ring)}): " +
+              "the key this log was written with is missing, or a wrong key is configured";
+        return new LogEncryptionKeyException(
+            $"{what}. Configure the key this log was written with as LogOptions.Encryption.Key, or among its PreviousKeys " +
+            "(PersistentServicesOptions.Log.Encryption in ASP.NET Core; docs/operations.md, \"Encrypting the log\"). " +
+            "The log was not opened and nothing on disk was changed; a log whose key is lost cannot be read.",
+            lsn,
+            id);
+    }
+}

@@ -54,6 +54,12 @@ public sealed class LogOptions
     /// </summary>
     public int ZeroFillBytes { get; set; } = DirectFileDevice.DefaultZeroFillBytes;
 
+    /// <summary>
+    /// Encryption of the records at rest (AES-256-GCM with a key the application provides; docs/operations.md, "Encrypting
+    /// the log"). No key (the default): records are written in clear, as every build before this one wrote them.
+    /// </summary>
+    public LogEncryptionOptions Encryption { get; private set; } = new();
+
     /// <summary>Test hook: builds the FASTER device for a segment base path (fault injection).</summary>
     internal Func<string, LogIoThread, IDevice>? DeviceFactory { get; set; }
 
@@ -95,11 +101,13 @@ public sealed class LogOptions
                 nameof(SegmentSizeBits));
         }
 
-        var maxBody = PageSize / 2 - EntryOverhead;
+        Encryption.Validate();
+        var overhead = EntryOverhead + (string.IsNullOrWhiteSpace(Encryption.Key) ? 0 : RecordEnvelope.SealedOverhead);
+        var maxBody = PageSize / 2 - overhead;
         if (MaxRecordBytes < 64 || MaxRecordBytes > maxBody)
         {
             throw new ArgumentException(
-                $"LogOptions.MaxRecordBytes must be between 64 and half a page less the {EntryOverhead}-byte headers ({maxBody} for PageSizeBits {PageSizeBits}); was {MaxRecordBytes}.",
+                $"LogOptions.MaxRecordBytes must be between 64 and half a page less the {overhead}-byte headers ({maxBody} for PageSizeBits {PageSizeBits}); was {MaxRecordBytes}.",
                 nameof(MaxRecordBytes));
         }
 
@@ -116,5 +124,10 @@ public sealed class LogOptions
         }
     }
 
-    internal LogOptions Clone() => (LogOptions)MemberwiseClone();
+    internal LogOptions Clone()
+    {
+        var clone = (LogOptions)MemberwiseClone();
+        clone.Encryption = Encryption.Clone();
+        return clone;
+    }
 }

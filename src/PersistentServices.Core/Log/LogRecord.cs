@@ -26,10 +26,24 @@ internal sealed class LogRecord
         where T : IMessage<T>
         => parser.ParseFrom(Body.Span);
 
-    /// <summary>Verifies an entry read from <paramref name="address"/>; throws <see cref="LogCorruptionException"/> when damaged.</summary>
-    public static LogRecord FromEntry(byte[] entry, int length, long address)
+    /// <summary>
+    /// Verifies an entry read from <paramref name="address"/>, and opens it with <paramref name="keys"/> when it is sealed;
+    /// throws <see cref="LogCorruptionException"/> when damaged (a sealed record that fails authentication included), and
+    /// <see cref="LogEncryptionKeyException"/> when its key is not configured.
+    /// </summary>
+    public static LogRecord FromEntry(byte[] entry, int length, long address, LogKeyRing? keys = null)
     {
         var damage = RecordEnvelope.Verify(entry.AsSpan(0, length), address, out var header);
+        if (damage is null && header.KeyId is not null)
+        {
+            var plain = new byte[header.BodyLength - RecordEnvelope.SealedOverhead];
+            damage = RecordEnvelope.Open(entry.AsSpan(0, length), header, keys, plain, out _, out var opened);
+            if (damage is null)
+            {
+                return new LogRecord(plain, opened);
+            }
+        }
+
         if (damage is not null)
         {
             throw new LogCorruptionException($"Corrupt log record at address {address}: {damage}.", address);

@@ -116,6 +116,8 @@ internal sealed class LogRecoveryScanner : IDisposable
     private readonly byte[] _page;
     private readonly ILogScanVisitor? _visitor;
     private readonly LogOptions _options;
+    private readonly LogKeyRing? _keys;
+    private byte[]? _plain;
     private bool _walkInTwo = true;
     private long _splitAt;
     private long _loadedPage = -1;
@@ -133,6 +135,7 @@ internal sealed class LogRecoveryScanner : IDisposable
         _page = new byte[_pageSize];
         _visitor = visitor;
         _options = options;
+        _keys = LogKeyRing.Create(options.Encryption);
     }
 
     private long SegmentSize => 1L << _segmentSizeBits;
@@ -223,6 +226,8 @@ internal sealed class LogRecoveryScanner : IDisposable
         {
             handle.Dispose();
         }
+
+        _keys?.Dispose();
     }
 
     /// <summary>The next sector boundary at or after <paramref name="address"/>.</summary>
@@ -419,6 +424,14 @@ internal sealed class LogRecoveryScanner : IDisposable
                 length));
         }
 
+        // A sealed record whose checksum is intact but which fails authentication was not cut short by a crash (a torn write
+        // fails the checksum): its bytes were changed and the checksum recomputed, or the key differs. Refused even after the
+        // last commit, where damage would otherwise be a torn tail, so that it is never silently cut away.
+        if (walk.Unauthentic && !problems.Any(p => p.Address == walk.FailureAddress))
+        {
+            problems.Add(Corruption(walk.FailureAddress, $"{walk.FailureReason}; a crash never leaves such a record (a torn write fails the checksum)"));
+        }
+
         (long, long)? torn = tornEnd > committed ? (committed, tornEnd) : null;
         return new LogScanResult
         {
@@ -508,7 +521,7 @@ internal sealed class LogRecoveryScanner : IDisposable
         result.EndAddress = second.EndAddress;
         if (second.FailureAddress >= 0)
         {
-            result.Fail(second.Stop, second.FailureAddress, second.FailureReason!);
+            result.Fail(second.Stop, second.FailureAddress, second.FailureReason!, second.Unauthentic);
         }
 
         return true;
@@ -669,13 +682,22 @@ internal sealed class LogRecoveryScanner : IDisposable
                     break;
                 }
 
+                // A sealed record is opened here, so every record's tag is checked when the log opens (and what the visitor
+                // keeps is in clear); its key must be configured, else the open stops (LogEncryptionKeyException).
+                damage = RecordEnvelope.Open(payload, header, _keys, header.KeyId is null ? default : _plain ??= new byte[_pageSize], out var body, out header);
+                if (damage is not null)
+                {
+                    result.Fail(WalkStop.Damage, address, damage, unauthentic: true);
+                    break;
+                }
+
                 pendingRecords++;
                 if (header.Kind == RecordKind.LogTruncated)
                 {
-                    pendingTruncation = LogTruncated.Parser.ParseFrom(payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength)).UntilLsn;
+                    pendingTruncation = LogTruncated.Parser.ParseFrom(body).UntilLsn;
                 }
 
-                _visitor?.Record(header, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength));
+                _visitor?.Record(header, body);
             }
 
             address += entrySize;
@@ -775,12 +797,13 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         var entry = _page.AsSpan(offset, FasterEntryLayout.EntrySize(length));
         var payload = entry.Slice(FasterEntryLayout.HeaderSize, length);
-        if (!FasterEntryLayout.ChecksumMatches(entry, length) || RecordEnvelope.Verify(payload, lsn, out var header) is not null)
+        if (!FasterEntryLayout.ChecksumMatches(entry, length) || RecordEnvelope.Verify(payload, lsn, out var header) is not null ||
+            RecordEnvelope.Open(payload, header, _keys, header.KeyId is null ? default : _plain ??= new byte[_pageSize], out var body, out header) is not null)
         {
             return null;
         }
 
-        return LogRecord.FromVerified(header, payload.Slice(RecordEnvelope.HeaderSize, header.BodyLength).ToArray());
+        return LogRecord.FromVerified(header, body.ToArray());
     }
 
     /// <summary>Loads the page at <paramref name="pageStart"/>; returns how many bytes of it exist on disk, or -1 when its segment file is missing.</summary>
@@ -867,11 +890,15 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         public string? FailureReason { get; private set; }
 
-        public void Fail(WalkStop stop, long address, string reason)
+        /// <summary>The failure is a sealed record whose checksum is intact but whose tag is not: never a crash's doing.</summary>
+        public bool Unauthentic { get; private set; }
+
+        public void Fail(WalkStop stop, long address, string reason, bool unauthentic = false)
         {
             Stop = stop;
             FailureAddress = address;
             FailureReason = reason;
+            Unauthentic = unauthentic;
         }
 
         public void Resume()
@@ -879,6 +906,7 @@ internal sealed class LogRecoveryScanner : IDisposable
             Stop = WalkStop.End;
             FailureAddress = -1;
             FailureReason = null;
+            Unauthentic = false;
         }
     }
 }

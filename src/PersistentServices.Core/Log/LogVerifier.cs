@@ -43,7 +43,13 @@ internal sealed record LogVerification
 /// </summary>
 internal static class LogVerifier
 {
-    public static LogVerification Verify(string directory, int? pageSizeBits = null, int? segmentSizeBits = null)
+    /// <summary>Verifies the log in <paramref name="directory"/>.</summary>
+    /// <param name="directory">The log directory.</param>
+    /// <param name="pageSizeBits">The page size, for a log whose metadata does not record it.</param>
+    /// <param name="segmentSizeBits">The segment size, likewise.</param>
+    /// <param name="encryption">The keys of an encrypted log (<see cref="LogOptions.Encryption"/>).</param>
+    /// <exception cref="LogEncryptionKeyException">The log holds a record sealed with a key not given.</exception>
+    public static LogVerification Verify(string directory, int? pageSizeBits = null, int? segmentSizeBits = null, LogEncryptionOptions? encryption = null)
     {
         ArgumentException.ThrowIfNullOrWhiteSpace(directory);
         directory = Path.GetFullPath(directory);
@@ -76,7 +82,16 @@ internal static class LogVerifier
             SegmentSizeBits = segmentSizeBits ?? (metadata is { SegmentSizeBits: > 0 } m2 ? m2.SegmentSizeBits : defaults.SegmentSizeBits),
         };
         options.MemorySizeBits = Math.Max(options.MemorySizeBits, options.PageSizeBits + 1);
-        options.MaxRecordBytes = Math.Min(options.MaxRecordBytes, (options.PageSize / 2) - LogOptions.EntryOverhead);
+        options.MaxRecordBytes = Math.Min(options.MaxRecordBytes, (options.PageSize / 2) - LogOptions.EntryOverhead - RecordEnvelope.SealedOverhead);
+        if (encryption is not null)
+        {
+            options.Encryption.Key = encryption.Key;
+            foreach (var key in encryption.PreviousKeys)
+            {
+                options.Encryption.PreviousKeys.Add(key);
+            }
+        }
+
         options.Validate();
 
         var scan = LogRecoveryScanner.Scan(directory, options, metadata);
@@ -171,7 +186,8 @@ internal static class LogVerifier
 /// <summary>Counts what the committed records of a log hold: records by kind, sessions, requests, shared values.</summary>
 internal sealed class LogInventory : ILogScanVisitor
 {
-    private readonly List<(long Lsn, RecordKind Kind, string? Key)> _pending = [];
+    private readonly List<(long Lsn, RecordKind Kind, string? Key, uint? KeyId)> _pending = [];
+    private readonly SortedDictionary<string, long> _byLogKey = new(StringComparer.Ordinal);
     private readonly HashSet<string> _liveSessions = new(StringComparer.Ordinal);
     private readonly HashSet<string> _sharedVariables = new(StringComparer.Ordinal);
     private readonly SortedDictionary<RecordKind, long> _byKind = [];
@@ -183,6 +199,12 @@ internal sealed class LogInventory : ILogScanVisitor
     public long Commits { get; private set; }
 
     public IReadOnlyDictionary<RecordKind, long> ByKind => _byKind;
+
+    /// <summary>Committed records sealed with each log key, by key id (<see cref="LogKey"/>).</summary>
+    public IReadOnlyDictionary<string, long> ByLogKey => _byLogKey;
+
+    /// <summary>Committed records written in clear.</summary>
+    public long RecordsInClear { get; private set; }
 
     public long SessionsStarted { get; private set; }
 
@@ -227,13 +249,13 @@ internal sealed class LogInventory : ILogScanVisitor
             key = null; // counted by kind only; replay would stop on it with its own error
         }
 
-        _pending.Add((lsn, kind, key));
+        _pending.Add((lsn, kind, key, header.KeyId));
     }
 
     public void Committed(long until)
     {
         Commits++;
-        foreach (var (lsn, kind, key) in _pending)
+        foreach (var (lsn, kind, key, keyId) in _pending)
         {
             if (lsn >= until)
             {
@@ -241,6 +263,16 @@ internal sealed class LogInventory : ILogScanVisitor
             }
 
             Records++;
+            if (keyId is { } id)
+            {
+                var name = LogKey.Format(id);
+                _byLogKey[name] = _byLogKey.GetValueOrDefault(name) + 1;
+            }
+            else
+            {
+                RecordsInClear++;
+            }
+
             _byKind[kind] = _byKind.GetValueOrDefault(kind) + 1;
             switch (kind)
             {

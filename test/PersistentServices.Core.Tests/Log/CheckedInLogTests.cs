@@ -5,16 +5,19 @@ using PersistentServices.Tests.TestSupport;
 
 namespace PersistentServices.Tests.Log;
 
-/// <summary>The log written by the first build (Fixtures/log-v1) must stay readable by every later build.</summary>
+/// <summary>
+/// The log written by the first build (Fixtures/log-v1) must stay readable by every later build; so must the log with
+/// sealed records (Fixtures/log-v2-sealed: records in clear, then sealed with key A, then with key B after a rotation).
+/// </summary>
 public sealed class CheckedInLogTests
 {
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
     private static string FixtureDirectory => Path.Combine(AppContext.BaseDirectory, "Fixtures", FixtureLog.Name);
 
-    private static void CopyFixture(string to)
+    private static void CopyFixture(string to, string name = FixtureLog.Name)
     {
-        foreach (var file in Directory.GetFiles(FixtureDirectory))
+        foreach (var file in Directory.GetFiles(Path.Combine(AppContext.BaseDirectory, "Fixtures", name)))
         {
             File.Copy(file, Path.Combine(to, Path.GetFileName(file)));
         }
@@ -59,5 +62,44 @@ public sealed class CheckedInLogTests
         Assert.True(written.Length >= expected.Length, $"The log wrote {written.Length} bytes, the fixture has {expected.Length}.");
         Assert.Equal(expected, written[..expected.Length]);
         Assert.Equal(-1, written.AsSpan(expected.Length).IndexOfAnyExcept((byte)0));
+    }
+
+    [Fact]
+    public async Task CheckedInLogV2Sealed_OpensWithItsKeys_EveryRecordReadsBack_InClearSealedWithAThenWithB()
+    {
+        using var dir = new TempDirectory();
+        CopyFixture(dir.Path, FixtureLog.SealedName);
+
+        await using var log = await DurableLog.OpenAsync(FixtureLog.SealedOptions(dir.Path), cancellationToken: Ct);
+        var records = new List<LogRecord>();
+        await foreach (var record in log.ScanAsync(log.BeginAddress, cancellationToken: Ct))
+        {
+            records.Add(record);
+        }
+
+        Assert.Null(log.OpenReport.TornTail);
+        var expected = FixtureLog.Expected(log.BeginAddress);
+        Assert.Equal(expected.Select(e => e.Kind), records.Select(r => r.Kind));
+        for (var i = 0; i < expected.Count; i++)
+        {
+            var body = expected[i].Kind == RecordKind.Payload ? (Google.Protobuf.IMessage)records[i].Parse(Payload.Parser) : records[i].Parse(LogTruncated.Parser);
+            Assert.Equal(expected[i].Body, body);
+        }
+
+        var keyA = LogKey.IdOf(Convert.FromBase64String(FixtureLog.SealedKeyA));
+        var keyB = LogKey.IdOf(Convert.FromBase64String(FixtureLog.SealedKeyB));
+        var tags = records.Where(r => r.Kind == RecordKind.Payload).Select(r => (r.Parse(Payload.Parser).Tag - 1000, r.Header.KeyId)).ToList();
+        Assert.All(tags, t => Assert.Equal(t.Item1 switch { < 6 => null, < 9 => keyA, _ => (uint?)keyB }, t.KeyId));
+    }
+
+    [Fact]
+    public async Task CheckedInLogV2Sealed_WithoutTheRotatedOutKey_IsRefused_NamingIt()
+    {
+        using var dir = new TempDirectory();
+        CopyFixture(dir.Path, FixtureLog.SealedName);
+
+        var error = await Assert.ThrowsAsync<LogEncryptionKeyException>(() => DurableLog.OpenAsync(FixtureLog.SealedOptions(dir.Path, withKeyA: false), cancellationToken: Ct));
+
+        Assert.Equal(LogKey.Format(LogKey.IdOf(Convert.FromBase64String(FixtureLog.SealedKeyA))), error.KeyId);
     }
 }

@@ -28,6 +28,9 @@ public sealed class LogKillTests
 
     private static TimeSpan Budget => TimeSpan.FromSeconds(int.TryParse(Environment.GetEnvironmentVariable("PS_LOG_KILL_SECONDS"), out var s) ? s : 60);
 
+    /// <summary>The child seals its records with this key (base64) when the variable is set.</summary>
+    private const string CrashChildLogKey = "PS_CRASH_CHILD_LOG_KEY";
+
     private static string ChildPath => typeof(LogKillTests).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>().Single(a => a.Key == "CrashChildPath").Value!;
 
     [Fact]
@@ -46,7 +49,29 @@ public sealed class LogKillTests
         Assert.True(stats.ChildRecords > 0, "the child acknowledged no record: the test checked nothing");
     }
 
-    private static async Task<KillStats> RunAsync(bool dropUnflushed, int seed)
+    /// <summary>
+    /// The same with the log's records sealed (LogOptions.Encryption, issue 32): kills, torn tails and dropped unflushed
+    /// writes are found by the envelope's checksum as before, and every acknowledged record opens with its bytes; none of
+    /// the payloads appears in clear in the files.
+    /// </summary>
+    [Fact]
+    public async Task Kill_Encrypted_ThenDropEverythingAfterTheDurableTail_EveryDurableRecordSurvives_NoneInClear()
+    {
+        var key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var stats = await RunAsync(dropUnflushed: true, seed: 37, key);
+        Assert.True(stats.Kills >= Math.Min(Kills, 5), $"only {stats.Kills} kills ran");
+        Assert.True(stats.ChildRecords > 0, "the child acknowledged no record: the test checked nothing");
+        Assert.True(stats.ClearPayloadsSearched > 0, "no payload was searched for in the files");
+    }
+
+    private static LogOptions Options(string directory, string? key)
+    {
+        var options = LogTestOptions.Small(directory);
+        options.Encryption.Key = key;
+        return options;
+    }
+
+    private static async Task<KillStats> RunAsync(bool dropUnflushed, int seed, string? key = null)
     {
         using var dir = new TempDirectory();
         var random = new Random(seed);
@@ -57,7 +82,7 @@ public sealed class LogKillTests
 
         for (var iteration = 0; iteration < Kills && clock.Elapsed < Budget; iteration++)
         {
-            var lines = await RunChildUntilKilledAsync(dir.Path, TimeSpan.FromMilliseconds(random.Next(30, 1200)));
+            var lines = await RunChildUntilKilledAsync(dir.Path, TimeSpan.FromMilliseconds(random.Next(30, 1200)), key);
             stats.Kills++;
             long durableTail = 0;
             foreach (var line in lines)
@@ -82,7 +107,7 @@ public sealed class LogKillTests
             }
 
             // Reopen, check everything acknowledged so far, append more, reopen and check again.
-            await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+            await using (var log = await DurableLog.OpenAsync(Options(dir.Path, key), cancellationToken: Ct))
             {
                 await AssertAllPresentAsync(log, acknowledged);
                 for (var i = 0; i < 5; i++)
@@ -94,9 +119,14 @@ public sealed class LogKillTests
                 }
             }
 
-            await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), cancellationToken: Ct))
+            await using (var log = await DurableLog.OpenAsync(Options(dir.Path, key), cancellationToken: Ct))
             {
                 stats.RecordsChecked += await AssertAllPresentAsync(log, acknowledged);
+            }
+
+            if (key is not null)
+            {
+                stats.ClearPayloadsSearched += AssertNoPayloadInClear(dir.Path, acknowledged.Values);
             }
         }
 
@@ -150,7 +180,22 @@ public sealed class LogKillTests
         return end - cut;
     }
 
-    private static async Task<List<string>> RunChildUntilKilledAsync(string directory, TimeSpan lifetime)
+    /// <summary>Searches the segment files for the first 32 bytes of the acknowledged payloads that have as many; returns how many were searched.</summary>
+    private static int AssertNoPayloadInClear(string directory, IEnumerable<Payload> payloads)
+    {
+        var files = SegmentFiles.List(directory).Keys.Select(id => File.ReadAllBytes(SegmentFiles.PathOf(SegmentFiles.BasePath(directory), id))).ToList();
+        var searched = 0;
+        foreach (var payload in payloads.Where(p => p.Data.Length >= 32).TakeLast(50))
+        {
+            var probe = payload.Data.Span[..32].ToArray();
+            Assert.All(files, file => Assert.Equal(-1, file.AsSpan().IndexOf(probe)));
+            searched++;
+        }
+
+        return searched;
+    }
+
+    private static async Task<List<string>> RunChildUntilKilledAsync(string directory, TimeSpan lifetime, string? key)
     {
         var lines = new ConcurrentQueue<string>();
         using var process = new Process
@@ -163,6 +208,11 @@ public sealed class LogKillTests
                 UseShellExecute = false,
             },
         };
+        if (key is not null)
+        {
+            process.StartInfo.Environment[CrashChildLogKey] = key; // the environment, as a service takes it from a Secret
+        }
+
         var errors = new ConcurrentQueue<string>();
         process.OutputDataReceived += (_, e) =>
         {
@@ -201,5 +251,7 @@ public sealed class LogKillTests
         public long RecordsChecked { get; set; }
 
         public long BytesDropped { get; set; }
+
+        public int ClearPayloadsSearched { get; set; }
     }
 }

@@ -73,6 +73,6 @@ public sealed class RecordFormatTests
 
         var error = Assert.Throws<LogFormatException>(() => RecordEnvelope.Verify(entry, 128, out _));
 
-        Assert.Contains("format version 2", error.Message, StringComparison.Ordinal);
+        Assert.Contains($"format version {RecordEnvelope.CurrentFormatVersion + 1}", error.Message, StringComparison.Ordinal);
     }
 }
