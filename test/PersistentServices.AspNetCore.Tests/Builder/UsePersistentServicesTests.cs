@@ -80,7 +80,7 @@ public sealed class UsePersistentServicesTests : IDisposable
     }
 
     [Fact]
-    public void UsePersistentServices_OnABuilderThatMapsNoEndpoints_SaysWhatItNeeds()
+    public void UsePersistentServices_OnABranchThatIsNoRouteBuilder_SaysWhatItNeeds()
     {
         var builder = WebApplication.CreateBuilder();
         builder.Services.AddPersistentServices(o => o.LogDirectory = _dir.Path);
