@@ -49,8 +49,9 @@ for id in PersistentServices.Core PersistentServices.AspNetCore PersistentServic
   pins=$(grep -o '<dependency id="[^"]*" version="\[[^"]*"' <<<"$spec" | grep -v 'Microsoft.FASTER.Core' || true)
   [ -z "$pins" ] || fail "$id pins exact versions: $pins"
 done
-nuspec PersistentServices.Core | grep -q '<dependency id="Google.Protobuf" version="3.25.1"' || fail "Core: Google.Protobuf is not a minimum version"
-nuspec PersistentServices.AspNetCore | grep -q '<dependency id="Microsoft.CodeAnalysis.CSharp" version="5.0.0" include="ContentFiles"' || fail "AspNetCore: no Roslyn floor"
+# Here-strings, not pipes: grep -q stops reading at its match, and with pipefail the writer's broken pipe failed the check.
+grep -q '<dependency id="Google.Protobuf" version="3.25.1"' <<<"$(nuspec PersistentServices.Core)" || fail "Core: Google.Protobuf is not a minimum version"
+grep -q '<dependency id="Microsoft.CodeAnalysis.CSharp" version="5.0.0" include="ContentFiles"' <<<"$(nuspec PersistentServices.AspNetCore)" || fail "AspNetCore: no Roslyn floor"
 ok "packages: minimum versions, readme, licence, symbols"
 
 # 2. A fresh app from the feed, next to gRPC, warnings as errors.
@@ -78,7 +79,7 @@ session=$(curl -s -X POST "$url/ps/sessions" | sed -E 's/.*"sessionId":"([^"]+)"
 curl -s -X POST "$url/cart/items?sku=book" -H "PS-Session: $session" -H "PS-Seq: 1" >/dev/null
 two=$(curl -s -X POST "$url/cart/items?sku=pen" -H "PS-Session: $session" -H "PS-Seq: 2")
 [ "$two" = '{"items":["book","pen"],"itemsAdded":2}' ] || fail "second request answered $two"
-curl -s -i -X POST "$url/cart/items?sku=pen" -H "PS-Session: $session" -H "PS-Seq: 2" | grep -qi '^PS-Replayed: true' || fail "the retry was not replayed"
+grep -qi '^PS-Replayed: true' <<<"$(curl -s -i -X POST "$url/cart/items?sku=pen" -H "PS-Session: $session" -H "PS-Seq: 2")" || fail "the retry was not replayed"
 kill -9 "$app_pid"; wait "$app_pid" 2>/dev/null; app_pid=""
 start_app
 cart=$(curl -s "$url/cart" -H "PS-Session: $session")

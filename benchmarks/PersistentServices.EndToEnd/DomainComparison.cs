@@ -531,7 +531,7 @@ internal static class DomainComparison
         }
 
         app.MapGet("/bench/ready", () => runtime.IsAvailable || !persistent ? Results.Ok() : Results.StatusCode(503));
-        app.MapGet("/bench/stats", [ReadOnly] () => Results.Ok(new { commits = runtime.Log.Commits, credits = persistent ? Credits.Read() : 0 }));
+        app.MapGet("/bench/stats", [PersistentReadOnly] () => Results.Ok(new { commits = runtime.Log.Commits, credits = persistent ? Credits.Read() : 0 }));
 
         if (persistent)
         {

@@ -15,7 +15,7 @@ using PersistentServices.EndToEnd;
 using PersistentServices.Hosting;
 
 // End-to-end benchmark over real HTTP on loopback. Modes:
-//   throughput (default): plain vs [Persistent] vs [ReadOnly] endpoints of one in-process Kestrel server, with 1 and
+//   throughput (default): plain vs [Persistent] vs [PersistentReadOnly] endpoints of one in-process Kestrel server, with 1 and
 //       64 concurrent client sessions (closed loop): requests/s, p50/p99 latency, log forces per request.
 //   state: an endpoint doing 0, 1, 4 read+write of state per request, the state in shared variables vs a durable SQLite
 //       row vs Redis ([MSP §5]: Psession and StateServer), with 1 and 64 sessions.
@@ -193,7 +193,7 @@ namespace PersistentServices.EndToEnd
             app.UsePersistentServices();
             app.MapPost("/plain", (Item body, BenchSession _) => Results.Ok(new { count = body.N }));
             app.MapPost("/persistent", [Persistent] (Item body, BenchSession session) => Results.Ok(new { count = session.Count += body.N }));
-            app.MapPost("/readonly", [ReadOnly] (Item body, BenchSession session) => Results.Ok(new { count = session.Count + body.N }));
+            app.MapPost("/readonly", [PersistentReadOnly] (Item body, BenchSession session) => Results.Ok(new { count = session.Count + body.N }));
             await app.StartAsync();
             return new BenchServer(app);
         }

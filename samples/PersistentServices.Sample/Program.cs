@@ -14,10 +14,11 @@ builder.Services.AddControllers();
 builder.Services.AddSingleton<CounterSession>();
 
 // The one thing a service adds: its log directory (keep it on a persistent volume).
-// Every option can also come from configuration (appsettings.json, PersistentServices__SessionCheckpointBytes=..., --PersistentServices:...).
-builder.Services.AddPersistentServices(options =>
+// Every option comes from the configuration section PersistentServices (appsettings.json,
+// PersistentServices__SessionCheckpointBytes=..., --PersistentServices:...); code can change them after that.
+builder.Services.AddPersistentServices();
+builder.Services.Configure<PersistentServicesOptions>(options =>
 {
-    builder.Configuration.GetSection("PersistentServices").Bind(options);
     if (string.IsNullOrEmpty(options.LogDirectory))
     {
         options.LogDirectory = Path.Combine(builder.Environment.ContentRootPath, "data", "log");
@@ -90,8 +91,8 @@ app.UsePersistentServices(sessions => sessions.RequireRateLimiting("per-client")
 app.MapControllers();
 
 // A persistent minimal API and its read-only twin.
-app.MapPost("/counter/add", [Persistent] (AddToCounter body, CounterSession counter) => counter.Add(body));
-app.MapGet("/counter", [ReadOnly] (CounterSession counter) => counter.Read());
+app.MapPost("/counter/add", (AddToCounter body, CounterSession counter) => counter.Add(body)).Persistent();   // or [Persistent] on the handler
+app.MapGet("/counter", [PersistentReadOnly] (CounterSession counter) => counter.Read());
 
 // A plain endpoint: untouched by PersistentServices.
 app.MapGet("/", () => "PersistentServices sample: POST /ps/sessions, then POST /cart/items with PS-Session and PS-Seq headers (see README.md).");

@@ -12,6 +12,15 @@ internal static class KnownSymbols
     public const string SharedStateAttribute = "SharedStateAttribute";
     public const string PersistentAttribute = "PersistentAttribute";
     public const string SubordinateAttribute = "SubordinateAttribute";
+    public const string PersistentReadOnlyAttribute = "PersistentReadOnlyAttribute";
+
+    /// <summary>The obsolete name of <see cref="PersistentReadOnlyAttribute"/>; it still marks a read-only method.</summary>
+    public const string ReadOnlyAttribute = "ReadOnlyAttribute";
+
+    /// <summary>The endpoint conventions (<c>app.MapPost(...).Persistent()</c>): namespace, class and the persistent one.</summary>
+    public const string ConventionsNamespace = "Microsoft.AspNetCore.Builder";
+    public const string ConventionsClass = "PersistentEndpointConventionBuilderExtensions";
+    public const string PersistentConvention = "Persistent";
     public const string SessionStateAttributeFullName = AttributeNamespace + "." + SessionStateAttribute;
     public const string SharedAttributeFullName = AttributeNamespace + "." + SharedAttribute;
 
@@ -79,6 +88,10 @@ internal static class KnownSymbols
 
         return false;
     }
+
+    /// <summary>True when <paramref name="symbol"/> carries [PersistentReadOnly] or its obsolete name [ReadOnly].</summary>
+    public static bool HasReadOnlyAttribute(ISymbol symbol)
+        => HasAttribute(symbol, PersistentReadOnlyAttribute) || HasAttribute(symbol, ReadOnlyAttribute);
 
     /// <summary>True when <paramref name="type"/> or a base class carries [Persistent] (the attribute is inherited).</summary>
     public static bool HasPersistentAttribute(INamedTypeSymbol type)

@@ -74,7 +74,7 @@ public sealed class PersistentTestSession
         return SendLastAsync(cancellationToken);
     }
 
-    /// <summary>Sends a read-only request (<c>[ReadOnly]</c> endpoints): with <c>PS-Session</c>, without a number.</summary>
+    /// <summary>Sends a read-only request (<c>[PersistentReadOnly]</c> endpoints): with <c>PS-Session</c>, without a number.</summary>
     /// <param name="path">The path and query.</param>
     /// <param name="cancellationToken">Cancels the request.</param>
     public Task<HttpResponseMessage> GetAsync(string path, CancellationToken cancellationToken = default)

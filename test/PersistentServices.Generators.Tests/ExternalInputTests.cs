@@ -134,12 +134,22 @@ public sealed class ExternalInputTests
     public static TheoryData<string, string> NotReported => new()
     {
         {
-            "a [ReadOnly] method of a persistent controller (read-only requests are not replayed)",
+            "a [PersistentReadOnly] method of a persistent controller (read-only requests are not replayed)",
             """
             [Persistent]
             public class Orders
             {
-                [ReadOnly] public string Peek() => File.ReadAllText("a.txt") + Environment.MachineName;
+                [PersistentReadOnly] public string Peek() => File.ReadAllText("a.txt") + Environment.MachineName;
+            }
+            """
+        },
+        {
+            "a method with the obsolete name [ReadOnly] (it still marks a read-only method)",
+            """
+            [Persistent]
+            public class Orders
+            {
+                [PersistentServices.ReadOnly] public string Peek() => File.ReadAllText("a.txt") + Environment.MachineName;
             }
             """
         },

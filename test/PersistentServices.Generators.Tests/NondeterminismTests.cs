@@ -272,12 +272,12 @@ public sealed class NondeterminismTests
             """
         },
         {
-            "[ReadOnly] method of a persistent controller",
+            "[PersistentReadOnly] method of a persistent controller",
             """
             [Persistent]
             public class Orders
             {
-                [ReadOnly] public DateTime Peek() => DateTime.UtcNow;
+                [PersistentReadOnly] public DateTime Peek() => DateTime.UtcNow;
             }
             """
         },
@@ -313,6 +313,30 @@ public sealed class NondeterminismTests
                 public static void Map(IEndpointRouteBuilder app)
                 {
                     app.MapGroup("/orders").WithMetadata(new PersistentAttribute()).MapPost("/", () => DateTime.UtcNow);
+                }
+            }
+            """
+        },
+        {
+            "minimal API lambda with the endpoint convention .Persistent()",
+            """
+            public static class Endpoints
+            {
+                public static void Map(IEndpointRouteBuilder app)
+                {
+                    app.MapPost("/orders", () => DateTime.UtcNow).WithName("orders").Persistent();
+                }
+            }
+            """
+        },
+        {
+            "minimal API lambda in a group with the endpoint convention .Persistent()",
+            """
+            public static class Endpoints
+            {
+                public static void Map(IEndpointRouteBuilder app)
+                {
+                    app.MapGroup("/orders").Persistent().MapPost("/", () => DateTime.UtcNow);
                 }
             }
             """
@@ -377,7 +401,19 @@ public sealed class NondeterminismTests
             {
                 public static void Map(IEndpointRouteBuilder app)
                 {
-                    app.MapPost("/orders", () => DateTime.UtcNow).WithMetadata(new ReadOnlyAttribute());
+                    app.MapPost("/orders", () => DateTime.UtcNow).WithMetadata(new PersistentReadOnlyAttribute());
+                }
+            }
+            """
+        },
+        {
+            "the endpoint convention .PersistentReadOnly()",
+            """
+            public static class Endpoints
+            {
+                public static void Map(IEndpointRouteBuilder app)
+                {
+                    app.MapPost("/orders", () => DateTime.UtcNow).PersistentReadOnly();
                 }
             }
             """

@@ -190,9 +190,9 @@ app.MapPost("/page", [Persistent] (Page body, Tally tally) =>
     tally.Count += 1;
     return Results.Bytes(Page.Content(body.OpId, tally.Count, body.Size), "application/octet-stream");
 });
-app.MapGet("/tally", [ReadOnly] (Tally tally) => Results.Ok(new { count = tally.Count, ops = tally.Ops?.Count ?? 0 }));
+app.MapGet("/tally", [PersistentReadOnly] (Tally tally) => Results.Ok(new { count = tally.Count, ops = tally.Ops?.Count ?? 0 }));
 // Every byte of the tally's ops, as a SHA-256 (a session state larger than a log record is checked whole).
-app.MapGet("/tally/digest", [ReadOnly] (Tally tally) => Results.Ok(new
+app.MapGet("/tally/digest", [PersistentReadOnly] (Tally tally) => Results.Ok(new
 {
     count = tally.Count,
     ops = tally.Ops?.Count ?? 0,
@@ -222,11 +222,11 @@ app.MapPost("/slow", [Persistent] async (Deposit body) =>
     await Task.Delay(TimeSpan.FromMilliseconds(body.Amount));
     return Results.Ok(new { slept = body.Amount });
 });
-app.MapGet("/balances", [ReadOnly] () => Results.Ok((accounts.Read() ?? []).ToDictionary(a => a, balances.Get)));
+app.MapGet("/balances", [PersistentReadOnly] () => Results.Ok((accounts.Read() ?? []).ToDictionary(a => a, balances.Get)));
 
 // Test-only: how many DV entries the calling session and the shared variable Test.Accounts carry (a service's own
 // entries of earlier epochs must not pile up with every restart). Read-only: nothing logged, no entry added.
-app.MapGet("/debug/dv", [ReadOnly] () => Results.Ok(new
+app.MapGet("/debug/dv", [PersistentReadOnly] () => Results.Ok(new
 {
     session = PersistentServices.Sessions.PersistentScope.Current?.Session?.Dv.Entries.Count,
     accounts = PersistentServices.SharedState.SharedStateStore.Active!.Cell("Test.Accounts").Dv.Entries.Count,
@@ -287,7 +287,7 @@ app.MapPost("/chain", [Persistent] (Chain body) =>
     return Results.Ok(new { from = a, to = b });
 });
 app.MapGet("/chain/blocked", () => Results.Ok(blocked.Count));
-app.MapGet("/chain/values", [ReadOnly] () => Results.Ok(new[] { "x", "y", "z", "w" }.ToDictionary(n => n, n => new SharedVariable<long>("Test.Chain." + n).Read())));
+app.MapGet("/chain/values", [PersistentReadOnly] () => Results.Ok(new[] { "x", "y", "z", "w" }.ToDictionary(n => n, n => new SharedVariable<long>("Test.Chain." + n).Read())));
 
 // Calls between services. The callee side: a credit applied once per call, counted per operation id (a duplicate
 // execution would count 2), a read-only balance and a functional fee.
@@ -319,8 +319,8 @@ app.MapPost("/bank/credit", [Persistent] async (Deposit body, HttpContext contex
     return Results.Ok(new { balance = bankBalance.Update(b => b + body.Amount) });
 });
 #pragma warning restore PS0202
-app.MapGet("/bank/balance", [ReadOnly] () => Results.Ok(new { balance = bankBalance.Read() }));
-app.MapGet("/bank/credits/{op}", [ReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
+app.MapGet("/bank/balance", [PersistentReadOnly] () => Results.Ok(new { balance = bankBalance.Read() }));
+app.MapGet("/bank/credits/{op}", [PersistentReadOnly] (string op) => Results.Ok(new { count = credits.Get(op) }));
 app.MapPost("/bank/fee", [Functional] (Deposit body) => Results.Ok(new { fee = body.Amount / 10 }));
 
 // The caller side: a payment counts itself per operation id and adds its amount to the payer's total (shared state of
@@ -344,8 +344,8 @@ app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFa
     return Results.Ok(new { op = body.Account, fee, balance, seen, payments = tally.Count });
 });
 
-app.MapGet("/pay/count/{op}", [ReadOnly] (string op) => Results.Ok(new { count = payments.Get(op) }));
-app.MapGet("/pay/total", [ReadOnly] () => Results.Ok(new { total = paidTotal.Read() }));
+app.MapGet("/pay/count/{op}", [PersistentReadOnly] (string op) => Results.Ok(new { count = payments.Get(op) }));
+app.MapGet("/pay/total", [PersistentReadOnly] () => Results.Ok(new { total = paidTotal.Read() }));
 
 app.MapHealthChecks("/health/ready");
 app.Run();

@@ -129,7 +129,7 @@ public class CallBenchmarks : IDisposable
         // B: the callee, one endpoint per role, each a trivial computation (no shared state).
         app.MapPost("/plain", (Batch body) => body.Count + 1L);
         app.MapPost("/persistent", [Persistent] (Batch body) => body.Count + 1L);
-        app.MapPost("/readonly", [ReadOnly] (Batch body) => body.Count + 1L);
+        app.MapPost("/readonly", [PersistentReadOnly] (Batch body) => body.Count + 1L);
         app.MapPost("/functional", [Functional] (Batch body) => body.Count + 1L);
 
         // A: the caller, CallsPerRequest sequential calls to one endpoint of B.

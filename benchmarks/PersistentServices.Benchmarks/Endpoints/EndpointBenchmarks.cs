@@ -62,7 +62,7 @@ public class EndpointBenchmarks
         return (await response.Content.ReadAsByteArrayAsync()).Length;
     }
 
-    /// <summary>A <c>[ReadOnly]</c> action: <c>GET /cart</c> with the session; not logged, forces nothing.</summary>
+    /// <summary>A <c>[PersistentReadOnly]</c> action: <c>GET /cart</c> with the session; not logged, forces nothing.</summary>
     [Benchmark]
     public async Task<int> ReadOnly()
     {

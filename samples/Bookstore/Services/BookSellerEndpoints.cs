@@ -28,7 +28,7 @@ internal static class BookSellerEndpoints
 
         if (useRoles)
         {
-            app.MapPost("/basket/show", [ReadOnly] (ShowBasket body, BasketManager basket, IHttpClientFactory clients) => ShowAsync(body, basket, clients));
+            app.MapPost("/basket/show", [PersistentReadOnly] (ShowBasket body, BasketManager basket, IHttpClientFactory clients) => ShowAsync(body, basket, clients));
         }
         else
         {
@@ -42,8 +42,8 @@ internal static class BookSellerEndpoints
         });
 
         // For the launcher's reconciliation: the basket as BookSeller holds it, and its ledger. Not logged.
-        app.MapGet("/basket", [ReadOnly] (BasketManager basket) => basket.Contents().Items);
-        app.MapGet("/ledger", [ReadOnly] () => ledger.Read());
+        app.MapGet("/basket", [PersistentReadOnly] (BasketManager basket) => basket.Contents().Items);
+        app.MapGet("/ledger", [PersistentReadOnly] () => ledger.Read());
     }
 
     private static async Task<BasketView> ShowAsync(ShowBasket body, BasketManager basket, IHttpClientFactory clients)

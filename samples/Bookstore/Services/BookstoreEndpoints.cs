@@ -19,7 +19,7 @@ internal static class BookstoreEndpoints
         // [Phoenix/App §3.3] a read-only method: not logged, forces nothing, its caller need not force either.
         if (useRoles)
         {
-            app.MapPost("/search", [ReadOnly] (SearchRequest query) => Search(catalog, inventory, query));
+            app.MapPost("/search", [PersistentReadOnly] (SearchRequest query) => Search(catalog, inventory, query));
         }
         else
         {
@@ -62,7 +62,7 @@ internal static class BookstoreEndpoints
         });
 
         // The whole inventory and the ledger, for the launcher's reconciliation. Not logged.
-        app.MapGet("/inventory", [ReadOnly] () => Results.Ok(new InventoryView(
+        app.MapGet("/inventory", [PersistentReadOnly] () => Results.Ok(new InventoryView(
             store,
             [.. catalog.BookIds.Select(id =>
             {

@@ -13,7 +13,7 @@ internal static class PriceGrabberEndpoints
     {
         if (useRoles)
         {
-            app.MapPost("/search", [ReadOnly] (SearchRequest query, StoreDirectory stores) => SearchAsync(query, stores));
+            app.MapPost("/search", [PersistentReadOnly] (SearchRequest query, StoreDirectory stores) => SearchAsync(query, stores));
         }
         else
         {

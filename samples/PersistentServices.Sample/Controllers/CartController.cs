@@ -37,7 +37,7 @@ public sealed partial class CartController : ControllerBase
 
     /// <summary>Shows the cart: a read-only method, not logged, forcing nothing.</summary>
     [HttpGet]
-    [ReadOnly]
+    [PersistentReadOnly]
     public ActionResult<CartView> Get() => View();
 
     private CartView View()

@@ -49,7 +49,7 @@ public sealed partial class InventoryController : ControllerBase
 
     /// <summary>Shows the stock of the given SKUs and the ticket counter (read-only).</summary>
     [HttpGet]
-    [ReadOnly]
+    [PersistentReadOnly]
     public ActionResult<InventoryView> Get([FromQuery] string[] sku)
         => new InventoryView(Tickets.Read(), OrdersPlaced, sku.ToDictionary(s => s, s => Stock.Get(s) ?? new StockLevel(0, 0)));
 }

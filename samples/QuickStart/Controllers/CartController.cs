@@ -1,6 +1,6 @@
 using System.Collections.Immutable;
 using Microsoft.AspNetCore.Mvc;
-using PersistentServices;               // [Persistent], [SessionState], [ReadOnly]
+using PersistentServices;               // [Persistent], [SessionState], [PersistentReadOnly]
 using PersistentServices.SharedState;   // SharedVariable<T>
 
 namespace QuickStart.Controllers;
@@ -22,9 +22,9 @@ public sealed partial class CartController : ControllerBase
         return Ok(new { items = Items, itemsAdded = added });
     }
 
-    [HttpGet, ReadOnly]   // not logged, forces nothing; needs PS-Session
+    [HttpGet, PersistentReadOnly]   // not logged, forces nothing; needs PS-Session
     public IActionResult Get() => Ok(new { items = Items ?? [] });
 
-    [HttpGet("stats"), ReadOnly]   // reads only shared state: no session needed
+    [HttpGet("stats"), PersistentReadOnly]   // reads only shared state: no session needed
     public IActionResult Stats() => Ok(new { itemsAdded = ItemsAdded.Read() });
 }

@@ -11,14 +11,14 @@ namespace Microsoft.AspNetCore.Builder;
 /// <summary>Adds the persistence middleware and the session endpoints.</summary>
 public static class PersistentServicesApplicationBuilderExtensions
 {
-    private const string GlobalEndpointRouteBuilderKey = "__GlobalEndpointRouteBuilder";
-
     /// <summary>
     /// Adds the persistence middleware: <c>[Persistent]</c> endpoints run exactly once per client request, with their
-    /// reply forced to the log before it leaves; <c>[ReadOnly]</c> endpoints see session state without logging. Maps the
-    /// session endpoints (<c>POST</c> and <c>DELETE</c> on <see cref="PersistentServicesOptions.SessionsPath"/>). Call it
-    /// after <c>UseAuthentication</c>/<c>UseAuthorization</c> (when used) and before mapping endpoints, on a
-    /// <see cref="WebApplication"/>. Endpoints without either attribute are untouched.
+    /// reply forced to the log before it leaves; <c>[PersistentReadOnly]</c> endpoints see session state without logging
+    /// (or the endpoint conventions <c>.Persistent()</c> and <c>.PersistentReadOnly()</c>). Maps the session endpoints
+    /// (<c>POST</c> and <c>DELETE</c> on <see cref="PersistentServicesOptions.SessionsPath"/>). Call it after
+    /// <c>UseAuthentication</c>/<c>UseAuthorization</c> (when used) and before mapping endpoints, on a
+    /// <see cref="WebApplication"/> (or another application builder that is also the <see cref="IEndpointRouteBuilder"/>
+    /// the endpoints are mapped on). Endpoints without a role are untouched.
     /// </summary>
     public static IApplicationBuilder UsePersistentServices(this IApplicationBuilder app) => app.UsePersistentServices(configureSessionEndpoints: null);
 
@@ -29,10 +29,13 @@ public static class PersistentServicesApplicationBuilderExtensions
     public static IApplicationBuilder UsePersistentServices(this IApplicationBuilder app, Action<IEndpointConventionBuilder>? configureSessionEndpoints)
     {
         ArgumentNullException.ThrowIfNull(app);
-        if (!app.Properties.TryGetValue(GlobalEndpointRouteBuilderKey, out var global) || global is not IEndpointRouteBuilder endpoints)
+
+        // Replay routes logged requests over the application's own endpoints, so it needs the route builder they are
+        // mapped on: a WebApplication is both the application builder and that route builder.
+        if (app is not IEndpointRouteBuilder endpoints)
         {
             throw new InvalidOperationException(
-                "UsePersistentServices() needs a WebApplication (minimal hosting): replay routes logged requests over the application's endpoints.");
+                "UsePersistentServices() needs a WebApplication (minimal hosting), or an application builder that is also the IEndpointRouteBuilder the endpoints are mapped on: replay routes logged requests over the application's endpoints.");
         }
 
         var options = app.ApplicationServices.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
@@ -47,15 +50,29 @@ public static class PersistentServicesApplicationBuilderExtensions
             PersistentServices.Domain.DomainEndpoints.Map(endpoints);
         }
 
-        // A second router over the same endpoints, used by replay to route logged requests like live ones. Built on
-        // first use: the routing middleware snapshots the endpoint data sources when it is built, and the endpoints
-        // are mapped after this call.
-        // WebApplication.New() drops the global route builder from branches, so put it back: this router must see the
-        // application's endpoints.
+        return app.UseMiddleware<PersistenceMiddleware>(new Lazy<RequestDelegate>(() => BuildReplayRouter(app, endpoints)));
+    }
+
+    /// <summary>
+    /// A second router over the application's endpoints, used by replay to route logged requests like live ones: it
+    /// sets the matched endpoint on the context and runs nothing. Built on first use, once every endpoint is mapped
+    /// (endpoints are mapped after <c>UsePersistentServices()</c>). Only public routing API: a branch of the application
+    /// gets its own routing middleware (<c>UseRouting</c>), and <c>UseEndpoints</c> gives that middleware the
+    /// application's endpoint data sources, the same instances, which routing's global list already holds (it skips
+    /// them), so nothing is listed twice. The branch ends before <c>UseEndpoints</c>' endpoint middleware.
+    /// </summary>
+    private static RequestDelegate BuildReplayRouter(IApplicationBuilder app, IEndpointRouteBuilder endpoints)
+    {
         var router = app.New();
-        router.Properties[GlobalEndpointRouteBuilderKey] = endpoints;
         router.UseRouting();
-        router.Run(static _ => Task.CompletedTask);
-        return app.UseMiddleware<PersistenceMiddleware>(new Lazy<RequestDelegate>(router.Build));
+        router.Use(static (HttpContext _, RequestDelegate _) => Task.CompletedTask);
+        router.UseEndpoints(replay =>
+        {
+            foreach (var dataSource in endpoints.DataSources)
+            {
+                replay.DataSources.Add(dataSource);
+            }
+        });
+        return router.Build();
     }
 }

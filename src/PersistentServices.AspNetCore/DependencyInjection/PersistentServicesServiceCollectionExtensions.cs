@@ -1,3 +1,4 @@
+using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection.Extensions;
 using Microsoft.Extensions.Options;
 using PersistentServices;
@@ -13,20 +14,45 @@ namespace Microsoft.Extensions.DependencyInjection;
 /// <summary>Registers PersistentServices.</summary>
 public static class PersistentServicesServiceCollectionExtensions
 {
+    /// <summary>The configuration section the options are read from: <c>PersistentServices</c>.</summary>
+    public const string ConfigurationSectionName = "PersistentServices";
+
+    /// <summary>
+    /// Adds crash-proof, exactly-once <c>[Persistent]</c> endpoints with options from the configuration section
+    /// <c>PersistentServices</c> (<see cref="ConfigurationSectionName"/>; appsettings.json, environment variables such as
+    /// <c>PersistentServices__LogDirectory</c>, <c>--PersistentServices:LogDirectory=...</c>). Options are validated at
+    /// startup: <see cref="PersistentServicesOptions.LogDirectory"/> must be set. To change options in code as well, add
+    /// <c>services.Configure&lt;PersistentServicesOptions&gt;(o =&gt; ...)</c> after it. Otherwise as
+    /// <see cref="AddPersistentServices(IServiceCollection, Action{PersistentServicesOptions})"/>.
+    /// </summary>
+    public static IServiceCollection AddPersistentServices(this IServiceCollection services)
+    {
+        ArgumentNullException.ThrowIfNull(services);
+        return services.AddPersistentServicesCore(static (options, provider) =>
+            provider.GetService<IConfiguration>()?.GetSection(ConfigurationSectionName).Bind(options));
+    }
+
     /// <summary>
     /// Adds crash-proof, exactly-once <c>[Persistent]</c> endpoints: the service's log, sessions, the recovery host
     /// (which opens and scans the log before the server accepts traffic) and a health check named
-    /// <c>persistentservices</c> (tags <c>ready</c>, <c>live</c>). Options are validated at startup.
-    /// Call <c>app.UsePersistentServices()</c> too.
+    /// <c>persistentservices</c> (tags <c>ready</c>, <c>live</c>). Options come from <paramref name="configure"/> only (to
+    /// read them from configuration, use <see cref="AddPersistentServices(IServiceCollection)"/>, or bind the section in
+    /// the delegate) and are validated at startup. Call <c>app.UsePersistentServices()</c> too.
     /// </summary>
     public static IServiceCollection AddPersistentServices(this IServiceCollection services, Action<PersistentServicesOptions> configure)
     {
         ArgumentNullException.ThrowIfNull(services);
         ArgumentNullException.ThrowIfNull(configure);
+        return services.AddPersistentServicesCore((options, _) => configure(options));
+    }
 
+    private static IServiceCollection AddPersistentServicesCore(this IServiceCollection services, Action<PersistentServicesOptions, IServiceProvider> configure)
+    {
+        // The service name defaults to the application's, then the options' source: the configuration section (when the
+        // host has a configuration; a bare ServiceCollection may not) or the application's delegate.
         services.AddOptions<PersistentServicesOptions>()
             .Configure<IHostEnvironment>((options, environment) => options.ServiceName = environment.ApplicationName)
-            .Configure(configure)
+            .Configure<IServiceProvider>(configure)
             .ValidateOnStart();
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentServicesOptions>, PersistentServicesOptionsValidator>());
         services.TryAddSingleton(TimeProvider.System);

@@ -12,7 +12,7 @@ internal enum EndpointRole
     /// <summary>[Persistent]: logged, exactly once, reply forced before it leaves.</summary>
     Persistent,
 
-    /// <summary>[ReadOnly]: not logged, forces nothing, changes no session state.</summary>
+    /// <summary>[PersistentReadOnly] (or the obsolete [ReadOnly]): not logged, forces nothing, changes no session state.</summary>
     ReadOnly,
 
     /// <summary>[Functional]: stateless and pure; not logged, no last-call table (Phoenix/App §3.2.2).</summary>
@@ -33,12 +33,16 @@ internal static class EndpointRoles
 
         return Roles.GetValue(endpoint, static e =>
         {
-            // The most specific attribute wins: action metadata comes after controller metadata.
+            // The most specific attribute wins: action metadata comes after controller metadata, and an endpoint
+            // convention's (.Persistent(), PersistentEndpointConventionBuilderExtensions) after the handler's attributes.
             for (var i = e.Metadata.Count - 1; i >= 0; i--)
             {
                 switch (e.Metadata[i])
                 {
+                    case PersistentReadOnlyAttribute:
+#pragma warning disable CS0618 // the obsolete name means the same role
                     case ReadOnlyAttribute:
+#pragma warning restore CS0618
                         return new StrongBox<EndpointRole>(EndpointRole.ReadOnly);
                     case PersistentAttribute:
                         return new StrongBox<EndpointRole>(EndpointRole.Persistent);

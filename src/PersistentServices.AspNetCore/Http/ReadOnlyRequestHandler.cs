@@ -8,7 +8,7 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Http;
 
 /// <summary>
-/// A <c>[ReadOnly]</c> request ([Phoenix/App §3.3]): not logged, forces nothing, changes no session state. It runs under
+/// A <c>[PersistentReadOnly]</c> request ([Phoenix/App §3.3]): not logged, forces nothing, changes no session state. It runs under
 /// capture like any persistent request, and its reply is held until every shared value it shows is durable (it waits
 /// for the writers' own commits). <c>PS-Session</c> is optional: with it the endpoint reads that session's state, after
 /// the session's running request.

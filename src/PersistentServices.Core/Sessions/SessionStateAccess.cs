@@ -21,7 +21,7 @@ public static class SessionStateAccess
         if (scope?.Mode == ExecutionMode.ReadOnly)
         {
             throw new InvalidOperationException(
-                $"Session state '{key.Name}' cannot be changed by a [ReadOnly] request: read-only methods change no session state ([Phoenix/App §3.3]).");
+                $"Session state '{key.Name}' cannot be changed by a [PersistentReadOnly] request: read-only methods change no session state ([Phoenix/App §3.3]).");
         }
 
         RequireSession(key.Name).SetState(key, value);
@@ -32,7 +32,7 @@ public static class SessionStateAccess
         {
             { Session: { } session } => session,
             null => throw new InvalidOperationException(
-                $"Session state '{name}' is only available while a [Persistent] or [ReadOnly] request of a session runs (send the PS-Session header)."),
+                $"Session state '{name}' is only available while a [Persistent] or [PersistentReadOnly] request of a session runs (send the PS-Session header)."),
             _ => throw new SessionRequiredException(name),
         };
 }

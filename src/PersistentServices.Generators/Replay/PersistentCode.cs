@@ -8,20 +8,19 @@ namespace PersistentServices.Generators.Replay;
 /// <summary>
 /// Decides what is persistent code (docs/diagnostics.md#ps0201): members of [Persistent] (also inherited),
 /// [SharedState] and state-declaring types, [Persistent] methods and their overrides, [Persistent] lambdas and local
-/// functions, and lambdas handed to an endpoint whose builder chain has <c>WithMetadata(new PersistentAttribute())</c>.
+/// functions, and lambdas handed to an endpoint whose builder chain has <c>WithMetadata(new PersistentAttribute())</c> or the
+/// endpoint convention <c>.Persistent()</c>.
 /// One instance per compilation (it caches per type).
 /// </summary>
 internal sealed class PersistentCode
 {
-    private const string ReadOnlyAttribute = "ReadOnlyAttribute";
-
     private readonly ConcurrentDictionary<INamedTypeSymbol, bool> _persistentTypes = new(SymbolEqualityComparer.Default);
 
     /// <summary>The context of <paramref name="operation"/> when it is persistent code; otherwise null.</summary>
     public PersistentContext? GetContext(IOperation operation, ISymbol containingSymbol)
     {
         // Lambdas and local functions around the operation: [Persistent] on them, or a lambda handed to an endpoint
-        // whose builder chain has .WithMetadata(new PersistentAttribute()).
+        // whose builder chain has .WithMetadata(new PersistentAttribute()) or .Persistent().
         var readOnly = false;
         for (var current = operation.Parent; current is not null; current = current.Parent)
         {
@@ -32,7 +31,7 @@ internal sealed class PersistentCode
                     // (docs/protocol.md, "Response callbacks"): what they do is not replayed.
                     return null;
                 case IAnonymousFunctionOperation lambda:
-                    readOnly |= KnownSymbols.HasAttribute(lambda.Symbol, ReadOnlyAttribute);
+                    readOnly |= KnownSymbols.HasReadOnlyAttribute(lambda.Symbol);
                     if (KnownSymbols.HasAttribute(lambda.Symbol, KnownSymbols.PersistentAttribute) || IsPassedToPersistentEndpoint(lambda))
                     {
                         return new PersistentContext(containingSymbol, lambda.Syntax, readOnly);
@@ -40,7 +39,7 @@ internal sealed class PersistentCode
 
                     break;
                 case ILocalFunctionOperation localFunction:
-                    readOnly |= KnownSymbols.HasAttribute(localFunction.Symbol, ReadOnlyAttribute);
+                    readOnly |= KnownSymbols.HasReadOnlyAttribute(localFunction.Symbol);
                     if (KnownSymbols.HasAttribute(localFunction.Symbol, KnownSymbols.PersistentAttribute))
                     {
                         return new PersistentContext(containingSymbol, localFunction.Syntax, readOnly);
@@ -117,7 +116,7 @@ internal sealed class PersistentCode
     {
         for (var current = method; current is not null; current = current.OverriddenMethod)
         {
-            if (KnownSymbols.HasAttribute(current, ReadOnlyAttribute))
+            if (KnownSymbols.HasReadOnlyAttribute(current))
             {
                 return true;
             }
@@ -126,10 +125,7 @@ internal sealed class PersistentCode
         return false;
     }
 
-    /// <summary>
-    /// True when <paramref name="lambda"/> is an argument of an invocation in a fluent chain (receivers and the calls
-    /// made on the result) that includes <c>WithMetadata(..., new PersistentAttribute(), ...)</c>.
-    /// </summary>
+    /// <summary>True when <paramref name="lambda"/> is a callback handed to <c>HttpResponse.OnCompleted</c>.</summary>
     private static bool IsOnCompletedCallback(IAnonymousFunctionOperation lambda)
     {
         IOperation? current = lambda.Parent;
@@ -144,6 +140,10 @@ internal sealed class PersistentCode
                type.ContainingNamespace?.ToDisplayString() == "Microsoft.AspNetCore.Http";
     }
 
+    /// <summary>
+    /// True when <paramref name="lambda"/> is an argument of an invocation in a fluent chain (receivers and the calls
+    /// made on the result) that includes <c>WithMetadata(..., new PersistentAttribute(), ...)</c> or <c>.Persistent()</c>.
+    /// </summary>
     private static bool IsPassedToPersistentEndpoint(IAnonymousFunctionOperation lambda)
     {
         var current = lambda.Parent;
@@ -218,6 +218,13 @@ internal sealed class PersistentCode
 
     private static bool IsWithPersistentMetadata(IInvocationOperation invocation)
     {
+        // The endpoint convention adds the same metadata as the attribute (PersistentEndpointConventionBuilderExtensions).
+        if (string.Equals(invocation.TargetMethod.Name, KnownSymbols.PersistentConvention, StringComparison.Ordinal)
+            && KnownSymbols.Is(invocation.TargetMethod.ContainingType, KnownSymbols.ConventionsNamespace, KnownSymbols.ConventionsClass))
+        {
+            return true;
+        }
+
         if (!string.Equals(invocation.TargetMethod.Name, "WithMetadata", StringComparison.Ordinal))
         {
             return false;

@@ -21,6 +21,6 @@ internal sealed class PersistentContext
     /// </summary>
     public SyntaxNode? Root { get; }
 
-    /// <summary>True inside a <c>[ReadOnly]</c> method, lambda or local function: read-only requests are not replayed.</summary>
+    /// <summary>True inside a <c>[PersistentReadOnly]</c> method, lambda or local function: read-only requests are not replayed.</summary>
     public bool ReadOnly { get; }
 }

@@ -46,11 +46,11 @@ public sealed partial class SharedTestController : ControllerBase
         => Ok(new { id = ids.NewGuid(), at = time.GetUtcNow(), dice = random.Next(1, 7), total = Total.Read() });
 
     [HttpGet]
-    [ReadOnly]
+    [PersistentReadOnly]
     public IActionResult Get() => Ok(new { total = Total.Read(), lastWriter = LastWriter, calls = Calls });
 
     [HttpPost("readonly-write")]
-    [ReadOnly]
+    [PersistentReadOnly]
     public IActionResult ReadOnlyWrite()
     {
         Total.Write(-1);

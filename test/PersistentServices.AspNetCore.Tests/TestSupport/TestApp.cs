@@ -92,11 +92,11 @@ public sealed class CartController : ControllerBase
     }
 
     [HttpGet]
-    [ReadOnly]
+    [PersistentReadOnly]
     public IActionResult Get() => Ok(new { items = CartState.Items ?? [] });
 
     [HttpPost("try-write")]
-    [ReadOnly]
+    [PersistentReadOnly]
     public IActionResult TryWrite()
     {
         CartState.Items = ["not allowed"];
@@ -172,8 +172,24 @@ internal static class TestApp
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         });
-        app.MapGet("/counter", () => Results.Ok(new { total = CartState.Total })).WithMetadata(new ReadOnlyAttribute());
+        app.MapGet("/counter", () => Results.Ok(new { total = CartState.Total })).WithMetadata(new PersistentReadOnlyAttribute());
         app.MapGet("/plain", () => Results.Ok(new { plain = true }));
+
+        // The same roles by endpoint convention instead of attributes (PersistentEndpointConventionBuilderExtensions).
+        app.MapPost("/convention/add", (AddAmount body) =>
+        {
+            TestBehavior.Executed("convention:" + body.OpId);
+            CartState.Total += body.Amount;
+            return Results.Ok(new { total = CartState.Total });
+        }).Persistent();
+        app.MapGet("/convention", () => Results.Ok(new { total = CartState.Total })).PersistentReadOnly();
+        var group = app.MapGroup("/convention-group").Persistent();
+        group.MapPost("/add", (AddAmount body) =>
+        {
+            TestBehavior.Executed("convention-group:" + body.OpId);
+            CartState.Total += body.Amount;
+            return Results.Ok(new { total = CartState.Total });
+        });
 
         // A reply of any size (a catalog page): deterministic bytes from the op id and the session's count, so replay
         // reproduces them; a header that a retry must get back too.

@@ -1,0 +1,124 @@
+using System.Net;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Options;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+
+namespace PersistentServices.AspNetCore.Tests.Builder;
+
+/// <summary><c>AddPersistentServices()</c> from configuration, and <c>UsePersistentServices()</c>'s replay router.</summary>
+public sealed class UsePersistentServicesTests : IDisposable
+{
+    private readonly TempDirectory _dir = new();
+
+    public UsePersistentServicesTests() => TestBehavior.Reset();
+
+    public void Dispose() => _dir.Dispose();
+
+    [Fact]
+    public void AddPersistentServices_WithoutDelegate_BindsTheConfigurationSection()
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.Configuration.AddInMemoryCollection(new Dictionary<string, string?>
+        {
+            ["PersistentServices:LogDirectory"] = _dir.Path,
+            ["PersistentServices:MaxSessions"] = "42",
+            ["PersistentServices:ServiceName"] = "Orders",
+            ["PersistentServices:Calls:PeerKey"] = new string('n', 32),
+            ["PersistentServices:Calls:AcceptedPeerKeys:0"] = new string('o', 32),
+            ["PersistentServices:Log:PageSizeBits"] = "23",
+        });
+        builder.Services.AddPersistentServices();
+        using var app = builder.Build();
+
+        var options = app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value;
+        Assert.Equal(_dir.Path, options.LogDirectory);
+        Assert.Equal(42, options.MaxSessions);
+        Assert.Equal("Orders", options.ServiceName);
+        Assert.Equal([new string('o', 32)], options.Calls.AcceptedPeerKeys);
+        Assert.Equal(23, options.Log.PageSizeBits);
+    }
+
+    [Fact]
+    public void AddPersistentServices_WithoutDelegate_DefaultsTheServiceNameToTheApplication()
+    {
+        var builder = WebApplication.CreateBuilder(new WebApplicationOptions { ApplicationName = "Shop" });
+        builder.Configuration.AddInMemoryCollection(new Dictionary<string, string?> { ["PersistentServices:LogDirectory"] = _dir.Path });
+        builder.Services.AddPersistentServices();
+        using var app = builder.Build();
+
+        Assert.Equal("Shop", app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.ServiceName);
+    }
+
+    [Fact]
+    public async Task AddPersistentServices_WithoutDelegate_NoLogDirectory_FailsAtStartup()
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.WebHost.UseUrls("http://127.0.0.1:0");
+        builder.Services.AddPersistentServices();
+        await using var app = builder.Build();
+
+        // UsePersistentServices() reads the options, so the validation fails there at the latest (ValidateOnStart otherwise).
+        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => app.StartAsync(TestContext.Current.CancellationToken));
+        Assert.Contains("LogDirectory", error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void AddPersistentServices_WithDelegate_DoesNotReadConfiguration()
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.Configuration.AddInMemoryCollection(new Dictionary<string, string?> { ["PersistentServices:MaxSessions"] = "42" });
+        builder.Services.AddPersistentServices(o => o.LogDirectory = _dir.Path);
+        using var app = builder.Build();
+
+        Assert.Equal(new PersistentServicesOptions().MaxSessions, app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.MaxSessions);
+    }
+
+    [Fact]
+    public void UsePersistentServices_OnABranchThatIsNoRouteBuilder_SaysWhatItNeeds()
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.Services.AddPersistentServices(o => o.LogDirectory = _dir.Path);
+        using var app = builder.Build();
+        var branch = ((IApplicationBuilder)app).New();
+
+        var error = Assert.Throws<InvalidOperationException>(() => branch.UsePersistentServices());
+        Assert.Contains("WebApplication", error.Message, StringComparison.Ordinal);
+    }
+
+    /// <summary>
+    /// Replay's router is a second routing middleware over the application's endpoint data sources (public routing API,
+    /// no private WebApplication property): after a replay, the application's endpoints are still listed once each, for
+    /// link generation and endpoint discovery.
+    /// </summary>
+    [Fact]
+    public async Task ReplayRouter_AfterReplay_TheApplicationListsEachEndpointOnce()
+    {
+        string session;
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            session = await server.StartSessionAsync();
+            await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a", amount = 5 });
+            await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "x" });
+            await server.CrashAsync();
+        }
+
+        await using (var server = await TestServer.StartAsync(_dir.Path))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            var (cart, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
+            Assert.Equal(HttpStatusCode.OK, cart.StatusCode);
+            Assert.Equal("x", body.GetProperty("items")[0].GetString());
+
+            var endpoints = server.App.Services.GetRequiredService<EndpointDataSource>().Endpoints;
+            Assert.Equal(endpoints.Count, endpoints.Distinct().Count());
+            Assert.Single(endpoints, e => e is RouteEndpoint { RoutePattern.RawText: "/counter/add" });
+        }
+    }
+}
