@@ -22,7 +22,8 @@ internal static class SessionsCommand
         The sessions of a STOPPED service's log: the log is opened as the service's start opens it (the same checks, a torn
         tail after the last commit truncated as that start would) and refused while a process holds it (directory.lock);
         on a running service use its admin endpoints (MapPersistentServicesAdmin). A session is named by its trace tag
-        (12 hex digits, as the list and the service's logs show it) or by its id.
+        (12 hex digits, as the list and the service's logs show it) or by its id (an id may begin with '-'; '--' ends the
+        options).
 
           list     every live session: trace tag, kind (session, or key for an Idempotency-Key), state (live, never-used,
                    quarantined and why, expired-key), last request number, owner hash (its first 6 bytes; anonymous),
@@ -98,7 +99,12 @@ internal static class SessionsCommand
                     segmentSizeBits = segment;
                     i++;
                     break;
-                case var other when !other.StartsWith('-'):
+                case "--":
+                    positional.AddRange(args[(i + 1)..]); // everything after "--" is positional
+                    i = args.Length;
+                    break;
+                case var other when !other.StartsWith('-') || SessionId.TryParse(other, out _):
+                    // A session id is base64url, whose alphabet has '-': "-g3bY9N05ZwL177HfjiXIQ" is an id, not an option.
                     positional.Add(other);
                     break;
                 default:

@@ -263,6 +263,26 @@ public sealed class SessionsCommandTests
     }
 
     [Fact]
+    public async Task AnIdThatBeginsWithADash_IsTheSessionNotAnOption_AndDoubleDashEndsTheOptions()
+    {
+        // Session ids are base64url: about one in 64 begins with '-'. Found when CI drew one for the show test above.
+        using var dir = new TempDirectory();
+        await WriteLogAsync(dir.Path);
+        var dashed = SessionId.NewRandom();
+        while (!dashed.ToString().StartsWith('-'))
+        {
+            dashed = SessionId.NewRandom();
+        }
+
+        var (exit, output) = Psctl("show", dir.Path, dashed.ToString());
+        Assert.True(exit == Cli.Refused, output);
+        Assert.Contains($"no live session {dashed}", output, StringComparison.Ordinal);
+
+        var (ended, endedOutput) = Psctl("show", dir.Path, "--", dashed.ToString());
+        Assert.True(ended == Cli.Refused, endedOutput);
+    }
+
+    [Fact]
     public async Task Repair_OfASessionNotQuarantined_OrUnknown_IsRefused_AndAppendsNothing()
     {
         using var dir = new TempDirectory();
