@@ -87,6 +87,8 @@ public sealed class CheckpointTests : IDisposable
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
             Assert.Matches(@"committed records verified in \d+ ms by 2 walker\(s\)", service.Output);
+            // The scan's line may reach our reader of the child's stdout after its readiness answers 200.
+            await WaitForOutputAsync(service, o => o.Contains("Analysis scan:", StringComparison.Ordinal));
             Assert.Matches(@"Analysis scan: 13 live sessions \(1[23] at rest read directly", service.Output);
 
             // The retry of the last request gets its reply (executed once); nothing before it was lost or repeated.
@@ -163,6 +165,8 @@ public sealed class CheckpointTests : IDisposable
         environment["PS_VERSION"] = "2";
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
+            // The scan's line may reach our reader of the child's stdout after its readiness answers 200.
+            await WaitForOutputAsync(service, o => o.Contains("Analysis scan:", StringComparison.Ordinal));
             Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and \\d+ shared variables\\), 0 logged requests", service.Output);
             for (var s = 0; s < sessions.Length; s++)
             {
@@ -432,6 +436,8 @@ public sealed class CheckpointTests : IDisposable
 
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
+            // The scan's line may reach our reader of the child's stdout after its readiness answers 200.
+            await WaitForOutputAsync(service, o => o.Contains("Analysis scan:", StringComparison.Ordinal));
             Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and [1-9]\\d* shared variables\\)", service.Output);
             var (status, balances, _) = await service.SendAsync(HttpMethod.Get, "/balances", null, null);
             Assert.Equal(HttpStatusCode.OK, status);
