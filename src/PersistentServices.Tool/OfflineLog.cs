@@ -51,7 +51,7 @@ internal sealed class OfflineLog : IAsyncDisposable
                 $"'{directory}' is not a PersistentServices log directory: it holds neither {CommitMetadataFile.FileName} nor a log.N segment file. Nothing was created.");
         }
 
-        if (IsInUse(directory))
+        if (LogVerifier.IsLocked(directory))
         {
             throw InUse(directory);
         }
@@ -118,28 +118,4 @@ internal sealed class OfflineLog : IAsyncDisposable
         $"The log directory '{directory}' is in use: a process (the service, or another psctl) holds {Path.Combine(directory, DurableLog.LockFileName)}. " +
         "Stop the service first (its drain leaves nothing to replay), or use the admin endpoints of the running service (MapPersistentServicesAdmin, " +
         "docs/operations.md). Nothing was changed.");
-
-    /// <summary>True when another process holds the directory lock: a shared open fails then, and creates nothing.</summary>
-    private static bool IsInUse(string directory)
-    {
-        var path = Path.Combine(directory, DurableLog.LockFileName);
-        if (!File.Exists(path))
-        {
-            return false;
-        }
-
-        try
-        {
-            using var probe = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite);
-            return false;
-        }
-        catch (IOException)
-        {
-            return true;
-        }
-        catch (UnauthorizedAccessException)
-        {
-            return false; // DurableLog's own open reports what it cannot do
-        }
-    }
 }

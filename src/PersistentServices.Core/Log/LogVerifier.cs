@@ -157,8 +157,8 @@ internal static class LogVerifier
         return null;
     }
 
-    /// <summary>True when another process holds the directory lock. Never creates the lock file.</summary>
-    private static bool IsLocked(string directory)
+    /// <summary>True when another process holds the directory lock. Never creates the lock file (psctl's offline open uses it too).</summary>
+    internal static bool IsLocked(string directory)
     {
         var path = Path.Combine(directory, DurableLog.LockFileName);
         if (!File.Exists(path))
