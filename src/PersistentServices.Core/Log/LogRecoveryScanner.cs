@@ -4,80 +4,6 @@ using PersistentServices.Log.Records;
 
 namespace PersistentServices.Log;
 
-/// <summary>What the verification scan found, and what opening the log will do about it.</summary>
-internal sealed record LogScanResult
-{
-    /// <summary>No segment files and no metadata: a new log.</summary>
-    public bool IsNew { get; init; }
-
-    /// <summary>The log's first address.</summary>
-    public long BeginAddress { get; init; } = FasterEntryLayout.FirstValidAddress;
-
-    /// <summary>End of the last intact commit record: everything before it is committed and verified.</summary>
-    public long CommittedUntil { get; init; } = FasterEntryLayout.FirstValidAddress;
-
-    /// <summary>FASTER commit number of that commit (0 when none).</summary>
-    public long CommitNum { get; init; }
-
-    /// <summary>Committed records verified (envelope CRC-32C and LSN).</summary>
-    public long RecordsVerified { get; init; }
-
-    /// <summary>Non-zero bytes after <see cref="CommittedUntil"/>: a torn or uncommitted tail to truncate. Null when clean.</summary>
-    public (long From, long To)? TornTail { get; init; }
-
-    /// <summary>Intact records inside the torn tail (no intact commit record covers them).</summary>
-    public int UncommittedRecords { get; init; }
-
-    /// <summary>Why the walk stopped before the end of the written bytes, when it did.</summary>
-    public string? TailReason { get; init; }
-
-    /// <summary>The commit metadata was missing or unusable: the begin and committed addresses come from the log itself.</summary>
-    public bool RecoveredWithoutMetadata { get; init; }
-
-    /// <summary>The committed address the commit metadata recorded (the floor), or 0 without usable metadata.</summary>
-    public long MetadataFloor { get; init; }
-
-    /// <summary>Segment number → file length, as found.</summary>
-    public IReadOnlyDictionary<int, long> Segments { get; init; } = new Dictionary<int, long>();
-
-    /// <summary>The walk ran in two halves at once (a long log on two or more cores), not once from the begin address.</summary>
-    public bool WalkedInTwo { get; init; }
-
-    /// <summary>Everything the scan refuses to open on (empty when the log may be opened). The first is the one a failed open names.</summary>
-    public IReadOnlyList<LogProblem> Problems { get; init; } = [];
-}
-
-/// <summary>One reason not to open a log: what is wrong, where (log address, segment file and offset when known).</summary>
-internal sealed record LogProblem(string Message, long Address, string? File = null, long FileOffset = -1)
-{
-    /// <summary>What an operator should do, appended to the message of a refused open.</summary>
-    public static string WhatToDo(string directory) =>
-        "The log was not opened and nothing on disk was changed. " +
-        $"Run 'psctl verify {directory}' to list every problem, then restore the log directory from a backup or replica (docs/operations.md).";
-
-    /// <summary>The exception a refused open throws for this problem (the first one found).</summary>
-    public LogCorruptionException ToException(string directory, int others)
-    {
-        var more = others switch
-        {
-            0 => "",
-            1 => " One more problem was found.",
-            _ => $" {others} more problems were found.",
-        };
-        return new LogCorruptionException($"{Message}.{more} {WhatToDo(directory)}", Address, File, FileOffset);
-    }
-}
-
-/// <summary>Receives the intact records a scan walks over (the verify command counts them); nothing is retained by the scanner.</summary>
-internal interface ILogScanVisitor
-{
-    /// <summary>An intact record (envelope verified); not yet known to be committed. <paramref name="body"/> is valid only during the call.</summary>
-    void Record(RecordHeader header, ReadOnlySpan<byte> body);
-
-    /// <summary>An intact commit record: every record visited before <paramref name="until"/> is committed.</summary>
-    void Committed(long until);
-}
-
 /// <summary>
 /// Reads the segment files before FASTER opens them and decides, from what is verifiable on disk, where the
 /// committed log ends, and whether it may be opened at all (RELIABILITY.md rows 2–5; docs/log-format.md "Recovery"):
@@ -93,13 +19,13 @@ internal interface ILogScanVisitor
 /// <item>the begin address comes from the metadata, or from the newest committed <c>LogTruncated</c> record, and its
 ///   segment file must exist.</item>
 /// </list>
-/// Read-only: <see cref="TruncateTail"/> applies the decision. Every problem found is listed in
+/// Read-only: <see cref="SegmentFiles.TruncateTail"/> applies the decision. Every problem found is listed in
 /// <see cref="LogScanResult.Problems"/> (the verify command prints them; opening refuses on the first).
 /// </summary>
 internal sealed class LogRecoveryScanner : IDisposable
 {
-    /// <summary>FASTER's devices write whole sectors of this size: a segment file's length is always a multiple of it.</summary>
-    public const int SectorSize = 512;
+    /// <summary>FASTER's devices write whole sectors of this size (<see cref="SegmentFiles.SectorSize"/>).</summary>
+    public const int SectorSize = SegmentFiles.SectorSize;
 
     private const int MinCommitPayload = 36;
     private const int MaxCommitPayload = 4096;
@@ -175,51 +101,6 @@ internal sealed class LogRecoveryScanner : IDisposable
         return scanner.ReadRecordAt(lsn);
     }
 
-    /// <summary>Deletes segment files wholly before <paramref name="beginAddress"/> (left behind when a crash came between
-    /// recording a new begin address and deleting them).</summary>
-    public static int DeleteSegmentsBefore(string directory, LogOptions options, long beginAddress)
-    {
-        var basePath = SegmentFiles.BasePath(directory);
-        var beginSegment = (int)(beginAddress >> options.SegmentSizeBits);
-        var deleted = 0;
-        foreach (var (id, _) in SegmentFiles.List(directory).Where(s => s.Key < beginSegment))
-        {
-            File.Delete(SegmentFiles.PathOf(basePath, id));
-            deleted++;
-        }
-
-        if (deleted > 0)
-        {
-            DurableFile.FsyncDirectory(directory);
-        }
-
-        return deleted;
-    }
-
-    /// <summary>
-    /// Cuts everything at and after <paramref name="committedUntil"/> from the segment files (and makes that durable). The
-    /// segment keeps a whole number of sectors, zeros after the cut, as the log's own writes leave it.
-    /// </summary>
-    public static void TruncateTail(string directory, LogOptions options, long committedUntil)
-    {
-        var basePath = SegmentFiles.BasePath(directory);
-        var segment = (int)(committedUntil >> options.SegmentSizeBits);
-        var offset = committedUntil & ((1L << options.SegmentSizeBits) - 1);
-        foreach (var (id, length) in SegmentFiles.List(directory))
-        {
-            if (id > segment)
-            {
-                File.Delete(SegmentFiles.PathOf(basePath, id));
-            }
-            else if (id == segment && length > offset)
-            {
-                DurableFile.Truncate(SegmentFiles.PathOf(basePath, id), offset, CeilSector(offset));
-            }
-        }
-
-        DurableFile.FsyncDirectory(directory);
-    }
-
     public void Dispose()
     {
         foreach (var handle in _handles.Values)
@@ -229,9 +110,6 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         _keys?.Dispose();
     }
-
-    /// <summary>The next sector boundary at or after <paramref name="address"/>.</summary>
-    public static long CeilSector(long address) => (address + SectorSize - 1) & ~(long)(SectorSize - 1);
 
     private LogScanResult Run(CommitMetadata? metadata)
     {

@@ -203,7 +203,7 @@ public sealed class DurableLogTests
         await using var log = await DurableLog.OpenAsync(options, cancellationToken: Ct);
         var lsn = log.Append(RecordKind.Payload, MakePayload(1, 300));
         await log.WaitUntilDurableAsync(lsn, Ct);
-        var dataEnd = LogRecoveryScanner.CeilSector(log.DurableUntil);
+        var dataEnd = SegmentFiles.CeilSector(log.DurableUntil);
         long Length() => SegmentFiles.List(dir.Path)[0];
 
         // The fill runs on the thread pool: give it time to reach its size (with 0, 200 ms to show one that should not

@@ -138,7 +138,7 @@ public sealed class LogFaultTests
         var previousEnd = lastBatch[0].Lsn;
         File.Delete(dir.Combine(CommitMetadataFile.FileName));
         CommitMetadataFile.Create(dir.Combine(CommitMetadataFile.FileName), new CommitMetadata(0, FasterEntryLayout.FirstValidAddress, previousEnd, 1)).Dispose();
-        var keepUntil = LogRecoveryScanner.CeilSector(previousEnd + 1);
+        var keepUntil = SegmentFiles.CeilSector(previousEnd + 1);
         var segment = SegmentPath(dir.Path, previousEnd);
         using (var stream = new FileStream(segment, FileMode.Open, FileAccess.Write))
         {

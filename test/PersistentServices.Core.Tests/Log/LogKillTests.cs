@@ -176,7 +176,7 @@ public sealed class LogKillTests
         }
 
         var cut = random.Next(3) == 0 ? floor : floor + (long)(random.NextDouble() * (end - floor));
-        LogRecoveryScanner.TruncateTail(directory, LogTestOptions.Small(directory), cut);
+        SegmentFiles.TruncateTail(directory, LogTestOptions.Small(directory), cut);
         return end - cut;
     }
 

@@ -300,13 +300,13 @@ public sealed class OutsideDamageRefusalTests
         await using (var log = await OpenAndWriteAsync(dir.Path, commits: 5, zeroFill: zeroFill))
         {
             durable = log.DurableUntil;
-            for (var i = 0; i < 1000 && zeroFill > 0 && SegmentFiles.List(dir.Path).Last().Value < LogRecoveryScanner.CeilSector(durable) + zeroFill; i++)
+            for (var i = 0; i < 1000 && zeroFill > 0 && SegmentFiles.List(dir.Path).Last().Value < SegmentFiles.CeilSector(durable) + zeroFill; i++)
             {
                 await Task.Delay(2, Ct); // the fill runs on the thread pool
             }
         }
 
-        Assert.True(SegmentFiles.List(dir.Path).Last().Value >= LogRecoveryScanner.CeilSector(durable) + zeroFill);
+        Assert.True(SegmentFiles.List(dir.Path).Last().Value >= SegmentFiles.CeilSector(durable) + zeroFill);
 
         var segment = SegmentFiles.List(dir.Path).Last();
         var garbage = new byte[777];
