@@ -28,8 +28,12 @@ internal sealed record AddToBasket(string Store, string BookId);
 /// <summary>A line of the basket.</summary>
 internal sealed record BasketItem(string Store, string BookId, string Title, decimal Price);
 
-/// <summary>BookSeller's answer to an add: the item when the store had it.</summary>
-internal sealed record AddResult(bool Added, BasketItem? Item, int Count);
+/// <summary>
+/// BookSeller's answer to an add: the item when the store had it. <paramref name="Build"/> is the field the upgraded
+/// build adds (<c>--upgrade</c>, <see cref="Services.ComponentSettings.Build"/>); the first build leaves it out of the JSON.
+/// </summary>
+internal sealed record AddResult(bool Added, BasketItem? Item, int Count,
+    [property: System.Text.Json.Serialization.JsonIgnore(Condition = System.Text.Json.Serialization.JsonIgnoreCondition.WhenWritingNull)] int? Build = null);
 
 /// <summary>Show the basket with the tax of a region.</summary>
 internal sealed record ShowBasket(string Region);

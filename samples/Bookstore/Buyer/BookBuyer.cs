@@ -41,6 +41,9 @@ internal sealed class BookBuyer(SessionClient priceGrabber, SessionClient seller
 
     public int Retries => priceGrabber.Retries + seller.Retries;
 
+    /// <summary>The builds whose replies the buyer got (<see cref="AddResult.Build"/>: 1 when the field is absent).</summary>
+    public SortedSet<int> BuildsSeen { get; } = [];
+
     public async Task StartAsync(CancellationToken cancellationToken)
     {
         await priceGrabber.StartAsync(cancellationToken);
@@ -71,6 +74,7 @@ internal sealed class BookBuyer(SessionClient priceGrabber, SessionClient seller
             var pick = offers[(loop - 1) % offers.Count];
             var result = await seller.PostAsync<AddResult>("/basket/add", new AddToBasket(store, pick.BookId), cancellationToken);
             SellerRequests++;
+            BuildsSeen.Add(result.Build ?? 1);
             Count(_storeCalls, store);
             if (result is { Added: true, Item: { } item })
             {

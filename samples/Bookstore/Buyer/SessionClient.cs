@@ -13,8 +13,15 @@ namespace Bookstore.Buyer;
 /// it once and answers a resend with the reply it gave. A reply that echoes <c>PS-Seq</c> consumed the number; a
 /// read-only endpoint's reply does not echo it, and the next request uses the same number. An exactly-once client
 /// library will replace this class.
+/// <para>
+/// With <paramref name="plain"/> it also plays a client that never retries (<c>--plain-clients</c>, README.md): the
+/// first send of each request is what such a client would have got, and any error or non-2xx answer to it is counted in
+/// <see cref="ClientErrors"/>. The launcher still completes the request afterwards with the same number (which executes
+/// nothing twice), so that the run goes on and the reconciliation stays exact; the count is what a browser or
+/// <c>curl</c> would have shown its user.
+/// </para>
 /// </summary>
-internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null) : IDisposable
+internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null, bool plain = false) : IDisposable
 {
     private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.Web);
     private static readonly TimeSpan AttemptTimeout = TimeSpan.FromSeconds(20);
@@ -27,11 +34,21 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
 
     private string? _session;
     private long _next = 1;
+    private string? _firstFailed;
 
     public string Service => service;
 
     /// <summary>Resends so far (each one a connection error, timeout or 503 that the protocol absorbed).</summary>
     public int Retries { get; private set; }
+
+    /// <summary>Requests whose first send failed or got a non-2xx answer: the errors a client that never retries shows.</summary>
+    public int ClientErrors { get; private set; }
+
+    /// <summary>The first few of those, for the summary.</summary>
+    public List<string> ErrorSamples { get; } = [];
+
+    /// <summary>Every request's first send and final answer (<see cref="System.Diagnostics.Stopwatch"/> timestamps).</summary>
+    public List<(long Sent, long Answered)> Requests { get; } = [];
 
     public async Task StartAsync(CancellationToken cancellationToken)
     {
@@ -76,6 +93,11 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
             _next = number + 1;
         }
 
+        if (plain && _firstFailed is null && status != HttpStatusCode.OK)
+        {
+            CountClientError($"{path}: {(int)status}");
+        }
+
         if (status != HttpStatusCode.OK)
         {
             throw new InvalidOperationException($"{service} answered {path} (#{number}) with {(int)status}: {text}");
@@ -110,6 +132,8 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
     private async Task<T> RetryAsync<T>(Func<CancellationToken, Task<(bool Done, T Result)>> attempt, string what, CancellationToken cancellationToken)
     {
         var delay = TimeSpan.FromMilliseconds(50);
+        var sent = System.Diagnostics.Stopwatch.GetTimestamp();
+        _firstFailed = null;
         while (true)
         {
             using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
@@ -120,6 +144,7 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
                 var (done, result) = await attempt(timeout.Token);
                 if (done)
                 {
+                    Requests.Add((sent, System.Diagnostics.Stopwatch.GetTimestamp()));
                     return result;
                 }
 
@@ -138,10 +163,25 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
                 why = "timeout";
             }
 
+            if (plain && _firstFailed is null)
+            {
+                _firstFailed = why;
+                CountClientError($"{what}: {why}");
+            }
+
             Retries++;
             onRetry?.Invoke($"{service}: {what}: {why}, resending");
             await Task.Delay(delay, cancellationToken);
             delay = TimeSpan.FromMilliseconds(Math.Min(delay.TotalMilliseconds * 2, 1000));
+        }
+    }
+
+    private void CountClientError(string text)
+    {
+        ClientErrors++;
+        if (ErrorSamples.Count < 5)
+        {
+            ErrorSamples.Add($"{service} {text}");
         }
     }
 }

@@ -23,6 +23,7 @@ internal sealed class ComponentProcess(string name, string component, string kin
     private const string Setsid = "/usr/bin/setsid";
 
     private readonly object _gate = new();
+    private readonly Dictionary<string, string> _environment = new(environment);
     private Process? _process;
     private StreamWriter? _output;
 
@@ -40,6 +41,15 @@ internal sealed class ComponentProcess(string name, string component, string kin
     public string Directory => directory;
 
     public ComponentState State { get; private set; } = ComponentState.Stopped;
+
+    /// <summary>Being replaced by a new build (<c>--upgrade</c>): its supervisor leaves the stop and the start to the upgrade.</summary>
+    public bool Replacing { get; set; }
+
+    /// <summary>The build the next start runs (<c>Bookstore__Build</c>, <see cref="Services.ComponentSettings.Build"/>).</summary>
+    public int Build => _environment.TryGetValue("Bookstore__Build", out var build) ? int.Parse(build, CultureInfo.InvariantCulture) : 1;
+
+    /// <summary>Sets the build the next start runs.</summary>
+    public void SetBuild(int build) => _environment["Bookstore__Build"] = build.ToString(CultureInfo.InvariantCulture);
 
     public int ProcessId { get; private set; }
 
@@ -98,7 +108,7 @@ internal sealed class ComponentProcess(string name, string component, string kin
                 start.ArgumentList.Add(argument);
             }
 
-            foreach (var (key, value) in environment)
+            foreach (var (key, value) in _environment)
             {
                 start.Environment[key] = value;
             }
@@ -136,6 +146,7 @@ internal sealed class ComponentProcess(string name, string component, string kin
                 {
                     LastStart = clock.Elapsed;
                     State = ComponentState.Ready;
+                    LastKill = null;
                     return;
                 }
             }
@@ -165,6 +176,9 @@ internal sealed class ComponentProcess(string name, string component, string kin
         return process.ExitCode;
     }
 
+    /// <summary>When the launcher last killed it (a <see cref="Stopwatch"/> timestamp), or null.</summary>
+    public long? LastKill { get; private set; }
+
     /// <summary>SIGKILL: no shutdown code runs (the crash the library recovers from).</summary>
     public async Task KillAsync()
     {
@@ -174,6 +188,7 @@ internal sealed class ComponentProcess(string name, string component, string kin
             return;
         }
 
+        LastKill = Stopwatch.GetTimestamp();
         Write($"---- {DateTimeOffset.Now:HH:mm:ss.fff} launcher: SIGKILL");
         process.Kill();
         await process.WaitForExitAsync();

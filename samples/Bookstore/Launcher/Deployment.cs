@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Globalization;
 using System.Net.Http.Json;
 using System.Net.Sockets;
@@ -43,6 +44,15 @@ internal sealed class Deployment : IAsyncDisposable
 
     /// <summary>Crashes and restarts the supervisor saw (a kill included).</summary>
     public int Crashes { get; private set; }
+
+    /// <summary>Upgrades done (<see cref="UpgradeAsync"/>: one service stopped and started again as a new build).</summary>
+    public int Upgrades { get; private set; }
+
+    /// <summary>
+    /// Each time a service was not serving: from its kill, crash or stop to ready again (<see cref="Stopwatch"/>
+    /// timestamps), so the summary can tell the requests sent during a restart from the rest.
+    /// </summary>
+    public List<(long From, long To)> Outages { get; } = [];
 
     /// <summary>Starts every service (in parallel) and returns once all are ready.</summary>
     public static async Task<Deployment> StartAsync(string root, int stores, LoggingConfiguration configuration, Action<string> events, CancellationToken cancellationToken)
@@ -120,7 +130,13 @@ internal sealed class Deployment : IAsyncDisposable
     {
         await _stopping.CancelAsync();
         await Task.WhenAll(Services.Select(s => s.StopAsync(TimeSpan.FromSeconds(10))));
-        await Task.WhenAll(_supervisors);
+        Task[] supervisors;
+        lock (_supervisors)
+        {
+            supervisors = [.. _supervisors];
+        }
+
+        await Task.WhenAll(supervisors);
     }
 
     public async ValueTask DisposeAsync()
@@ -131,6 +147,38 @@ internal sealed class Deployment : IAsyncDisposable
         }
 
         _stopping.Dispose();
+    }
+
+    /// <summary>
+    /// Replaces <paramref name="service"/> by <paramref name="build"/> (README.md, "Upgrades"): a graceful stop (SIGTERM: it
+    /// drains, checkpoints and exits; SIGKILL after 30 s), then a start of the new build on the same port and log.
+    /// </summary>
+    public async Task UpgradeAsync(ComponentProcess service, int build, CancellationToken cancellationToken)
+    {
+        var from = Stopwatch.GetTimestamp();
+        service.Replacing = true;
+        try
+        {
+            await service.StopAsync(TimeSpan.FromSeconds(30));
+            service.SetBuild(build);
+            await service.StartAsync(cancellationToken);
+        }
+        finally
+        {
+            service.Replacing = false;
+        }
+
+        lock (Outages)
+        {
+            Outages.Add((from, Stopwatch.GetTimestamp()));
+        }
+
+        Upgrades++;
+        _events($"{service.Name} upgraded to build {build.ToString(CultureInfo.InvariantCulture)} in {Stopwatch.GetElapsedTime(from).TotalSeconds:0.0} s (drained, log carried over), pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+        lock (_supervisors)
+        {
+            _supervisors.Add(SuperviseAsync(service));
+        }
     }
 
     /// <summary>Restarts <paramref name="service"/> on its port whenever it dies, until the deployment stops.</summary>
@@ -149,11 +197,12 @@ internal sealed class Deployment : IAsyncDisposable
                 return;
             }
 
-            if (_stopping.IsCancellationRequested || exitCode == 0)
+            if (_stopping.IsCancellationRequested || exitCode == 0 || service.Replacing)
             {
-                return; // stopped: by us, or by a Ctrl+C that reached the whole process group
+                return; // stopped: by us, by an upgrade (which starts it again), or by a Ctrl+C that reached the whole process group
             }
 
+            var down = service.LastKill ?? Stopwatch.GetTimestamp();
             Crashes++;
             _events($"{service.Name} died (exit {exitCode.ToString(CultureInfo.InvariantCulture)}): restarting it on port {service.Port.ToString(CultureInfo.InvariantCulture)}");
             while (!_stopping.IsCancellationRequested)
@@ -167,6 +216,11 @@ internal sealed class Deployment : IAsyncDisposable
                     }
 
                     await service.StartAsync(_stopping.Token);
+                    lock (Outages)
+                    {
+                        Outages.Add((down, Stopwatch.GetTimestamp()));
+                    }
+
                     failures = 0;
                     _events($"{service.Name} is back after {service.LastStart.TotalSeconds:0.0} s (log recovered), pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
                     break;

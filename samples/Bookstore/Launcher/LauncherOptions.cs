@@ -21,6 +21,12 @@ internal sealed class LauncherOptions
 
     public bool Plain { get; private set; }
 
+    /// <summary>The buyer also plays a client that never retries: errors on a request's first send are counted (README.md).</summary>
+    public bool PlainClients { get; private set; }
+
+    /// <summary>Replace every service in turn by a new build, round after round, while the buyer runs (README.md, "Upgrades").</summary>
+    public bool Upgrade { get; private set; }
+
     public bool Keep { get; private set; }
 
     public string? DataDirectory { get; private set; }
@@ -74,6 +80,12 @@ internal sealed class LauncherOptions
                     break;
                 case "--plain":
                     options.Plain = true;
+                    break;
+                case "--plain-clients":
+                    options.PlainClients = true;
+                    break;
+                case "--upgrade":
+                    options.Upgrade = true;
                     break;
                 case "--keep":
                     options.Keep = true;

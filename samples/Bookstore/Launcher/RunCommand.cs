@@ -91,8 +91,8 @@ internal static class RunCommand
 
         status.Event($"all {deployment.Services.Count} services ready in {status.Clock.Elapsed.TotalSeconds:0.0} s");
 
-        using var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url);
-        using var seller = new SessionClient("bookseller", deployment.Seller.Url);
+        using var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url, plain: options.PlainClients);
+        using var seller = new SessionClient("bookseller", deployment.Seller.Url, plain: options.PlainClients);
         var buyer = new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]);
         await buyer.StartAsync(abort);
         var before = await Reconciliation.ReadAsync(deployment, abort);
@@ -103,13 +103,14 @@ internal static class RunCommand
         using var background = CancellationTokenSource.CreateLinkedTokenSource(abort);
         var polling = PollForcesAsync(deployment, status, background.Token);
         var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, status, background.Token) : Task.CompletedTask;
+        var upgrades = options.Upgrade ? UpgradeAsync(deployment, status, background.Token) : Task.CompletedTask;
         var deadline = options.Seconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
         var loopsStarted = status.Clock.Elapsed;
         try
         {
             while (!finish.IsCancellationRequested
                    && (deadline is { } d ? status.Clock.Elapsed - loopsStarted < d : buyer.Loops < options.Loops)
-                   && chaos is not { IsFaulted: true })
+                   && chaos is not { IsFaulted: true } && upgrades is not { IsFaulted: true })
             {
                 await buyer.RunLoopAsync(status.Step, abort);
                 status.Retries = buyer.Retries;
@@ -118,7 +119,12 @@ internal static class RunCommand
         finally
         {
             await background.CancelAsync();
-            await Task.WhenAll(chaos, polling).ContinueWith(_ => { }, CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Default);
+            await Task.WhenAll(chaos, polling, upgrades).ContinueWith(_ => { }, CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Default);
+        }
+
+        if (upgrades.IsFaulted)
+        {
+            throw new InvalidOperationException("an upgrade failed: " + upgrades.Exception!.InnerException!.Message);
         }
 
         outcome.LoopTime = status.Clock.Elapsed - loopsStarted;
@@ -134,6 +140,10 @@ internal static class RunCommand
         var forcesAfter = await deployment.ReadForcesAsync(abort);
         outcome.Forces = forcesAfter.Zip(forcesBefore, (a, b) => (a.Service, Forces: a.TotalForces - b.TotalForces, Commits: a.Commits - b.Commits)).ToList();
         outcome.Crashes = deployment.Crashes;
+        outcome.Upgrades = deployment.Upgrades;
+        outcome.Latency = Latency.Measure([.. priceGrabber.Requests, .. seller.Requests], deployment.Outages);
+        outcome.ClientErrors = priceGrabber.ClientErrors + seller.ClientErrors;
+        outcome.ErrorSamples = [.. priceGrabber.ErrorSamples, .. seller.ErrorSamples];
         status.Phase = "done";
         status.Event(outcome.Result.Mismatches.Count == 0 && outcome.Result.Duplicates == 0
             ? $"reconciled: the services' state is exactly what the buyer was told ({buyer.Loops} loops)"
@@ -195,6 +205,32 @@ internal static class RunCommand
         }
     }
 
+    /// <summary>
+    /// Replaces every service in turn by the next build (2, 3, …), round after round, while the buyer runs: each one is
+    /// stopped gracefully (it drains and checkpoints) and started as the new build on the same port and log, a second
+    /// after every service is up again.
+    /// </summary>
+    private static async Task UpgradeAsync(Deployment deployment, RunStatus status, CancellationToken cancellationToken)
+    {
+        try
+        {
+            for (var build = 2; !cancellationToken.IsCancellationRequested; build++)
+            {
+                foreach (var service in deployment.Services)
+                {
+                    await WhenAllReadyAsync(deployment, cancellationToken);
+                    await Task.Delay(TimeSpan.FromSeconds(1), cancellationToken);
+                    await WhenAllReadyAsync(deployment, cancellationToken);
+                    status.Event($"upgrade: {service.Name} to build {build.ToString(CultureInfo.InvariantCulture)} (SIGTERM, drain, start)");
+                    await deployment.UpgradeAsync(service, build, cancellationToken);
+                }
+            }
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+        }
+    }
+
     private static async Task WhenAllReadyAsync(Deployment deployment, CancellationToken cancellationToken)
     {
         while (!deployment.AllReady)
@@ -221,10 +257,27 @@ internal static class RunCommand
         if (buyer is not null && buyer.Loops > 0)
         {
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"BookBuyer: {buyer.Loops} loops in {outcome.LoopTime.TotalSeconds:0.0} s ({outcome.LoopTime.TotalMilliseconds / buyer.Loops:0.0} ms per loop), {buyer.Retries} resends, {status.Kills} services killed, {outcome.Crashes} restarted"));
+                $"BookBuyer: {buyer.Loops} loops in {outcome.LoopTime.TotalSeconds:0.0} s ({outcome.LoopTime.TotalMilliseconds / buyer.Loops:0.0} ms per loop), {buyer.Retries} resends, {status.Kills} services killed, {outcome.Crashes} restarted, {outcome.Upgrades} upgraded"));
         }
 
-        if (outcome.Forces is { } forces && buyer is { Loops: > 0 } && outcome.Crashes == 0)
+        if (outcome.Latency is { } latency)
+        {
+            Console.WriteLine(latency.Describe());
+        }
+
+        if (options.Upgrade && buyer is not null)
+        {
+            Console.WriteLine($"BookSeller's /basket/add replies came from builds {string.Join(", ", buyer.BuildsSeen)} (build 2 on add a field)");
+        }
+
+        if (options.PlainClients)
+        {
+            Console.WriteLine(outcome.ClientErrors == 0
+                ? "plain clients: 0 errors (no request's first send failed or got a non-2xx answer)"
+                : $"plain clients: {outcome.ClientErrors} errors a client that never retries would have shown, e.g. {string.Join("; ", outcome.ErrorSamples)}");
+        }
+
+        if (outcome.Forces is { } forces && buyer is { Loops: > 0 } && outcome.Crashes == 0 && outcome.Upgrades == 0)
         {
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
                 $"log forces per loop (configuration {options.Configuration.Key}): {forces.Sum(f => f.Forces) / (double)buyer.Loops:0.0} = {string.Join(" + ", forces.Select(f => $"{f.Service} {f.Forces / (double)buyer.Loops:0.#}"))}; physical commits {forces.Sum(f => f.Commits) / (double)buyer.Loops:0.0}"));
@@ -241,7 +294,7 @@ internal static class RunCommand
                 ? $"reconciled: baskets, stock, sold and returned counts match what the buyer was told; {result.StoreExecutions} store calls and {result.SellerExecutions} BookSeller requests each executed once"
                 : $"NOT reconciled: {result.Mismatches.Count} mismatches, {result.Duplicates} duplicate executions");
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"RESULT loops={buyer?.Loops ?? 0} kills={status.Kills} restarts={outcome.Crashes} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={buyer?.Retries ?? 0}"));
+                $"RESULT loops={buyer?.Loops ?? 0} kills={status.Kills} restarts={outcome.Crashes} upgrades={outcome.Upgrades} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={buyer?.Retries ?? 0} client_errors={(options.PlainClients ? outcome.ClientErrors.ToString(CultureInfo.InvariantCulture) : "-")}"));
         }
     }
 
@@ -256,6 +309,14 @@ internal static class RunCommand
         public TimeSpan LoopTime { get; set; }
 
         public int Crashes { get; set; }
+
+        public int Upgrades { get; set; }
+
+        public Latency? Latency { get; set; }
+
+        public int ClientErrors { get; set; }
+
+        public List<string> ErrorSamples { get; set; } = [];
 
         public bool Interrupted { get; set; }
 

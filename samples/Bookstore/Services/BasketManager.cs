@@ -10,7 +10,7 @@ namespace Bookstore.Services;
 /// crash. The stores it calls are persistent calls of BookSeller's request.
 /// </summary>
 [Subordinate]
-internal sealed partial class BasketManager(StoreDirectory stores)
+internal sealed partial class BasketManager(StoreDirectory stores, ComponentSettings settings)
 {
     /// <summary>The buyer's basket, in the order the books were added.</summary>
     [SessionState]
@@ -23,13 +23,16 @@ internal sealed partial class BasketManager(StoreDirectory stores)
         var items = Items ?? [];
         if (!reserved.Reserved)
         {
-            return new AddResult(false, null, items.Count);
+            return new AddResult(false, null, items.Count, Build());
         }
 
         var item = new BasketItem(store, bookId, reserved.Title, reserved.Price);
         Items = items.Add(item);
-        return new AddResult(true, item, items.Count + 1);
+        return new AddResult(true, item, items.Count + 1, Build());
     }
+
+    /// <summary>The upgraded build's added reply field; none in the first build.</summary>
+    private int? Build() => settings.Build > 1 ? settings.Build : null;
 
     /// <summary>Returns every book to its store (one call per book, in basket order) and empties the basket.</summary>
     public async Task<EmptyResult> EmptyAsync()

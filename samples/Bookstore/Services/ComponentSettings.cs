@@ -16,6 +16,12 @@ internal sealed class ComponentSettings
     /// <summary>The launcher's process id: the component stops when the launcher is gone (no orphans after a kill of the launcher).</summary>
     public int ParentPid { get; set; }
 
+    /// <summary>
+    /// The build this process plays (README.md, "Upgrades"): 1, or 2, the changed build <c>--upgrade</c> rolls out, whose
+    /// replies to <c>/basket/add</c> carry a field the first build's do not (<see cref="AddResult.Build"/>).
+    /// </summary>
+    public int Build { get; set; } = 1;
+
     /// <summary>The stores as (name, address) pairs.</summary>
     public IReadOnlyList<(string Name, Uri Url)> ParseStores()
         => Stores.Split(';', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
