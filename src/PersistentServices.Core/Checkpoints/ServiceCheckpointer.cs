@@ -184,7 +184,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             foreach (var session in sessions.All)
             {
-                session.ServiceCheckpointsSinceCheckpoint++;
+                session.NoteServiceCheckpoint();
             }
 
             shared.CountServiceCheckpoint();

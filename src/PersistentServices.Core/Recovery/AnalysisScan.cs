@@ -242,7 +242,7 @@ internal static class AnalysisScan
                     {
                         owner.RecoverRequest(record.Lsn, request.Sequence, request.RequestHash, request.RequestHashVersion,
                             DateTimeOffset.FromUnixTimeMilliseconds(request.ReceivedAtUnixMs));
-                        owner.LoggedBytesSinceCheckpoint += record.Body.Length;
+                        owner.NoteLogged(0, record.Body.Length);
                         if (keep)
                         {
                             var position = owner.PositionStream[^1];
@@ -268,8 +268,7 @@ internal static class AnalysisScan
                             replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _log.MaxRecordBytes));
                         }
 
-                        replied.StateNumber = record.Lsn;
-                        replied.LoggedBytesSinceCheckpoint += record.Body.Length;
+                        replied.NoteLogged(record.Lsn, record.Body.Length);
                     }
 
                     break;
@@ -374,9 +373,9 @@ internal static class AnalysisScan
             (int)started.OwnerVersion,
             codec)
         {
-            StateNumber = record.Lsn,
             RecoveryLsn = record.Lsn,
         };
+        session.NoteLogged(record.Lsn, 0);
         session.StartNumberingAt(started.FirstSequence);
         return session;
     }
@@ -470,8 +469,7 @@ internal static class AnalysisScan
         {
             var position = session.PositionStream[^1];
             position.Aux.Add(record.Lsn);
-            session.StateNumber = record.Lsn;
-            session.LoggedBytesSinceCheckpoint += record.Body.Length;
+            session.NoteLogged(record.Lsn, record.Body.Length);
             if (keep && position.AuxRecords is { } aux)
             {
                 aux.Add(record);

@@ -115,7 +115,7 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
 
         var lsn = Log.Append(kind, body);
         Position.Aux.Add(lsn);
-        Session.LoggedBytesSinceCheckpoint += body.CalculateSize();
+        Session.NoteLogged(0, body.CalculateSize());
         Advance(lsn);
         return lsn;
     }
@@ -126,7 +126,7 @@ internal sealed class RequestExecution(DurableLog log, string service, long epoc
     /// </summary>
     public void Advance(long lsn, long? epoch = null)
     {
-        Session.StateNumber = Math.Max(Session.StateNumber, lsn);
+        Session.NoteLogged(lsn, 0);
         Session.Dv = Session.Dv.WithOwn(Service, new StateId(epoch ?? Epoch, lsn));
     }
 }

@@ -22,7 +22,7 @@ internal static class SessionRecords
             OwnerVersion = (uint)session.OwnerVersion,
             FirstSequence = session.LastSequence > 0 ? session.LastSequence + 1 : 0,
         });
-        session.StateNumber = lsn;
+        session.NoteLogged(lsn, 0);
         session.RecoveryLsn = lsn;
         return lsn;
     }
@@ -34,7 +34,7 @@ internal static class SessionRecords
     public static LoggedPosition AppendRequest(DurableLog log, Session session, LoggedRequest record, int recordSize)
     {
         var lsn = log.Append(RecordKind.Request, record);
-        session.LoggedBytesSinceCheckpoint += recordSize;
+        session.NoteLogged(0, recordSize);
         var position = new LoggedPosition(lsn, record.Sequence, record.RequestHash.ToByteArray(), (int)record.RequestHashVersion);
         session.PositionStream.Add(position);
         session.LastActivity = DateTimeOffset.FromUnixTimeMilliseconds(record.ReceivedAtUnixMs);
@@ -59,10 +59,10 @@ internal static class SessionRecords
         };
 
         // What the session logged for replay's sake: the short record (a reply kept in the log is not replayed).
-        session.LoggedBytesSinceCheckpoint += record.CalculateSize();
+        var shortSize = record.CalculateSize();
         var inFull = !session.TryHoldInMemory(reply, out var reason) && ReplyStore.TryAttachFullReply(log, record, reply);
         var lsn = log.Append(RecordKind.Reply, record);
-        session.StateNumber = lsn;
+        session.NoteLogged(lsn, shortSize);
         if (inFull)
         {
             reply.Location = ReplyStore.LocationOf(record, lsn, record.CalculateSize(), log.MaxRecordBytes);
@@ -79,7 +79,7 @@ internal static class SessionRecords
     public static long AppendEndOfSkip(DurableLog log, Session session, long orphanLsn)
     {
         var lsn = log.Append(RecordKind.EndOfSkip, new EndOfSkip { SessionId = session.IdBytes, OrphanLsn = orphanLsn });
-        session.StateNumber = Math.Max(session.StateNumber, lsn);
+        session.NoteLogged(lsn, 0);
         return lsn;
     }
 
