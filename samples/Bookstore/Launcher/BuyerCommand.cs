@@ -86,7 +86,7 @@ internal static class BuyerCommand
             var loopTime = clock.Elapsed - loopsStarted;
             Say("reconciling (reading every store's inventory and ledger and BookSeller's ledger) …");
             var after = await Reconciliation.ReadAsync(stores, options.Seller, abort.Token, patience: TimeSpan.FromMinutes(2));
-            var result = await Reconciliation.CheckAsync(before, after, buyer, abort.Token);
+            var result = await Reconciliation.CheckAsync(before, after, [buyer], abort.Token);
             Console.CancelKeyPress -= onCancel;
 
             Console.WriteLine();

@@ -11,6 +11,9 @@ internal sealed class LauncherOptions
 
     public int Stores { get; private set; } = 3;
 
+    /// <summary>BookBuyers running at once, each with its own sessions and basket (default 1).</summary>
+    public int Buyers { get; private set; } = 1;
+
     public LoggingConfiguration Configuration { get; private set; } = LoggingConfiguration.Parse("d");
 
     public bool Chaos { get; private set; }
@@ -59,6 +62,9 @@ internal sealed class LauncherOptions
                     break;
                 case "--seconds":
                     options.Seconds = double.Parse(Value(), CultureInfo.InvariantCulture);
+                    break;
+                case "--buyers":
+                    options.Buyers = Math.Clamp(Int(), 1, 64);
                     break;
                 case "--stores":
                     options.Stores = Math.Clamp(Int(), 1, 20);

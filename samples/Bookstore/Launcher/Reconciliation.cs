@@ -61,14 +61,17 @@ internal sealed class Reconciliation
         return new Reconciliation(stores, ledger);
     }
 
-    /// <summary>Every difference between <paramref name="after"/> − <paramref name="before"/> and what <paramref name="buyer"/> was told.</summary>
-    public static async Task<Result> CheckAsync(Reconciliation before, Reconciliation after, BookBuyer buyer, CancellationToken cancellationToken)
+    /// <summary>Every difference between <paramref name="after"/> − <paramref name="before"/> and what <paramref name="buyers"/> were told (together: the stores' counts are the sum of theirs).</summary>
+    public static async Task<Result> CheckAsync(Reconciliation before, Reconciliation after, IReadOnlyList<BookBuyer> buyers, CancellationToken cancellationToken)
     {
         var mismatches = new List<string>();
-        var basket = await buyer.ReadBasketAsync(cancellationToken);
-        if (!basket.SequenceEqual(buyer.Basket))
+        foreach (var buyer in buyers)
         {
-            mismatches.Add($"basket: BookSeller holds [{string.Join(", ", basket.Select(i => i.Store + "/" + i.BookId))}], the buyer was told [{string.Join(", ", buyer.Basket.Select(i => i.Store + "/" + i.BookId))}]");
+            var basket = await buyer.ReadBasketAsync(cancellationToken);
+            if (!basket.SequenceEqual(buyer.Basket))
+            {
+                mismatches.Add($"basket: BookSeller holds [{string.Join(", ", basket.Select(i => i.Store + "/" + i.BookId))}], the buyer was told [{string.Join(", ", buyer.Basket.Select(i => i.Store + "/" + i.BookId))}]");
+            }
         }
 
         long storeExecutions = 0;
@@ -80,8 +83,8 @@ internal sealed class Reconciliation
             {
                 var sold = book.Sold - old[book.BookId].Sold;
                 var returned = book.Returned - old[book.BookId].Returned;
-                var toldSold = buyer.Sold.GetValueOrDefault((name, book.BookId));
-                var toldReturned = buyer.Returned.GetValueOrDefault((name, book.BookId));
+                var toldSold = buyers.Sum(b => b.Sold.GetValueOrDefault((name, book.BookId)));
+                var toldReturned = buyers.Sum(b => b.Returned.GetValueOrDefault((name, book.BookId)));
                 if (sold != toldSold || returned != toldReturned || book.InStock != book.Initial - book.Sold + book.Returned)
                 {
                     mismatches.Add($"{name}/{book.BookId}: sold {sold} (told {toldSold}), returned {returned} (told {toldReturned}), in stock {book.InStock} of {book.Initial}");
@@ -91,7 +94,7 @@ internal sealed class Reconciliation
             var executions = view.Ledger.Executions - before.Stores[name].Ledger.Executions;
             storeExecutions += executions;
             duplicates += view.Ledger.Duplicates - before.Stores[name].Ledger.Duplicates;
-            var calls = buyer.StoreCalls.GetValueOrDefault(name);
+            var calls = buyers.Sum(b => b.StoreCalls.GetValueOrDefault(name));
             if (executions != calls)
             {
                 mismatches.Add($"{name}: executed {executions} reserve/release calls, the buyer's acknowledged requests made {calls}");
@@ -99,14 +102,15 @@ internal sealed class Reconciliation
         }
 
         var sellerExecutions = after.Seller.Executions - before.Seller.Executions;
-        if (sellerExecutions != buyer.SellerRequests)
+        var sellerRequests = buyers.Sum(b => b.SellerRequests);
+        if (sellerExecutions != sellerRequests)
         {
-            mismatches.Add($"bookseller: executed {sellerExecutions} basket requests, the buyer got {buyer.SellerRequests} replies");
+            mismatches.Add($"bookseller: executed {sellerExecutions} basket requests, the buyers got {sellerRequests} replies");
         }
 
-        if (buyer.Surprises > 0)
+        if (buyers.Sum(b => b.Surprises) is > 0 and var surprises)
         {
-            mismatches.Add($"the buyer saw {buyer.Surprises} replies that contradicted earlier ones");
+            mismatches.Add($"the buyers saw {surprises} replies that contradicted earlier ones");
         }
 
         return new Result(mismatches, duplicates, storeExecutions, sellerExecutions);

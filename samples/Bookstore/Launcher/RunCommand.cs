@@ -91,13 +91,27 @@ internal static class RunCommand
 
         status.Event($"all {deployment.Services.Count} services ready in {status.Clock.Elapsed.TotalSeconds:0.0} s");
 
-        using var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url, plain: options.PlainClients);
-        using var seller = new SessionClient("bookseller", deployment.Seller.Url, plain: options.PlainClients);
-        var buyer = new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]);
-        await buyer.StartAsync(abort);
+        // Each buyer has its own sessions at PriceGrabber and BookSeller (its own basket).
+        var clients = new List<SessionClient>();
+        var buyers = new List<BookBuyer>();
+        for (var i = 0; i < options.Buyers; i++)
+        {
+            var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url, plain: options.PlainClients);
+            var seller = new SessionClient("bookseller", deployment.Seller.Url, plain: options.PlainClients);
+            clients.Add(priceGrabber);
+            clients.Add(seller);
+            buyers.Add(new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]));
+        }
+
+        using var disposeClients = new Disposables(clients);
+        foreach (var buyer in buyers)
+        {
+            await buyer.StartAsync(abort);
+        }
+
         var before = await Reconciliation.ReadAsync(deployment, abort);
         var forcesBefore = await deployment.ReadForcesAsync(abort);
-        outcome.Buyer = buyer;
+        outcome.Buyers = buyers;
 
         status.Phase = "running";
         using var background = CancellationTokenSource.CreateLinkedTokenSource(abort);
@@ -106,15 +120,21 @@ internal static class RunCommand
         var upgrades = options.Upgrade ? UpgradeAsync(deployment, status, background.Token) : Task.CompletedTask;
         var deadline = options.Seconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
         var loopsStarted = status.Clock.Elapsed;
-        try
+        var loops = 0;
+        async Task BuyAsync(BookBuyer buyer)
         {
             while (!finish.IsCancellationRequested
-                   && (deadline is { } d ? status.Clock.Elapsed - loopsStarted < d : buyer.Loops < options.Loops)
+                   && (deadline is { } d ? status.Clock.Elapsed - loopsStarted < d : Interlocked.Increment(ref loops) <= options.Loops)
                    && chaos is not { IsFaulted: true } && upgrades is not { IsFaulted: true })
             {
                 await buyer.RunLoopAsync(status.Step, abort);
-                status.Retries = buyer.Retries;
+                status.Retries = buyers.Sum(b => b.Retries);
             }
+        }
+
+        try
+        {
+            await Task.WhenAll(buyers.Select(BuyAsync));
         }
         finally
         {
@@ -136,17 +156,17 @@ internal static class RunCommand
         }
 
         var after = await Reconciliation.ReadAsync(deployment, abort);
-        outcome.Result = await Reconciliation.CheckAsync(before, after, buyer, abort);
+        outcome.Result = await Reconciliation.CheckAsync(before, after, buyers, abort);
         var forcesAfter = await deployment.ReadForcesAsync(abort);
         outcome.Forces = forcesAfter.Zip(forcesBefore, (a, b) => (a.Service, Forces: a.TotalForces - b.TotalForces, Commits: a.Commits - b.Commits)).ToList();
         outcome.Crashes = deployment.Crashes;
         outcome.Upgrades = deployment.Upgrades;
-        outcome.Latency = Latency.Measure([.. priceGrabber.Requests, .. seller.Requests], deployment.Outages);
-        outcome.ClientErrors = priceGrabber.ClientErrors + seller.ClientErrors;
-        outcome.ErrorSamples = [.. priceGrabber.ErrorSamples, .. seller.ErrorSamples];
+        outcome.Latency = Latency.Measure([.. clients.SelectMany(c => c.Requests)], deployment.Outages);
+        outcome.ClientErrors = clients.Sum(c => c.ClientErrors);
+        outcome.ErrorSamples = [.. clients.SelectMany(c => c.ErrorSamples).Take(5)];
         status.Phase = "done";
         status.Event(outcome.Result.Mismatches.Count == 0 && outcome.Result.Duplicates == 0
-            ? $"reconciled: the services' state is exactly what the buyer was told ({buyer.Loops} loops)"
+            ? $"reconciled: the services' state is exactly what the buyers were told ({buyers.Sum(b => b.Loops)} loops)"
             : $"reconciliation found {outcome.Result.Mismatches.Count} mismatches and {outcome.Result.Duplicates} duplicate executions");
     }
 
@@ -241,7 +261,9 @@ internal static class RunCommand
 
     private static void Report(LauncherOptions options, string root, RunStatus status, Outcome outcome)
     {
-        var buyer = outcome.Buyer;
+        var buyers = outcome.Buyers;
+        var loopCount = buyers.Sum(b => b.Loops);
+        var resends = buyers.Sum(b => b.Retries);
         Console.WriteLine();
         if (outcome.Error is not null)
         {
@@ -254,10 +276,11 @@ internal static class RunCommand
             Console.WriteLine("interrupted during an operation: not reconciled (its outcome is unknown to the buyer).");
         }
 
-        if (buyer is not null && buyer.Loops > 0)
+        if (loopCount > 0)
         {
+            var who = buyers.Count == 1 ? "BookBuyer" : $"{buyers.Count} BookBuyers at once";
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"BookBuyer: {buyer.Loops} loops in {outcome.LoopTime.TotalSeconds:0.0} s ({outcome.LoopTime.TotalMilliseconds / buyer.Loops:0.0} ms per loop), {buyer.Retries} resends, {status.Kills} services killed, {outcome.Crashes} restarted, {outcome.Upgrades} upgraded"));
+                $"{who}: {loopCount} loops in {outcome.LoopTime.TotalSeconds:0.0} s ({outcome.LoopTime.TotalMilliseconds / loopCount:0.0} ms per loop), {resends} resends, {status.Kills} services killed, {outcome.Crashes} restarted, {outcome.Upgrades} upgraded"));
         }
 
         if (outcome.Latency is { } latency)
@@ -265,9 +288,9 @@ internal static class RunCommand
             Console.WriteLine(latency.Describe());
         }
 
-        if (options.Upgrade && buyer is not null)
+        if (options.Upgrade && loopCount > 0)
         {
-            Console.WriteLine($"BookSeller's /basket/add replies came from builds {string.Join(", ", buyer.BuildsSeen)} (build 2 on add a field)");
+            Console.WriteLine($"BookSeller's /basket/add replies came from builds {string.Join(", ", buyers.SelectMany(b => b.BuildsSeen).Distinct().Order())} (build 2 on add a field)");
         }
 
         if (options.PlainClients)
@@ -277,10 +300,10 @@ internal static class RunCommand
                 : $"plain clients: {outcome.ClientErrors} errors a client that never retries would have shown, e.g. {string.Join("; ", outcome.ErrorSamples)}");
         }
 
-        if (outcome.Forces is { } forces && buyer is { Loops: > 0 } && outcome.Crashes == 0 && outcome.Upgrades == 0)
+        if (outcome.Forces is { } forces && loopCount > 0 && outcome.Crashes == 0 && outcome.Upgrades == 0)
         {
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"log forces per loop (configuration {options.Configuration.Key}): {forces.Sum(f => f.Forces) / (double)buyer.Loops:0.0} = {string.Join(" + ", forces.Select(f => $"{f.Service} {f.Forces / (double)buyer.Loops:0.#}"))}; physical commits {forces.Sum(f => f.Commits) / (double)buyer.Loops:0.0}"));
+                $"log forces per loop (configuration {options.Configuration.Key}): {forces.Sum(f => f.Forces) / (double)loopCount:0.0} = {string.Join(" + ", forces.Select(f => $"{f.Service} {f.Forces / (double)loopCount:0.#}"))}; physical commits {forces.Sum(f => f.Commits) / (double)loopCount:0.0}"));
         }
 
         if (outcome.Result is { } result)
@@ -294,13 +317,13 @@ internal static class RunCommand
                 ? $"reconciled: baskets, stock, sold and returned counts match what the buyer was told; {result.StoreExecutions} store calls and {result.SellerExecutions} BookSeller requests each executed once"
                 : $"NOT reconciled: {result.Mismatches.Count} mismatches, {result.Duplicates} duplicate executions");
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"RESULT loops={buyer?.Loops ?? 0} kills={status.Kills} restarts={outcome.Crashes} upgrades={outcome.Upgrades} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={buyer?.Retries ?? 0} client_errors={(options.PlainClients ? outcome.ClientErrors.ToString(CultureInfo.InvariantCulture) : "-")}"));
+                $"RESULT loops={loopCount} kills={status.Kills} restarts={outcome.Crashes} upgrades={outcome.Upgrades} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={resends} client_errors={(options.PlainClients ? outcome.ClientErrors.ToString(CultureInfo.InvariantCulture) : "-")}"));
         }
     }
 
     private sealed class Outcome
     {
-        public BookBuyer? Buyer { get; set; }
+        public IReadOnlyList<BookBuyer> Buyers { get; set; } = [];
 
         public Reconciliation.Result? Result { get; set; }
 
@@ -321,5 +344,16 @@ internal static class RunCommand
         public bool Interrupted { get; set; }
 
         public string? Error { get; set; }
+    }
+
+    private sealed class Disposables(IEnumerable<IDisposable> items) : IDisposable
+    {
+        public void Dispose()
+        {
+            foreach (var item in items)
+            {
+                item.Dispose();
+            }
+        }
     }
 }
