@@ -83,7 +83,7 @@ internal sealed class GatewayForwarder : IDisposable
         if (route.Placement == Placement.Unkeyed && !IsSafe(request.Method) && service.HonoursIdentity(path))
         {
             addedKey = NewKey();
-            route = new RouteDecision(Placement.Key, service.ForKey(addedKey));
+            route = new RouteDecision(Placement.Key, service.ForNewKey(addedKey));
         }
 
         if (request.ContentLength > _options.MaxRequestBodyBytes)

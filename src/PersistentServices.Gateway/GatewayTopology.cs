@@ -49,7 +49,12 @@ internal sealed class GatewayService
             .Select(i => new GatewayInstance(byte.Parse(i.Key, NumberStyles.None, CultureInfo.InvariantCulture), i.Value.TrimEnd('/')))
             .OrderBy(i => i.Ordinal)];
         _byOrdinal = Instances.ToDictionary(i => i.Ordinal);
+        var draining = options.DrainingInstances.Select(d => byte.Parse(d, NumberStyles.None, CultureInfo.InvariantCulture)).ToHashSet();
+        Accepting = [.. Instances.Where(i => !draining.Contains(i.Ordinal))];
     }
+
+    /// <summary>The instances that take new sessions and requests without an identity (all but the draining ones).</summary>
+    public IReadOnlyList<GatewayInstance> Accepting { get; }
 
     public string Name { get; }
 
@@ -90,20 +95,25 @@ internal sealed class GatewayService
             : new RouteDecision(Placement.Unkeyed, NextInstance());
     }
 
-    /// <summary>The next instance in round-robin order.</summary>
+    /// <summary>The next instance that accepts new work, in round-robin order.</summary>
     public GatewayInstance NextInstance()
-        => Instances[(int)((uint)Interlocked.Increment(ref _next) % (uint)Instances.Count)];
+        => Accepting[(int)((uint)Interlocked.Increment(ref _next) % (uint)Accepting.Count)];
+
+    /// <summary>The instance for a key the gateway generated: rendezvous hashing over the instances that accept new work.</summary>
+    public GatewayInstance ForNewKey(string key) => ForKey(key, Accepting);
 
     /// <summary>
     /// The instance a key belongs to: the one with the highest score hash(key, ordinal) (rendezvous hashing). Adding an
     /// instance moves only the keys it now wins; removing one moves only its own keys (docs/gateway.md).
     /// </summary>
-    public GatewayInstance ForKey(string key)
+    public GatewayInstance ForKey(string key) => ForKey(key, Instances);
+
+    private static GatewayInstance ForKey(string key, IReadOnlyList<GatewayInstance> instances)
     {
         var keyHash = KeyHash(key);
         GatewayInstance? best = null;
         ulong bestScore = 0;
-        foreach (var instance in Instances)
+        foreach (var instance in instances)
         {
             var score = Mix(keyHash ^ Mix(instance.Ordinal + 1UL));
             if (best is null || score > bestScore)

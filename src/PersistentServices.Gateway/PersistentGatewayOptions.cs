@@ -65,6 +65,13 @@ public sealed class GatewayServiceOptions
     /// <summary>Path prefixes (after <see cref="PathPrefix"/> is removed) of this service's endpoints that are not persistent.</summary>
     public List<string> PlainPaths { get; } = [];
 
+    /// <summary>
+    /// Ordinals of instances being scaled in: they get no new sessions and no requests without an identity; their sessions
+    /// and the Idempotency-Keys that hash to them still go to them until they end or expire (docs/gateway.md, "Instances").
+    /// At least one instance must stay out of this list.
+    /// </summary>
+    public List<string> DrainingInstances { get; } = [];
+
     /// <summary>The service's session resource (its <c>PersistentServicesOptions.SessionsPath</c>). Default <c>/ps/sessions</c>.</summary>
     public string SessionsPath { get; set; } = "/ps/sessions";
 }

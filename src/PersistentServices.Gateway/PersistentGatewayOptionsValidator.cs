@@ -71,6 +71,19 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
                 failures.Add($"{at}:Instances must list at least one instance (ordinal = base address).");
             }
 
+            foreach (var draining in service.DrainingInstances)
+            {
+                if (!service.Instances.ContainsKey(draining))
+                {
+                    failures.Add($"{at}:DrainingInstances: '{draining}' is not one of the service's Instances.");
+                }
+            }
+
+            if (service.Instances.Count > 0 && service.Instances.Keys.All(service.DrainingInstances.Contains))
+            {
+                failures.Add($"{at}:DrainingInstances lists every instance: new sessions would have nowhere to go.");
+            }
+
             foreach (var (ordinal, address) in service.Instances)
             {
                 if (!int.TryParse(ordinal, NumberStyles.None, CultureInfo.InvariantCulture, out var n) || n > 255)

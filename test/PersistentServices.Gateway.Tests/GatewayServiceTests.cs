@@ -83,6 +83,22 @@ public sealed class GatewayServiceTests
     }
 
     [Fact]
+    public void DrainingInstance_GetsNoNewSessionsOrGeneratedKeys_ButKeepsItsSessionsAndKeys()
+    {
+        var options = new GatewayServiceOptions { Persistent = true };
+        options.Instances["0"] = "http://127.0.0.1:5000";
+        options.Instances["1"] = "http://127.0.0.1:5001";
+        options.DrainingInstances.Add("1");
+        var service = new GatewayService("store", options);
+        var keys = Enumerable.Range(0, 200).Select(i => "k" + i.ToString(CultureInfo.InvariantCulture)).ToList();
+
+        Assert.All(Enumerable.Range(0, 6), _ => Assert.Equal(0, service.Route("POST", "/ps/sessions", null, null).Instance!.Ordinal));
+        Assert.All(keys, k => Assert.Equal(0, service.ForNewKey(k).Ordinal));
+        Assert.Equal(1, service.Route("POST", "/x", SessionId(1), null).Instance!.Ordinal);
+        Assert.Contains(keys, k => service.Route("POST", "/x", null, k).Instance!.Ordinal == 1); // client keys keep their owner
+    }
+
+    [Fact]
     public void ForKey_IsStable_AndSpreadsKeys()
     {
         var service = Service(0, 1, 2, 3);

@@ -31,6 +31,8 @@ public sealed class PersistentGatewayOptionsValidatorTests
     [InlineData("hold", "PersistentGateway:HoldTime must be positive")]
     [InlineData("retry", "PersistentGateway:RetryDelay must be positive and at most MaxRetryDelay")]
     [InlineData("buffer", "PersistentGateway:MaxBufferedBytes must be at least MaxRequestBodyBytes")]
+    [InlineData("draining-unknown", "DrainingInstances: '5' is not one of the service's Instances")]
+    [InlineData("draining-all", "DrainingInstances lists every instance")]
     [InlineData("plain", "PersistentGateway:Services:store:PlainPaths must start with '/'")]
     public void Invalid_IsRefused_NamingTheOption(string which, string message)
     {
@@ -51,6 +53,8 @@ public sealed class PersistentGatewayOptionsValidatorTests
             case "hold": options.HoldTime = TimeSpan.Zero; break;
             case "retry": options.MaxRetryDelay = TimeSpan.FromMilliseconds(1); break;
             case "buffer": options.MaxBufferedBytes = 10; break;
+            case "draining-unknown": store.DrainingInstances.Add("5"); break;
+            case "draining-all": store.DrainingInstances.AddRange(["0", "2"]); break;
             default: store.PlainPaths.Add("plain"); break;
         }
 
