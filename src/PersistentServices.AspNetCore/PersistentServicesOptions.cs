@@ -111,6 +111,14 @@ public sealed class PersistentServicesOptions
     /// </summary>
     public string ServiceName { get; set; } = "";
 
+    /// <summary>
+    /// This instance's ordinal among the instances of one service (0 to 255), or null (the default) for a service that runs
+    /// as one instance. When set, every session id this instance starts carries the ordinal in its first byte, so a
+    /// gateway routes the session's requests to this instance from the id alone (docs/gateway.md). Keep it stable across
+    /// restarts and unique among the service's instances: in a StatefulSet, the pod's ordinal (store-2 is 2).
+    /// </summary>
+    public int? InstanceOrdinal { get; set; }
+
     /// <summary>A shared variable is checkpointed (its value logged, its backward chain cut) every this many writes. Default 100.</summary>
     public int SharedCheckpointInterval { get; set; } = 100;
 

@@ -27,6 +27,7 @@ using PersistentServices.SharedState;
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
+//   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
 //   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
@@ -97,6 +98,11 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
     {
         options.ServiceName = name;
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_INSTANCE_ORDINAL") is { Length: > 0 } ordinal)
+    {
+        options.InstanceOrdinal = int.Parse(ordinal, System.Globalization.CultureInfo.InvariantCulture);
     }
 
     if (Environment.GetEnvironmentVariable("PS_REPLY_TIMEOUT_MS") is { Length: > 0 } replyTimeout)

@@ -29,6 +29,11 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
         }
 
         failures.AddRange(options.IdempotencyKeys.Validate());
+        if (options.InstanceOrdinal is < 0 or > 255)
+        {
+            failures.Add($"PersistentServicesOptions.InstanceOrdinal must be between 0 and 255, or null for a service of one instance (was {options.InstanceOrdinal}).");
+        }
+
         if (options.MaxSessions < 1)
         {
             failures.Add($"PersistentServicesOptions.MaxSessions must be positive (was {options.MaxSessions}).");

@@ -56,7 +56,7 @@ internal static partial class SessionEndpoints
             return;
         }
 
-        var session = new Session(SessionId.NewRandom(), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
+        var session = new Session(SessionId.NewRandom((byte?)options.InstanceOrdinal), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
         if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);

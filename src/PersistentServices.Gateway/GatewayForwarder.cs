@@ -1,0 +1,371 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.Http.Headers;
+using System.Net.Sockets;
+using System.Security.Cryptography;
+using System.Text.Json;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using Yarp.ReverseProxy.Forwarder;
+
+namespace PersistentServices.Gateway;
+
+/// <summary>
+/// Forwards one client request to the instance that owns it with YARP's <see cref="IHttpForwarder"/>, and holds it while
+/// that instance is unreachable or answers that it cannot serve it yet, resending it with the same identity
+/// (docs/gateway.md, "Holding" and "The resend rule"). Keeps nothing beyond the request in flight.
+/// </summary>
+internal sealed class GatewayForwarder : IDisposable
+{
+    public const string IdempotencyKeyHeader = "Idempotency-Key";
+    public const string SessionHeader = "PS-Session";
+    public const string SequenceHeader = "PS-Seq";
+    public const string InstanceHeader = "PS-Gateway-Instance";
+
+    private readonly IHttpForwarder _forwarder;
+    private readonly GatewayTopology _topology;
+    private readonly PersistentGatewayOptions _options;
+    private readonly TimeProvider _time;
+    private readonly ILogger _logger;
+    private readonly HttpMessageInvoker _client;
+    private readonly ForwarderRequestConfig _requestConfig = new() { ActivityTimeout = TimeSpan.FromMinutes(2) };
+    private long _bufferedBytes;
+
+    public GatewayForwarder(IHttpForwarder forwarder, GatewayTopology topology, IOptions<PersistentGatewayOptions> options, TimeProvider time, ILogger<GatewayForwarder> logger)
+    {
+        _forwarder = forwarder;
+        _topology = topology;
+        _options = options.Value;
+        _time = time;
+        _logger = logger;
+        _client = new HttpMessageInvoker(new SocketsHttpHandler
+        {
+            UseProxy = false,
+            AllowAutoRedirect = false,
+            AutomaticDecompression = DecompressionMethods.None,
+            UseCookies = false,
+            ConnectTimeout = _options.ConnectTimeout,
+            EnableMultipleHttp2Connections = true,
+            ActivityHeadersPropagator = new ReverseProxyPropagator(DistributedContextPropagator.Current),
+        });
+    }
+
+    /// <summary>Bytes of request bodies kept right now (for tests and diagnostics).</summary>
+    public long BufferedBytes => Interlocked.Read(ref _bufferedBytes);
+
+    public void Dispose() => _client.Dispose();
+
+    public async Task InvokeAsync(HttpContext context)
+    {
+        var request = context.Request;
+        var (service, path) = _topology.Match(request.Path.Value ?? "/");
+        if (service is null)
+        {
+            await ProblemAsync(context, 404, "gateway-no-service", "No service", $"No service behind the gateway has a path prefix that matches '{request.Path}'.").ConfigureAwait(false);
+            return;
+        }
+
+        var session = Single(request.Headers[SessionHeader]);
+        var key = Single(request.Headers[IdempotencyKeyHeader]);
+        var route = service.Route(request.Method, path, session, key);
+        if (route.Placement == Placement.UnknownOwner)
+        {
+            var ordinal = GatewayService.OwnerOrdinal(session ?? path[(service.SessionsPath.Length + 1)..]) ?? 0;
+            GatewayEvents.UnknownOwner(_logger, service.Name, ordinal);
+            await ProblemAsync(context, 404, "session-not-found", "Session not found",
+                $"The session names instance {ordinal} of service {service.Name}, which the gateway does not know (removed, or never configured).").ConfigureAwait(false);
+            return;
+        }
+
+        // A request without an identity to a persistent endpoint gets one, so that its resend is exactly-once too.
+        string? addedKey = null;
+        if (route.Placement == Placement.Unkeyed && !IsSafe(request.Method) && service.HonoursIdentity(path))
+        {
+            addedKey = NewKey();
+            route = new RouteDecision(Placement.Key, service.ForNewKey(addedKey));
+        }
+
+        if (request.ContentLength > _options.MaxRequestBodyBytes)
+        {
+            await ProblemAsync(context, 413, "body-too-large", "Request body too large", $"The gateway keeps bodies of at most {_options.MaxRequestBodyBytes} bytes.").ConfigureAwait(false);
+            return;
+        }
+
+        var body = await ReadBodyAsync(request, context.RequestAborted).ConfigureAwait(false);
+        if (body is null)
+        {
+            await ProblemAsync(context, 413, "body-too-large", "Request body too large", $"The gateway keeps bodies of at most {_options.MaxRequestBodyBytes} bytes.").ConfigureAwait(false);
+            return;
+        }
+
+        if (Interlocked.Add(ref _bufferedBytes, body.Length) > _options.MaxBufferedBytes)
+        {
+            Interlocked.Add(ref _bufferedBytes, -body.Length);
+            GatewayEvents.BufferFull(_logger, _options.MaxBufferedBytes, request.Method, path);
+            context.Response.Headers.RetryAfter = "1";
+            await ProblemAsync(context, 503, "unavailable", "Gateway busy", "The gateway holds as many request bodies as it may; nothing was sent. Retry the same request.").ConfigureAwait(false);
+            return;
+        }
+
+        try
+        {
+            await HoldAsync(context, service, path, route, addedKey, body).ConfigureAwait(false);
+        }
+        finally
+        {
+            Interlocked.Add(ref _bufferedBytes, -body.Length);
+        }
+    }
+
+    private async Task HoldAsync(HttpContext context, GatewayService service, string path, RouteDecision route, string? addedKey, byte[] body)
+    {
+        var request = context.Request;
+        var started = _time.GetTimestamp();
+        var instance = route.Instance!;
+        var hasSequence = request.Headers.ContainsKey(SequenceHeader);
+
+        // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md).
+        var resendable = route.Placement switch
+        {
+            Placement.SessionStart => true, // starting a session executes nothing
+            Placement.Session => hasSequence && service.HonoursIdentity(path),
+            Placement.Key => service.HonoursIdentity(path),
+            _ => false,
+        };
+
+        var delay = _options.RetryDelay;
+        for (var attempt = 1; ; attempt++)
+        {
+            request.Body = new MemoryStream(body, writable: false);
+            var transformer = new AttemptTransformer(path, addedKey, instance.Ordinal);
+            var error = await _forwarder.SendAsync(context, instance.Address, _client, _requestConfig, transformer).ConfigureAwait(false);
+            string reason;
+            if (transformer.Held is { } held)
+            {
+                reason = held;
+            }
+            else if (error == ForwarderError.None || context.Response.HasStarted || context.RequestAborted.IsCancellationRequested)
+            {
+                if (attempt > 1)
+                {
+                    GatewayEvents.Released(_logger, request.Method, path, service.Name, instance.Ordinal, attempt, (long)_time.GetElapsedTime(started).TotalMilliseconds);
+                }
+
+                return; // answered (streamed to the client), or the client left, or a reply broke after it started
+            }
+            else
+            {
+                var exception = context.Features.Get<IForwarderErrorFeature>()?.Exception;
+                if (NeverReached(error, exception))
+                {
+                    reason = "refused the connection";
+                    if (route.Placement is Placement.SessionStart or Placement.Unkeyed)
+                    {
+                        instance = service.NextInstance(); // it never arrived anywhere: another instance may take it
+                    }
+                }
+                else if (resendable)
+                {
+                    reason = $"lost the request ({error})";
+                    if (route.Placement == Placement.SessionStart)
+                    {
+                        instance = service.NextInstance();
+                    }
+                }
+                else
+                {
+                    GatewayEvents.NotResent(_logger, request.Method, path, service.Name, instance.Ordinal, error.ToString());
+                    ResetResponse(context);
+                    await ProblemAsync(context, 502, "gateway-outcome-unknown", "Outcome unknown",
+                        "The instance may have executed this request, and it carries no identity the service honours, so the gateway did not send it again.").ConfigureAwait(false);
+                    return;
+                }
+            }
+
+            var elapsed = _time.GetElapsedTime(started);
+            if (elapsed + delay > _options.HoldTime)
+            {
+                GatewayEvents.HoldExpired(_logger, request.Method, path, service.Name, instance.Ordinal, (long)elapsed.TotalMilliseconds, reason);
+                ResetResponse(context);
+                context.Response.Headers.RetryAfter = "1";
+                if (addedKey is not null)
+                {
+                    context.Response.Headers[IdempotencyKeyHeader] = addedKey; // resend with it: the service runs it once
+                }
+
+                await ProblemAsync(context, 503, "unavailable", "Service unavailable",
+                    $"Instance {instance.Ordinal} of service {service.Name} did not serve the request within the gateway's hold time. Retry the same request.").ConfigureAwait(false);
+                return;
+            }
+
+            GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, (long)delay.TotalMilliseconds);
+            ResetResponse(context);
+            try
+            {
+                await Task.Delay(delay, _time, context.RequestAborted).ConfigureAwait(false);
+            }
+            catch (OperationCanceledException)
+            {
+                return; // the client left; nothing more is sent
+            }
+
+            delay = TimeSpan.FromTicks(Math.Min(delay.Ticks * 2, _options.MaxRetryDelay.Ticks));
+        }
+    }
+
+    /// <summary>
+    /// Whether the request provably never reached the instance: the TCP connection was never established (refused,
+    /// unreachable). Anything else (a reset, a timeout, an early close) may have come after the instance read it.
+    /// </summary>
+    internal static bool NeverReached(ForwarderError error, Exception? exception)
+    {
+        if (error != ForwarderError.Request)
+        {
+            return false;
+        }
+
+        for (var e = exception; e is not null; e = e.InnerException)
+        {
+            if (e is HttpRequestException { HttpRequestError: HttpRequestError.ConnectionError } connect)
+            {
+                return connect.InnerException is SocketException { SocketErrorCode: SocketError.ConnectionRefused or SocketError.HostUnreachable or SocketError.NetworkUnreachable or SocketError.AddressNotAvailable };
+            }
+        }
+
+        return false;
+    }
+
+    private static void ResetResponse(HttpContext context)
+    {
+        context.Features.Set<IForwarderErrorFeature>(null);
+        context.Response.Clear();
+    }
+
+    private async Task<byte[]?> ReadBodyAsync(HttpRequest request, CancellationToken cancellationToken)
+    {
+        if (request.ContentLength == 0)
+        {
+            return [];
+        }
+
+        using var buffer = new MemoryStream();
+        var chunk = new byte[16 * 1024];
+        int read;
+        while ((read = await request.Body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
+        {
+            if (buffer.Length + read > _options.MaxRequestBodyBytes)
+            {
+                return null;
+            }
+
+            buffer.Write(chunk, 0, read);
+        }
+
+        return buffer.ToArray();
+    }
+
+    private static bool IsSafe(string method)
+        => HttpMethods.IsGet(method) || HttpMethods.IsHead(method) || HttpMethods.IsOptions(method) || HttpMethods.IsTrace(method);
+
+    private static string? Single(Microsoft.Extensions.Primitives.StringValues values) => values.Count == 1 ? values[0] : values.Count == 0 ? null : values.ToString();
+
+    private static string NewKey()
+    {
+        Span<byte> bytes = stackalloc byte[16];
+        RandomNumberGenerator.Fill(bytes);
+        return "ps-gateway-" + System.Buffers.Text.Base64Url.EncodeToString(bytes);
+    }
+
+    internal static Task ProblemAsync(HttpContext context, int status, string type, string title, string detail)
+    {
+        context.Response.StatusCode = status;
+        context.Response.ContentType = "application/problem+json";
+        return context.Response.WriteAsync(JsonSerializer.Serialize(new Dictionary<string, object>
+        {
+            ["type"] = "urn:persistentservices:problem:" + type,
+            ["title"] = title,
+            ["status"] = status,
+            ["detail"] = detail,
+        }), context.RequestAborted);
+    }
+
+    /// <summary>
+    /// One send: the path without the service's prefix, the added key if any; a reply that says "not yet" (503
+    /// <c>unavailable</c> or <c>reply-pending</c>, 409 <c>idempotency-key-in-use</c>) is kept from the client.
+    /// </summary>
+    private sealed class AttemptTransformer(string path, string? addedKey, byte ordinal) : HttpTransformer
+    {
+        private const int MaxProblemBytes = 16 * 1024;
+
+        /// <summary>Why the reply was held back (null: it went to the client).</summary>
+        public string? Held { get; private set; }
+
+        public override async ValueTask TransformRequestAsync(HttpContext httpContext, HttpRequestMessage proxyRequest, string destinationPrefix, CancellationToken cancellationToken)
+        {
+            await base.TransformRequestAsync(httpContext, proxyRequest, destinationPrefix, cancellationToken).ConfigureAwait(false);
+            proxyRequest.RequestUri = RequestUtilities.MakeDestinationAddress(destinationPrefix, new PathString(path), httpContext.Request.QueryString);
+            if (addedKey is not null)
+            {
+                proxyRequest.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, addedKey);
+            }
+        }
+
+        public override async ValueTask<bool> TransformResponseAsync(HttpContext httpContext, HttpResponseMessage? proxyResponse, CancellationToken cancellationToken)
+        {
+            if (proxyResponse is { StatusCode: HttpStatusCode.ServiceUnavailable or HttpStatusCode.Conflict } &&
+                proxyResponse.Content.Headers.ContentType?.MediaType == "application/problem+json" &&
+                proxyResponse.Content.Headers.ContentLength is null or <= MaxProblemBytes)
+            {
+                // A problem's body is small: read it (at most MaxProblemBytes + 1 bytes) to learn its type.
+                var stream = await proxyResponse.Content.ReadAsStreamAsync(cancellationToken).ConfigureAwait(false);
+                var buffer = new byte[MaxProblemBytes + 1];
+                var length = 0;
+                int read;
+                while (length < buffer.Length && (read = await stream.ReadAsync(buffer.AsMemory(length), cancellationToken).ConfigureAwait(false)) > 0)
+                {
+                    length += read;
+                }
+
+                var type = length <= MaxProblemBytes ? ProblemType(buffer.AsSpan(0, length)) : null;
+                if (type is "urn:persistentservices:problem:unavailable" or "urn:persistentservices:problem:reply-pending"
+                    or "urn:persistentservices:problem:idempotency-key-in-use")
+                {
+                    Held = "answered " + type["urn:persistentservices:problem:".Length..];
+                    return false;
+                }
+
+                // Any other problem goes to the client as it came.
+                await base.TransformResponseAsync(httpContext, proxyResponse, cancellationToken).ConfigureAwait(false);
+                httpContext.Response.Headers[InstanceHeader] = ordinal.ToString(System.Globalization.CultureInfo.InvariantCulture);
+                await httpContext.Response.Body.WriteAsync(buffer.AsMemory(0, length), cancellationToken).ConfigureAwait(false);
+                await stream.CopyToAsync(httpContext.Response.Body, cancellationToken).ConfigureAwait(false);
+                return false;
+            }
+
+            var copy = await base.TransformResponseAsync(httpContext, proxyResponse, cancellationToken).ConfigureAwait(false);
+            if (proxyResponse is not null)
+            {
+                httpContext.Response.Headers[InstanceHeader] = ordinal.ToString(System.Globalization.CultureInfo.InvariantCulture);
+            }
+
+            return copy;
+        }
+
+        private static string? ProblemType(ReadOnlySpan<byte> bytes)
+        {
+            try
+            {
+                var reader = new Utf8JsonReader(bytes);
+                using var document = JsonDocument.ParseValue(ref reader);
+                return document.RootElement.ValueKind == JsonValueKind.Object && document.RootElement.TryGetProperty("type", out var type) && type.ValueKind == JsonValueKind.String
+                    ? type.GetString()
+                    : null;
+            }
+            catch (JsonException)
+            {
+                return null;
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+using System.Globalization;
+using Microsoft.Extensions.Options;
+
+namespace PersistentServices.Gateway;
+
+/// <summary>Validates <see cref="PersistentGatewayOptions"/> at startup with messages that name the option.</summary>
+internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<PersistentGatewayOptions>
+{
+    public ValidateOptionsResult Validate(string? name, PersistentGatewayOptions options)
+    {
+        var failures = new List<string>();
+        if (options.Services.Count == 0)
+        {
+            failures.Add("PersistentGateway:Services must name at least one service, each with its Instances (ordinal = base address).");
+        }
+
+        if (options.HoldTime <= TimeSpan.Zero || options.HoldTime > TimeSpan.FromHours(1))
+        {
+            failures.Add($"PersistentGateway:HoldTime must be positive and at most one hour (was {options.HoldTime}).");
+        }
+
+        if (options.RetryDelay <= TimeSpan.Zero || options.MaxRetryDelay < options.RetryDelay)
+        {
+            failures.Add($"PersistentGateway:RetryDelay must be positive and at most MaxRetryDelay (were {options.RetryDelay} and {options.MaxRetryDelay}).");
+        }
+
+        if (options.MaxRequestBodyBytes < 1)
+        {
+            failures.Add($"PersistentGateway:MaxRequestBodyBytes must be positive (was {options.MaxRequestBodyBytes}).");
+        }
+
+        if (options.MaxBufferedBytes < options.MaxRequestBodyBytes)
+        {
+            failures.Add($"PersistentGateway:MaxBufferedBytes must be at least MaxRequestBodyBytes ({options.MaxRequestBodyBytes}) (was {options.MaxBufferedBytes}).");
+        }
+
+        if (options.ConnectTimeout <= TimeSpan.Zero)
+        {
+            failures.Add($"PersistentGateway:ConnectTimeout must be positive (was {options.ConnectTimeout}).");
+        }
+
+        var prefixes = new Dictionary<string, string>(StringComparer.OrdinalIgnoreCase);
+        foreach (var (serviceName, service) in options.Services)
+        {
+            var at = $"PersistentGateway:Services:{serviceName}";
+            if (service.PathPrefix.Length > 0 && (!service.PathPrefix.StartsWith('/') || service.PathPrefix.EndsWith('/')))
+            {
+                failures.Add($"{at}:PathPrefix must start with '/' and not end with one, or be empty (was '{service.PathPrefix}').");
+            }
+
+            if (!prefixes.TryAdd(service.PathPrefix, serviceName))
+            {
+                failures.Add($"{at}:PathPrefix '{service.PathPrefix}' is also the prefix of service {prefixes[service.PathPrefix]}.");
+            }
+
+            if (!service.SessionsPath.StartsWith('/'))
+            {
+                failures.Add($"{at}:SessionsPath must start with '/' (was '{service.SessionsPath}').");
+            }
+
+            foreach (var plain in service.PlainPaths)
+            {
+                if (!plain.StartsWith('/'))
+                {
+                    failures.Add($"{at}:PlainPaths must start with '/' (was '{plain}').");
+                }
+            }
+
+            if (service.Instances.Count == 0)
+            {
+                failures.Add($"{at}:Instances must list at least one instance (ordinal = base address).");
+            }
+
+            foreach (var draining in service.DrainingInstances)
+            {
+                if (!service.Instances.ContainsKey(draining))
+                {
+                    failures.Add($"{at}:DrainingInstances: '{draining}' is not one of the service's Instances.");
+                }
+            }
+
+            if (service.Instances.Count > 0 && service.Instances.Keys.All(service.DrainingInstances.Contains))
+            {
+                failures.Add($"{at}:DrainingInstances lists every instance: new sessions would have nowhere to go.");
+            }
+
+            foreach (var (ordinal, address) in service.Instances)
+            {
+                if (!int.TryParse(ordinal, NumberStyles.None, CultureInfo.InvariantCulture, out var n) || n > 255)
+                {
+                    failures.Add($"{at}:Instances: '{ordinal}' is not an instance ordinal (0 to 255).");
+                }
+
+                if (!Uri.TryCreate(address, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps)
+                    || uri.Query.Length > 0 || uri.Fragment.Length > 0)
+                {
+                    failures.Add($"{at}:Instances:{ordinal} must be an absolute http or https address without query (was '{address}').");
+                }
+            }
+        }
+
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
+    }
+}

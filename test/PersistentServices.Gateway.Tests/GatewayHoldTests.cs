@@ -1,0 +1,196 @@
+using System.Collections.Concurrent;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using System.Text.Json;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Hosting.Server;
+using Microsoft.AspNetCore.Hosting.Server.Features;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+
+namespace PersistentServices.Gateway.Tests;
+
+/// <summary>
+/// The hold-and-resend loop and the resend rule, against scripted upstreams (Kestrel on 127.0.0.1): what is resent, with
+/// which identity, and what is never resent.
+/// </summary>
+public sealed class GatewayHoldTests : IAsyncDisposable
+{
+    private readonly List<WebApplication> _apps = [];
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    public async ValueTask DisposeAsync()
+    {
+        foreach (var app in _apps)
+        {
+            await app.DisposeAsync();
+        }
+    }
+
+    /// <summary>An upstream that answers each attempt with the script's step (the last step repeats), recording what it saw.</summary>
+    private async Task<(string Address, ConcurrentQueue<(string? Key, string? Session, string Body)> Seen)> UpstreamAsync(params Func<HttpContext, Task>[] script)
+    {
+        var seen = new ConcurrentQueue<(string?, string?, string)>();
+        var builder = WebApplication.CreateSlimBuilder();
+        builder.Logging.ClearProviders();
+        builder.WebHost.UseUrls("http://127.0.0.1:0");
+        var app = builder.Build();
+        var attempt = -1;
+        app.Run(async context =>
+        {
+            using var reader = new StreamReader(context.Request.Body);
+            var body = await reader.ReadToEndAsync();
+            seen.Enqueue((context.Request.Headers["Idempotency-Key"].FirstOrDefault(), context.Request.Headers["PS-Session"].FirstOrDefault(), body));
+            var step = script[Math.Min(Interlocked.Increment(ref attempt), script.Length - 1)];
+            await step(context);
+        });
+        await app.StartAsync(Ct);
+        _apps.Add(app);
+        return (app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First(), seen);
+    }
+
+    private async Task<HttpClient> GatewayAsync(string address, bool persistent, TimeSpan? holdTime = null)
+    {
+        var builder = WebApplication.CreateSlimBuilder();
+        builder.Logging.ClearProviders();
+        builder.WebHost.UseUrls("http://127.0.0.1:0");
+        builder.Services.AddPersistentGateway(o =>
+        {
+            o.Services["svc"] = new GatewayServiceOptions { Persistent = persistent };
+            o.Services["svc"].Instances["0"] = address;
+            o.RetryDelay = TimeSpan.FromMilliseconds(10);
+            o.MaxRetryDelay = TimeSpan.FromMilliseconds(20);
+            o.HoldTime = holdTime ?? TimeSpan.FromSeconds(30);
+        });
+        var app = builder.Build();
+        app.MapPersistentGateway();
+        await app.StartAsync(Ct);
+        _apps.Add(app);
+        var gateway = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
+        return new HttpClient { BaseAddress = new Uri(gateway) };
+    }
+
+    private static Task Problem(HttpContext context, int status, string type)
+    {
+        context.Response.StatusCode = status;
+        context.Response.Headers.RetryAfter = "1";
+        context.Response.ContentType = "application/problem+json";
+        return context.Response.WriteAsync($$"""{"type":"urn:persistentservices:problem:{{type}}","status":{{status}}}""");
+    }
+
+    private static Task Ok(HttpContext context) => context.Response.WriteAsync("done");
+
+    private static Task Abort(HttpContext context)
+    {
+        context.Abort();
+        return Task.CompletedTask;
+    }
+
+    private static HttpRequestMessage Post(string path, string body, string? session = null, long? seq = null)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Post, path) { Content = new StringContent(body, Encoding.UTF8, "application/json") };
+        if (session is not null)
+        {
+            request.Headers.Add("PS-Session", session);
+            request.Headers.Add("PS-Seq", seq!.Value.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        return request;
+    }
+
+    [Fact]
+    public async Task UnkeyedRequest_ToAPersistentService_GetsAKey_HeldThroughUnavailable_ResentWithTheSameKeyAndBody()
+    {
+        var (address, seen) = await UpstreamAsync(c => Problem(c, 503, "unavailable"), c => Problem(c, 503, "reply-pending"), Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+
+        using var response = await client.SendAsync(Post("/deposit", """{"amount":5}"""), Ct);
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal("done", await response.Content.ReadAsStringAsync(Ct));
+        Assert.Equal("0", response.Headers.GetValues("PS-Gateway-Instance").Single());
+        var attempts = seen.ToList();
+        Assert.Equal(3, attempts.Count);
+        Assert.StartsWith("ps-gateway-", attempts[0].Key, StringComparison.Ordinal);
+        Assert.All(attempts, a => Assert.Equal((attempts[0].Key, """{"amount":5}"""), (a.Key, a.Body)));
+    }
+
+    [Fact]
+    public async Task SessionRequest_LostMidRequest_IsResentWithItsNumber()
+    {
+        var (address, seen) = await UpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+
+        using var response = await client.SendAsync(Post("/tally", "{}", "AAAAAAAAAAAAAAAAAAAAAA", 4), Ct);
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Equal(2, seen.Count);
+        Assert.All(seen, a => Assert.Equal(("AAAAAAAAAAAAAAAAAAAAAA", (string?)null), (a.Session, a.Key)));
+    }
+
+    [Fact]
+    public async Task UnkeyedRequest_ToAServiceNotDeclaredPersistent_LostMidRequest_IsNeverResent_502()
+    {
+        var (address, seen) = await UpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: false);
+
+        using var response = await client.SendAsync(Post("/work", "{}"), Ct);
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Equal("urn:persistentservices:problem:gateway-outcome-unknown",
+            JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("type").GetString());
+        Assert.Single(seen);
+        Assert.Null(seen.Single().Key); // no key was added: the service does not honour one
+    }
+
+    [Fact]
+    public async Task SafeRequest_LostMidRequest_IsNeverResent_EvenToAPersistentService()
+    {
+        var (address, seen) = await UpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+
+        using var response = await client.GetAsync("/balances", Ct);
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Single(seen);
+    }
+
+    [Fact]
+    public async Task OtherProblems_PassThrough_AsTheyCame()
+    {
+        var (address, seen) = await UpstreamAsync(c => Problem(c, 409, "sequence-gap"));
+        using var client = await GatewayAsync(address, persistent: true);
+
+        using var response = await client.SendAsync(Post("/tally", "{}", "AAAAAAAAAAAAAAAAAAAAAA", 9), Ct);
+
+        Assert.Equal(HttpStatusCode.Conflict, response.StatusCode);
+        Assert.Equal("1", response.Headers.GetValues("Retry-After").Single());
+        Assert.Contains("sequence-gap", await response.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+        Assert.Single(seen);
+    }
+
+    [Fact]
+    public async Task RefusedConnection_HeldUntilTheHoldTime_Then503WithRetryAfter_AndTheGeneratedKey()
+    {
+        int port;
+        using (var listener = new TcpListener(IPAddress.Loopback, 0))
+        {
+            listener.Start();
+            port = ((IPEndPoint)listener.LocalEndpoint).Port;
+        }
+
+        using var client = await GatewayAsync($"http://127.0.0.1:{port}", persistent: true, holdTime: TimeSpan.FromMilliseconds(300));
+
+        using var response = await client.SendAsync(Post("/deposit", "{}"), Ct);
+
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, response.StatusCode);
+        Assert.Equal("1", response.Headers.GetValues("Retry-After").Single());
+        Assert.StartsWith("ps-gateway-", response.Headers.GetValues("Idempotency-Key").Single(), StringComparison.Ordinal);
+        Assert.Equal("urn:persistentservices:problem:unavailable",
+            JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("type").GetString());
+    }
+}

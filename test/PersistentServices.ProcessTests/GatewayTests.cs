@@ -1,0 +1,410 @@
+using System.Buffers.Text;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Json;
+using System.Reflection;
+using System.Text;
+using System.Text.Json;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>
+/// The gateway (ps-gateway, a child process) in front of the test service's instances, each killed with SIGKILL and
+/// restarted on its log while clients that never retry send requests through the gateway (docs/gateway.md). Every
+/// request is sent once; any error or non-2xx counts. Lost and duplicated operations are checked from the client side:
+/// each reply's running balance or tally must be exactly one more than the client's previous reply, and the final
+/// state must equal what the clients were told.
+/// </summary>
+[Trait("Category", "Process")]
+public sealed class GatewayTests : IDisposable
+{
+    private readonly TempDirectory _dir = new();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    public void Dispose() => _dir.Dispose();
+
+    private static int EnvInt(string name, int fallback)
+        => Environment.GetEnvironmentVariable(name) is { Length: > 0 } text ? int.Parse(text, CultureInfo.InvariantCulture) : fallback;
+
+    private Dictionary<string, string> InstanceEnvironment(int ordinal, bool withOrdinal) => new()
+    {
+        ["PS_LOG_DIR"] = _dir.File($"log-{ordinal}"),
+        ["PS_MAX_SESSIONS"] = "1000000", // every key and session comes from the gateway's one address
+        ["PS_INSTANCE_ORDINAL"] = withOrdinal ? ordinal.ToString(CultureInfo.InvariantCulture) : "",
+    };
+
+    /// <summary>
+    /// kill -9 of the only instance, PS_GATEWAY_KILLS times (default 10), under 8 plain clients: 4 send deposits with no
+    /// identity at all (curl-like; the gateway gives each a key), 4 use sessions and send each numbered request once.
+    /// </summary>
+    [Fact]
+    public async Task PlainClients_ThroughKill9s_SeeNoError_NothingLostOrDuplicated()
+    {
+        var kills = EnvInt("PS_GATEWAY_KILLS", 10);
+        var environment = InstanceEnvironment(0, withOrdinal: false);
+        var service = await ServiceProcess.StartAsync(environment);
+        var port = service.Port;
+        await using var gateway = await GatewayProcess.StartAsync([(0, port)]);
+        var run = new PlainClientRun(gateway.Client, depositClients: 4, sessionClients: 4, expectOwner: false);
+        var clients = run.Start();
+        try
+        {
+            for (var kill = 0; kill < kills; kill++)
+            {
+                await run.WaitForProgressAsync(20, () => service.RecentOutput());
+                await service.KillAsync();
+                await service.DisposeAsync();
+                service = await ServiceProcess.StartAsync(environment, port);
+            }
+
+            await run.WaitForProgressAsync(20, () => service.RecentOutput());
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+            await service.DisposeAsync();
+        }
+
+        await using var final = await ServiceProcess.StartAsync(environment, port);
+        await run.AssertStateAsync(final.Client, gateway.Output);
+        TestContext.Current.TestOutputHelper?.WriteLine($"gateway, {kills} kills: {run.Summary}; {Holds(gateway.Output)}");
+    }
+
+    /// <summary>
+    /// Three instances (ordinals 0, 1, 2), six session clients through the gateway, PS_GATEWAY_OWNER_KILLS kills
+    /// (default 6) of the instances in turn: every reply comes from the session's owner (the gateway's
+    /// <c>PS-Gateway-Instance</c> header equals the id's first byte), and afterwards each session exists on its owner only.
+    /// </summary>
+    [Fact]
+    public async Task ThreeInstances_EachSessionServedByItsOwner_ThroughKillsOfAnyInstance()
+    {
+        var kills = EnvInt("PS_GATEWAY_OWNER_KILLS", 6);
+        var services = new ServiceProcess[3];
+        for (var i = 0; i < 3; i++)
+        {
+            services[i] = await ServiceProcess.StartAsync(InstanceEnvironment(i, withOrdinal: true));
+        }
+
+        var ports = services.Select(s => s.Port).ToArray();
+        await using var gateway = await GatewayProcess.StartAsync([(0, ports[0]), (1, ports[1]), (2, ports[2])]);
+        var run = new PlainClientRun(gateway.Client, depositClients: 0, sessionClients: 6, expectOwner: true);
+        var clients = run.Start();
+        try
+        {
+            for (var kill = 0; kill < kills; kill++)
+            {
+                var victim = kill % 3;
+                await run.WaitForProgressAsync(12, () => services[victim].RecentOutput());
+                await services[victim].KillAsync();
+                await services[victim].DisposeAsync();
+                services[victim] = await ServiceProcess.StartAsync(InstanceEnvironment(victim, withOrdinal: true), ports[victim]);
+            }
+
+            await run.WaitForProgressAsync(12, () => gateway.Output);
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+        }
+
+        try
+        {
+            await run.AssertStateAsync(gateway.Client, gateway.Output);
+            var owners = run.Sessions.Select(s => Base64Url.DecodeFromChars(s.Key)[0]).ToList();
+            Assert.Equal([0, 0, 1, 1, 2, 2], owners.Order().Select(o => (int)o));
+            foreach (var (session, acknowledged) in run.Sessions)
+            {
+                var owner = Base64Url.DecodeFromChars(session)[0];
+                for (var i = 0; i < 3; i++)
+                {
+                    var (status, body, _) = await services[i].SendAsync(HttpMethod.Get, "/tally", session, null);
+                    if (i == owner)
+                    {
+                        Assert.Equal(HttpStatusCode.OK, status);
+                        Assert.Equal(acknowledged, body.GetProperty("count").GetInt64());
+                    }
+                    else
+                    {
+                        Assert.Equal(HttpStatusCode.NotFound, status); // the session lives on its owner only
+                    }
+                }
+            }
+        }
+        finally
+        {
+            foreach (var service in services)
+            {
+                await service.DisposeAsync();
+            }
+        }
+
+        TestContext.Current.TestOutputHelper?.WriteLine($"gateway, 3 instances, {kills} kills: {run.Summary}; {Holds(gateway.Output)}");
+    }
+
+    /// <summary>How often the gateway held a request, by reason (its debug log, event 1400), and released one (1405).</summary>
+    private static string Holds(string output)
+    {
+        var lines = output.Split('\n');
+        int Count(string text) => lines.Count(l => l.Contains(text, StringComparison.Ordinal));
+        return $"gateway held: refused {Count("refused the connection")}, lost in flight {Count("lost the request")}, " +
+               $"unavailable {Count("answered unavailable")}, reply-pending {Count("answered reply-pending")}, key in use {Count("answered idempotency-key-in-use")}; released {Count("Held request")}";
+    }
+
+    /// <summary>Clients that never retry: each request is sent once through the gateway; anything but a 2xx is an error.</summary>
+    private sealed class PlainClientRun(HttpClient gateway, int depositClients, int sessionClients, bool expectOwner)
+    {
+        private readonly ConcurrentQueue<string> _errors = new();
+        private readonly ConcurrentDictionary<string, long> _deposits = new();
+        private readonly ConcurrentDictionary<string, long> _sessions = new();
+        private readonly Stopwatch _clock = Stopwatch.StartNew();
+        private readonly ConcurrentBag<double> _latencies = [];
+        private volatile bool _stopping;
+        private long _replies;
+
+        public IReadOnlyDictionary<string, long> Sessions => _sessions;
+
+        public string Summary
+        {
+            get
+            {
+                var sorted = _latencies.Order().ToArray();
+                var p = (double q) => sorted.Length == 0 ? 0 : sorted[Math.Min(sorted.Length - 1, (int)(q * sorted.Length))];
+                return $"{_replies} replies, {_errors.Count} errors, latency p50 {p(0.5):F1} ms, p99 {p(0.99):F1} ms, max {p(1):F1} ms";
+            }
+        }
+
+        public Task[] Start()
+            => [.. Enumerable.Range(0, depositClients).Select(i => Task.Run(() => DepositClientAsync($"plain-{i}"))),
+                .. Enumerable.Range(0, sessionClients).Select(_ => Task.Run(SessionClientAsync))];
+
+        public void Stop() => _stopping = true;
+
+        /// <summary>Waits until the clients received <paramref name="replies"/> more replies (progress, not time).</summary>
+        public async Task WaitForProgressAsync(int replies, Func<string> output)
+        {
+            var target = Interlocked.Read(ref _replies) + replies;
+            var deadline = DateTime.UtcNow.AddSeconds(120);
+            while (Interlocked.Read(ref _replies) < target)
+            {
+                Assert.True(_errors.IsEmpty, "client errors:\n" + string.Join("\n", _errors));
+                Assert.True(DateTime.UtcNow < deadline, $"no progress in 120 s ({Summary}):\n{output()}");
+                await Task.Delay(20, Ct);
+            }
+        }
+
+        public async Task AssertStateAsync(HttpClient reader, string gatewayOutput)
+        {
+            Assert.True(_errors.IsEmpty, $"client errors ({Summary}):\n{string.Join("\n", _errors)}\ngateway:\n{Tail(gatewayOutput)}");
+            if (!_deposits.IsEmpty)
+            {
+                var balances = await reader.GetFromJsonAsync<Dictionary<string, long>>("/balances", Ct);
+                foreach (var (account, received) in _deposits)
+                {
+                    Assert.Equal(received, balances!.GetValueOrDefault(account)); // 0 lost, 0 duplicated
+                }
+            }
+
+            foreach (var (session, acknowledged) in _sessions)
+            {
+                using var request = new HttpRequestMessage(HttpMethod.Get, "/tally");
+                request.Headers.Add("PS-Session", session);
+                using var response = await reader.SendAsync(request, Ct);
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                var body = await response.Content.ReadFromJsonAsync<JsonElement>(Ct);
+                Assert.Equal(acknowledged, body.GetProperty("count").GetInt64());
+            }
+        }
+
+        private static string Tail(string text) => text.Length <= 6000 ? text : text[^6000..];
+
+        private async Task DepositClientAsync(string account)
+        {
+            long received = 0;
+            _deposits[account] = 0;
+            while (!_stopping)
+            {
+                using var request = new HttpRequestMessage(HttpMethod.Post, "/deposit") { Content = JsonContent.Create(new { account, amount = 1 }) };
+                if (await SendOnceAsync(request, account) is not { } body)
+                {
+                    return;
+                }
+
+                var balance = body.GetProperty("balance").GetInt64();
+                if (balance != received + 1)
+                {
+                    _errors.Enqueue($"{account}: balance {balance} after {received} deposits (lost or duplicated)");
+                    return;
+                }
+
+                _deposits[account] = ++received;
+            }
+        }
+
+        private async Task SessionClientAsync()
+        {
+            string session;
+            using (var start = new HttpRequestMessage(HttpMethod.Post, "/ps/sessions"))
+            {
+                if (await SendOnceAsync(start, "session start") is not { } started)
+                {
+                    return;
+                }
+
+                session = started.GetProperty("sessionId").GetString()!;
+            }
+
+            _sessions[session] = 0;
+            for (long seq = 1; !_stopping; seq++)
+            {
+                using var request = new HttpRequestMessage(HttpMethod.Post, "/tally") { Content = JsonContent.Create(new { account = $"op-{seq}", amount = 1 }) };
+                request.Headers.Add("PS-Session", session);
+                request.Headers.Add("PS-Seq", seq.ToString(CultureInfo.InvariantCulture));
+                if (await SendOnceAsync(request, session, Base64Url.DecodeFromChars(session)[0]) is not { } body)
+                {
+                    return;
+                }
+
+                if (body.GetProperty("count").GetInt64() != seq)
+                {
+                    _errors.Enqueue($"{session}: count {body.GetProperty("count")} for request {seq} (lost or duplicated)");
+                    return;
+                }
+
+                _sessions[session] = seq;
+            }
+        }
+
+        private async Task<JsonElement?> SendOnceAsync(HttpRequestMessage request, string who, byte? owner = null)
+        {
+            var started = _clock.Elapsed;
+            try
+            {
+                using var response = await gateway.SendAsync(request, Ct);
+                var text = await response.Content.ReadAsStringAsync(Ct);
+                if (!response.IsSuccessStatusCode)
+                {
+                    _errors.Enqueue($"{who}: {(int)response.StatusCode} {text}");
+                    return null;
+                }
+
+                if (expectOwner && owner is { } expected && response.Headers.GetValues("PS-Gateway-Instance").Single() != expected.ToString(CultureInfo.InvariantCulture))
+                {
+                    _errors.Enqueue($"{who}: served by instance {response.Headers.GetValues("PS-Gateway-Instance").Single()}, owner {expected}");
+                    return null;
+                }
+
+                _latencies.Add((_clock.Elapsed - started).TotalMilliseconds);
+                Interlocked.Increment(ref _replies);
+                return JsonDocument.Parse(text).RootElement.Clone();
+            }
+            catch (Exception ex) when (ex is HttpRequestException or IOException or TaskCanceledException)
+            {
+                _errors.Enqueue($"{who}: {ex.GetType().Name} {ex.Message}");
+                return null;
+            }
+        }
+    }
+
+    /// <summary>ps-gateway as a child process on 127.0.0.1, configured on its command line.</summary>
+    private sealed class GatewayProcess : IAsyncDisposable
+    {
+        private static readonly string GatewayPath = typeof(GatewayProcess).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
+            .Single(a => a.Key == "GatewayPath").Value!;
+
+        private readonly Process _process;
+        private readonly StringBuilder _output = new();
+
+        private GatewayProcess(Process process, int port)
+        {
+            _process = process;
+            Client = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{port}"), Timeout = TimeSpan.FromSeconds(120) };
+        }
+
+        public HttpClient Client { get; }
+
+        public string Output
+        {
+            get
+            {
+                lock (_output)
+                {
+                    return _output.ToString();
+                }
+            }
+        }
+
+        public static async Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, int Port)> instances)
+        {
+            var port = ServiceProcess.FreePort();
+            var arguments = new List<string> { GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true" };
+            foreach (var (ordinal, instancePort) in instances)
+            {
+                arguments.Add($"--PersistentGateway:Services:test:Instances:{ordinal}=http://127.0.0.1:{instancePort}");
+            }
+
+            var start = new ProcessStartInfo("dotnet", arguments)
+            {
+                RedirectStandardOutput = true,
+                RedirectStandardError = true,
+                UseShellExecute = false,
+                WorkingDirectory = Path.GetDirectoryName(GatewayPath)!,
+            };
+            start.Environment["DOTNET_NOLOGO"] = "1";
+            start.Environment["Logging__Console__FormatterName"] = "simple";
+            start.Environment["Logging__LogLevel__PersistentServices.Gateway"] = "Debug";
+            var process = Process.Start(start)!;
+            var gateway = new GatewayProcess(process, port);
+            process.OutputDataReceived += (_, e) => gateway.Append(e.Data);
+            process.ErrorDataReceived += (_, e) => gateway.Append(e.Data);
+            process.BeginOutputReadLine();
+            process.BeginErrorReadLine();
+            var deadline = DateTime.UtcNow.AddSeconds(60);
+            while (true)
+            {
+                Assert.False(process.HasExited, "the gateway exited:\n" + gateway.Output);
+                Assert.True(DateTime.UtcNow < deadline, "the gateway was not ready in 60 s:\n" + gateway.Output);
+                try
+                {
+                    using var response = await gateway.Client.GetAsync("/ps-gateway/health", Ct);
+                    if (response.StatusCode == HttpStatusCode.OK)
+                    {
+                        return gateway;
+                    }
+                }
+                catch (HttpRequestException)
+                {
+                }
+
+                await Task.Delay(100, Ct);
+            }
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            Client.Dispose();
+            if (!_process.HasExited)
+            {
+                _process.Kill(entireProcessTree: true);
+                await _process.WaitForExitAsync();
+            }
+
+            _process.Dispose();
+        }
+
+        private void Append(string? line)
+        {
+            if (line is not null)
+            {
+                lock (_output)
+                {
+                    _output.AppendLine(line);
+                }
+            }
+        }
+    }
+}
