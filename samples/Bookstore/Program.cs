@@ -12,6 +12,7 @@ try
 {
     return command switch
     {
+        "serve" when rest.Length > 0 && rest[0] == "gateway" => await GatewayHost.RunAsync(rest[1..]),
         "serve" when rest.Length > 0 => await ComponentHost.RunAsync(rest[0], rest[1..]),
         "run" => await RunCommand.RunAsync(LauncherOptions.Parse(rest, command)),
         "table8" => await Table8Command.RunAsync(LauncherOptions.Parse(rest, command)),
@@ -27,9 +28,9 @@ catch (ArgumentException ex) when (command != "serve")
 
 static int Usage()
 {
-    Console.Error.WriteLine("usage: Bookstore [run] [--loops N] [--seconds S] [--stores N] [--buyers N] [--config a|b|c|d] [--chaos] [--chaos-interval MIN-MAX] [--seed N] [--plain] [--plain-clients] [--upgrade] [--keep] [--data DIR]");
+    Console.Error.WriteLine("usage: Bookstore [run] [--loops N] [--seconds S] [--stores N] [--buyers N] [--config a|b|c|d] [--chaos] [--chaos-interval MIN-MAX] [--seed N] [--plain] [--gateway] [--plain-clients] [--upgrade] [--keep] [--data DIR]");
     Console.Error.WriteLine("       Bookstore table8 [--loops N] [--warmup N] [--rounds N] [--stores N]");
     Console.Error.WriteLine("       Bookstore buyer --base-url pricegrabber=URL --base-url bookseller=URL --base-url STORE=URL … [--loops N | --seconds S] [--quiet]");
-    Console.Error.WriteLine("       Bookstore serve store|pricegrabber|tax|seller   (started by the launcher, or in a container)");
+    Console.Error.WriteLine("       Bookstore serve store|pricegrabber|tax|seller|gateway   (started by the launcher, or in a container)");
     return 2;
 }

@@ -74,6 +74,28 @@ public sealed class BookstoreTests
 
     [Fact]
     [Trait("Category", "Crash")]
+    public async Task Run_ThroughTheGateway_KillsAndUpgradesUnderEightBuyers_PlainClientsSeeNoError()
+    {
+        // --gateway: the buyers reach PriceGrabber and BookSeller through ps-gateway, which holds each request while its
+        // service restarts (a kill or an upgrade) and resends it with its identity. A client that never retries must see
+        // no error, and nothing may be lost or run twice.
+        var seed = Environment.TickCount & 0xFFFF;
+        var run = await BookstoreRun.RunAsync(
+            ["--gateway", "--plain-clients", "--buyers", "8", "--chaos", "--chaos-interval", "1-3", "--upgrade", "--seconds", "30", "--seed", seed.ToString(CultureInfo.InvariantCulture)],
+            TimeSpan.FromMinutes(5));
+
+        Assert.True(run.Result.Count > 0, "no RESULT line");
+        Assert.Equal(0, run["mismatches"]);
+        Assert.Equal(0, run["duplicates"]);
+        Assert.Equal(0, run["client_errors"]);
+        Assert.Equal(0, run.ExitCode);
+        Assert.True(run["kills"] + run["upgrades"] >= 2, $"only {run["kills"]} kills and {run["upgrades"]} upgrades (seed {seed})");
+        Assert.True(run["loops"] >= 1, $"no loop finished (seed {seed})");
+        Assert.Empty(run.LiveServices());
+    }
+
+    [Fact]
+    [Trait("Category", "Crash")]
     public async Task Run_ServicesRestartWithTheirLogDeleted_ReconciliationReportsMismatches()
     {
         // The checker itself: services that forget (their log deleted at each restart) must be noticed.

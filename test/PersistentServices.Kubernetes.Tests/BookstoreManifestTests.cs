@@ -19,9 +19,9 @@ public sealed class BookstoreManifestTests
 
         Assert.True(violations.Count == 0, string.Join(Environment.NewLine, violations));
         Assert.Equal(
-            ["ConfigMap bookstore", "Deployment taxcalculator", "Namespace bookstore",
-             "PodDisruptionBudget bookseller", "PodDisruptionBudget pricegrabber", "PodDisruptionBudget store", "PodDisruptionBudget taxcalculator",
-             "Service bookseller", "Service pricegrabber", "Service store", "Service taxcalculator",
+            ["ConfigMap bookstore", "Deployment gateway", "Deployment taxcalculator", "Namespace bookstore",
+             "PodDisruptionBudget bookseller", "PodDisruptionBudget gateway", "PodDisruptionBudget pricegrabber", "PodDisruptionBudget store", "PodDisruptionBudget taxcalculator",
+             "Service bookseller", "Service gateway", "Service pricegrabber", "Service store", "Service taxcalculator",
              "StatefulSet bookseller", "StatefulSet pricegrabber", "StatefulSet store"],
             objects.Select(o => $"{o.Kind} {o.Name()}").Order(StringComparer.Ordinal));
     }
@@ -34,7 +34,7 @@ public sealed class BookstoreManifestTests
         var containers = objects.OfType<V1StatefulSet>().Select(s => s.Spec.Template).Concat(objects.OfType<V1Deployment>().Select(d => d.Spec.Template))
             .SelectMany(t => t.Spec.Containers).ToList();
 
-        Assert.Equal(4, containers.Count);
+        Assert.Equal(5, containers.Count);
         Assert.All(containers, c => Assert.Equal(("localhost/bookstore:dev", "Never"), (c.Image, c.ImagePullPolicy)));
     }
 

@@ -36,6 +36,8 @@ internal sealed record AppContract(string LivePath, string ReadyPath, string Met
 /// <item><c>peer-key</c>: the peer key (and any key accepted besides it) from a Secret, never a value in a manifest; <c>image</c>: a tagged image (not
 /// <c>latest</c>) with an explicit pull policy; <c>metrics</c>: Prometheus scrape annotations naming the app's metrics
 /// path and port.</item>
+/// <item><c>gateway</c>: a container configured as the gateway (<c>PersistentGateway__</c> variables) is given no log
+/// directory and runs as a Deployment of two or more copies; the peer-key and log-volume rules are not its.</item>
 /// <item><c>pdb</c>: a PodDisruptionBudget for every workload; <c>service</c>: every Service selects a workload and
 /// targets one of its ports, a headless Service publishes not-ready addresses, a StatefulSet's service is headless.</item>
 /// </list>
@@ -230,6 +232,28 @@ internal sealed partial class ManifestChecker(AppContract app)
             add("image", $"{name}: image '{container.Image}' has no tag or digest, or is latest");
         }
 
+        // The gateway (docs/gateway.md) is not a PersistentServices service: it signs no call and keeps no log. Its own
+        // rule: it holds nothing, so it must not be given a log directory (whatever it wrote there would be lost with the
+        // pod), and it runs as a Deployment of at least two copies.
+        var port = AppPort(env);
+        if (env.Keys.Any(k => k.StartsWith("PersistentGateway__", StringComparison.Ordinal)))
+        {
+            if (env.ContainsKey("PersistentServices__LogDirectory"))
+            {
+                add("gateway", $"{name}: the gateway is given a log directory; it keeps no state");
+            }
+
+            if (workload.Replicas is not >= 2 || workload.ServiceName is not null)
+            {
+                add("gateway", $"{name}: the gateway must run as a Deployment of two or more copies (it has {workload.Replicas ?? 1})");
+            }
+
+            CheckProbes(container, name, port, add);
+            CheckGracePeriod(workload, pod, container, name, env, add);
+            CheckMetrics(workload, name, port, add);
+            return;
+        }
+
         // The peer key: from a Secret, never a value in a manifest or a ConfigMap.
         if (!env.TryGetValue("PersistentServices__Calls__PeerKey", out var peerKey))
         {
@@ -249,7 +273,6 @@ internal sealed partial class ManifestChecker(AppContract app)
             }
         }
 
-        var port = AppPort(env);
         CheckProbes(container, name, port, add);
         CheckGracePeriod(workload, pod, container, name, env, add);
         CheckMetrics(workload, name, port, add);
@@ -475,13 +498,13 @@ internal sealed partial class ManifestChecker(AppContract app)
     private sealed record EnvValue(string? Value, string Source, string? FromSecret);
 
     /// <summary>A StatefulSet or Deployment: its pod template, labels and (a StatefulSet's) claims and service.</summary>
-    private sealed record Workload(string Id, string? Namespace, V1PodTemplateSpec Template, IDictionary<string, string> Labels, IList<V1PersistentVolumeClaim> Claims, string? ServiceName)
+    private sealed record Workload(string Id, string? Namespace, V1PodTemplateSpec Template, IDictionary<string, string> Labels, IList<V1PersistentVolumeClaim> Claims, string? ServiceName, int? Replicas)
     {
         public static Workload? From(IKubernetesObject<V1ObjectMeta> o) => o switch
         {
             V1StatefulSet s => new($"StatefulSet {s.Namespace()}/{s.Name()}", s.Namespace(), s.Spec.Template, s.Spec.Template.Metadata?.Labels ?? new Dictionary<string, string>(),
-                s.Spec.VolumeClaimTemplates ?? [], s.Spec.ServiceName),
-            V1Deployment d => new($"Deployment {d.Namespace()}/{d.Name()}", d.Namespace(), d.Spec.Template, d.Spec.Template.Metadata?.Labels ?? new Dictionary<string, string>(), [], null),
+                s.Spec.VolumeClaimTemplates ?? [], s.Spec.ServiceName, s.Spec.Replicas),
+            V1Deployment d => new($"Deployment {d.Namespace()}/{d.Name()}", d.Namespace(), d.Spec.Template, d.Spec.Template.Metadata?.Labels ?? new Dictionary<string, string>(), [], null, d.Spec.Replicas),
             _ => null,
         };
     }

@@ -24,6 +24,7 @@ public sealed class ManifestRuleTests
     [InlineData("shared-probe", "StatefulSet bookstore/pricegrabber", "probes", "readiness and liveness share the path /health/ready")]
     [InlineData("privilege-escalation", "Deployment bookstore/taxcalculator", "restricted", "allowPrivilegeEscalation is not false")]
     [InlineData("peer-key-literal", "StatefulSet bookstore/store", "peer-key", "the peer key is a literal value, not a secretKeyRef")]
+    [InlineData("single-gateway", "Deployment bookstore/gateway", "gateway", "the gateway must run as a Deployment of two or more copies (it has 1)")]
     [InlineData("accepted-peer-key-literal", "StatefulSet bookstore/bookseller", "peer-key", "the accepted peer key PersistentServices__Calls__AcceptedPeerKeys__0 is a literal value, not a secretKeyRef")]
     public async Task ABrokenRule_FailsTheCheck_NamingTheObjectAndTheRule(string testCase, string objectId, string rule, string message)
     {

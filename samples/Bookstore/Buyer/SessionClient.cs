@@ -28,7 +28,8 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
 
     private readonly HttpClient _http = new(new SocketsHttpHandler { ConnectTimeout = TimeSpan.FromSeconds(2) })
     {
-        BaseAddress = baseAddress,
+        // Paths are sent relative to it, so a base with a path (a service behind the gateway: http://gw/bookseller/) keeps it.
+        BaseAddress = baseAddress.AbsoluteUri.EndsWith('/') ? baseAddress : new Uri(baseAddress.AbsoluteUri + "/"),
         Timeout = Timeout.InfiniteTimeSpan,
     };
 
@@ -55,7 +56,7 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
         // Executes nothing, so a lost reply is harmless: start another.
         _session = await RetryAsync(async token =>
         {
-            using var response = await _http.PostAsync("/ps/sessions", null, token);
+            using var response = await _http.PostAsync("ps/sessions", null, token);
             if (response.StatusCode != HttpStatusCode.Created)
             {
                 return (false, "");
@@ -74,7 +75,7 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
         var number = _next;
         var (status, text, consumed) = await RetryAsync(async token =>
         {
-            using var request = new HttpRequestMessage(HttpMethod.Post, path) { Content = new ByteArrayContent(bytes) };
+            using var request = new HttpRequestMessage(HttpMethod.Post, path.TrimStart('/')) { Content = new ByteArrayContent(bytes) };
             request.Content.Headers.ContentType = new MediaTypeHeaderValue("application/json");
             request.Headers.Add("PS-Session", session);
             request.Headers.Add("PS-Seq", number.ToString(CultureInfo.InvariantCulture));
@@ -110,7 +111,7 @@ internal sealed class SessionClient(string service, Uri baseAddress, Action<stri
     public async Task<T> GetAsync<T>(string path, CancellationToken cancellationToken)
         => await RetryAsync(async token =>
         {
-            using var request = new HttpRequestMessage(HttpMethod.Get, path);
+            using var request = new HttpRequestMessage(HttpMethod.Get, path.TrimStart('/'));
             if (_session is not null)
             {
                 request.Headers.Add("PS-Session", _session);

@@ -39,6 +39,12 @@ internal sealed class Deployment : IAsyncDisposable
 
     public ComponentProcess Seller => Services.Single(s => s.Component == "seller");
 
+    /// <summary>The gateway in front of PriceGrabber and BookSeller (<c>--gateway</c>), or null. Not one of <see cref="Services"/>: never killed or upgraded.</summary>
+    public ComponentProcess? Gateway { get; private set; }
+
+    /// <summary>Where the buyer reaches <paramref name="service"/>: through the gateway (under its path prefix) when there is one, else directly.</summary>
+    public Uri BuyerUrl(ComponentProcess service) => Gateway is { } gateway ? new Uri(gateway.Url, "/" + service.Name + "/") : service.Url;
+
     /// <summary>Restart a service that died with its log deleted (a lost disk: only to show that the reconciliation notices).</summary>
     public bool WipeOnRestart { get; set; }
 
@@ -55,10 +61,10 @@ internal sealed class Deployment : IAsyncDisposable
     public List<(long From, long To)> Outages { get; } = [];
 
     /// <summary>Starts every service (in parallel) and returns once all are ready.</summary>
-    public static async Task<Deployment> StartAsync(string root, int stores, LoggingConfiguration configuration, Action<string> events, CancellationToken cancellationToken)
+    public static async Task<Deployment> StartAsync(string root, int stores, LoggingConfiguration configuration, Action<string> events, CancellationToken cancellationToken, bool gateway = false)
     {
         var peerKey = Base64Url(RandomNumberGenerator.GetBytes(32)); // this run's secret: in the services' environment only
-        var ports = FreePorts(stores + 3);
+        var ports = FreePorts(stores + 4);
         var storeNames = Enumerable.Range(1, stores).Select(i => $"store-{i}").ToList();
         var storeList = string.Join(';', storeNames.Select((n, i) => $"{n}=http://127.0.0.1:{ports[i].ToString(CultureInfo.InvariantCulture)}"));
         var taxUrl = $"http://127.0.0.1:{ports[stores + 1].ToString(CultureInfo.InvariantCulture)}";
@@ -101,7 +107,36 @@ internal sealed class Deployment : IAsyncDisposable
             throw;
         }
 
-        foreach (var service in services)
+        if (gateway)
+        {
+            // The buyer's services behind ps-gateway (docs/gateway.md): each under its name as path prefix, one instance,
+            // every unsafe endpoint persistent (PriceGrabber's and BookSeller's POSTs are [Persistent] or read-only
+            // methods, which a resend with the same identity answers without running anything twice).
+            var settings = new Dictionary<string, string>
+            {
+                ["Bookstore__ParentPid"] = Environment.ProcessId.ToString(CultureInfo.InvariantCulture),
+            };
+            foreach (var behind in new[] { deployment.PriceGrabber, deployment.Seller })
+            {
+                var key = "PersistentGateway__Services__" + behind.Name + "__";
+                settings[key + "PathPrefix"] = "/" + behind.Name;
+                settings[key + "Instances__0"] = behind.Url.ToString().TrimEnd('/');
+                settings[key + "Persistent"] = "true";
+            }
+
+            deployment.Gateway = new ComponentProcess("gateway", "gateway", "gateway", ports[stores + 3], Path.Combine(root, "gateway"), settings);
+            try
+            {
+                await deployment.Gateway.StartAsync(cancellationToken);
+            }
+            catch
+            {
+                await deployment.StopAsync();
+                throw;
+            }
+        }
+
+        foreach (var service in deployment.Gateway is { } g ? [.. services, g] : services)
         {
             deployment._supervisors.Add(deployment.SuperviseAsync(service));
         }
@@ -129,6 +164,12 @@ internal sealed class Deployment : IAsyncDisposable
     public async Task StopAsync()
     {
         await _stopping.CancelAsync();
+        // The gateway first: it holds no state, and requests it still holds would only wait for services going away.
+        if (Gateway is { } gateway)
+        {
+            await gateway.StopAsync(TimeSpan.FromSeconds(10));
+        }
+
         await Task.WhenAll(Services.Select(s => s.StopAsync(TimeSpan.FromSeconds(10))));
         Task[] supervisors;
         lock (_supervisors)

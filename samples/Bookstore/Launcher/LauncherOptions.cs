@@ -27,6 +27,9 @@ internal sealed class LauncherOptions
     /// <summary>The buyer also plays a client that never retries: errors on a request's first send are counted (README.md).</summary>
     public bool PlainClients { get; private set; }
 
+    /// <summary>The buyer reaches PriceGrabber and BookSeller through the gateway (docs/gateway.md), which holds its requests through restarts.</summary>
+    public bool Gateway { get; private set; }
+
     /// <summary>Replace every service in turn by a new build, round after round, while the buyer runs (README.md, "Upgrades").</summary>
     public bool Upgrade { get; private set; }
 
@@ -89,6 +92,9 @@ internal sealed class LauncherOptions
                     break;
                 case "--plain-clients":
                     options.PlainClients = true;
+                    break;
+                case "--gateway":
+                    options.Gateway = true;
                     break;
                 case "--upgrade":
                     options.Upgrade = true;

@@ -81,12 +81,17 @@ internal static class RunCommand
     private static async Task RunCoreAsync(LauncherOptions options, string root, RunStatus status, Action<Deployment> started, Outcome outcome, CancellationToken finish, CancellationToken abort)
     {
         status.Event($"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each its own process …");
-        var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort);
+        var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort, options.Gateway);
         deployment.WipeOnRestart = options.WipeOnRestart;
         started(deployment);
         foreach (var service in deployment.Services)
         {
             status.Event($"{service.Name} ({service.Kind}) on {service.Url.Authority}, pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+        }
+
+        if (deployment.Gateway is { } gateway)
+        {
+            status.Event($"gateway on {gateway.Url.Authority} (pid {gateway.ProcessId.ToString(CultureInfo.InvariantCulture)}): the buyer reaches PriceGrabber and BookSeller through it");
         }
 
         status.Event($"all {deployment.Services.Count} services ready in {status.Clock.Elapsed.TotalSeconds:0.0} s");
@@ -96,8 +101,8 @@ internal static class RunCommand
         var buyers = new List<BookBuyer>();
         for (var i = 0; i < options.Buyers; i++)
         {
-            var priceGrabber = new SessionClient("pricegrabber", deployment.PriceGrabber.Url, plain: options.PlainClients);
-            var seller = new SessionClient("bookseller", deployment.Seller.Url, plain: options.PlainClients);
+            var priceGrabber = new SessionClient("pricegrabber", deployment.BuyerUrl(deployment.PriceGrabber), plain: options.PlainClients);
+            var seller = new SessionClient("bookseller", deployment.BuyerUrl(deployment.Seller), plain: options.PlainClients);
             clients.Add(priceGrabber);
             clients.Add(seller);
             buyers.Add(new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]));
