@@ -72,6 +72,15 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         await session.ExecutionLock.WaitAsync(context.RequestAborted).ConfigureAwait(false);
         try
         {
+            // A read-only request is a request: the session's retention counts from it (docs/capacity.md), in memory only
+            // (nothing is logged; a drain's checkpoint keeps it, and after a crash SessionExpiryService gives never-used
+            // sessions their whole UnusedSessionRetention again). A session only ever read (PriceGrabber's in the
+            // bookstore) no longer expires as never used while it is being read.
+            if (session.LastActivity < runtime.Time.GetUtcNow())
+            {
+                session.LastActivity = runtime.Time.GetUtcNow();
+            }
+
             await RunAsync(context, new PersistentScope(session, ExecutionMode.ReadOnly)).ConfigureAwait(false);
         }
         finally

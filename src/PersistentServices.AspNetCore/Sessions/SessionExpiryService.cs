@@ -18,6 +18,11 @@ namespace PersistentServices.Sessions;
 /// </summary>
 internal sealed partial class SessionExpiryService(PersistentRuntime runtime, ILogger<SessionExpiryService> logger) : BackgroundService
 {
+    // When this process began to count retention. Read-only requests keep a session alive (they set its LastActivity) but
+    // are not logged, so after a restart a never-used session may have been in use a moment ago: it gets its whole
+    // UnusedSessionRetention again from here.
+    private readonly DateTimeOffset _started = runtime.Time.GetUtcNow();
+
     private long _lastSweepTicks;
     private long _nextExpiryTicks = long.MaxValue;
 
@@ -48,6 +53,10 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
         foreach (var session in runtime.Sessions.Enumerate())
         {
             var expiresAt = session.ExpiresAt(idle, unused);
+            if (session.NeverUsed && expiresAt < _started + unused)
+            {
+                expiresAt = _started + unused;
+            }
 
             // Quarantined sessions (their replay diverged) expire like idle ones, so their records stop holding the log back.
             // Key sessions (Idempotency-Key) keep their own retention: ending one here would forget its key (Http/IdempotencyKeys/);

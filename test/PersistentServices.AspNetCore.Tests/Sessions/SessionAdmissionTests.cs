@@ -73,6 +73,32 @@ public sealed class SessionAdmissionTests : IDisposable
     }
 
     [Fact]
+    public async Task SessionOnlyRead_LivesWhileItIsRead_AndExpiresOnceTheReadsStop()
+    {
+        // A session used only by [PersistentReadOnly] requests (the bookstore's PriceGrabber) was expired as never used a
+        // minute after its start, while its client was reading it every few seconds.
+        var time = new FakeTimeProvider(Start);
+        await using var server = await TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.UnusedSessionRetention = TimeSpan.FromMinutes(1);
+            o.SessionIdleRetention = TimeSpan.FromHours(1);
+        }, time);
+        var read = await server.StartSessionAsync();
+        for (var i = 0; i < 5; i++)
+        {
+            time.Advance(TimeSpan.FromSeconds(40));
+            Expiry(server).ExpireIdleSessions();
+            var (reply, _) = await server.SendAsync(HttpMethod.Get, "/cart", read, null);
+            Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
+        }
+
+        time.Advance(TimeSpan.FromSeconds(61));
+        Expiry(server).ExpireIdleSessions();
+        var (gone, _) = await server.SendAsync(HttpMethod.Get, "/cart", read, null);
+        Assert.Equal(HttpStatusCode.NotFound, gone.StatusCode);
+    }
+
+    [Fact]
     public async Task MaxSessions_Reached_429WithARetryAfterThatSaysWhenASlotFrees_ThenASessionStartsThen()
     {
         var time = new FakeTimeProvider(Start);
