@@ -126,12 +126,14 @@ internal sealed class GatewayForwarder : IDisposable
         var instance = route.Instance!;
         var hasSequence = request.Headers.ContainsKey(SequenceHeader);
 
-        // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md).
+        // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md):
+        // the operator's statement (Persistent) covers the unsafe methods, so a GET is never resent once it may have run.
+        var unsafeMethod = !IsSafe(request.Method);
         var resendable = route.Placement switch
         {
             Placement.SessionStart => true, // starting a session executes nothing
-            Placement.Session => hasSequence && service.HonoursIdentity(path),
-            Placement.Key => service.HonoursIdentity(path),
+            Placement.Session => hasSequence && unsafeMethod && service.HonoursIdentity(path),
+            Placement.Key => unsafeMethod && service.HonoursIdentity(path),
             _ => false,
         };
 
