@@ -381,7 +381,12 @@ public sealed class GatewayTests : IDisposable
         public static async Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, int Port)> instances)
         {
             var port = ServiceProcess.FreePort();
-            var arguments = new List<string> { GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true" };
+            // A hold time well above a restart on a loaded CI host (seen up to 15 s with two other builds running): the test
+            // checks what the clients get, not how fast the service comes back.
+            var arguments = new List<string>
+            {
+                GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true", "--PersistentGateway:HoldTime=00:02:00",
+            };
             foreach (var (ordinal, instancePort) in instances)
             {
                 arguments.Add($"--PersistentGateway:Services:test:Instances:{ordinal}=http://127.0.0.1:{instancePort}");
