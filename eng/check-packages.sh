@@ -40,7 +40,7 @@ dotnet pack "$root/eng/packages.slnf" "${pack[@]}" -o "$work/feed" --version-suf
 
 # 1. What the packages say.
 nuspec() { python3 -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]).decode("utf-8-sig"))' "$work/feed/$1.$version.nupkg" "$1.nuspec"; }
-for id in PersistentServices.Core PersistentServices.AspNetCore PersistentServices.Client PersistentServices.OpenTelemetry PersistentServices.Testing psctl; do
+for id in PersistentServices.Core PersistentServices.AspNetCore PersistentServices.Client PersistentServices.OpenTelemetry PersistentServices.Testing PersistentServices.Gateway psctl; do
   [ -f "$work/feed/$id.$version.nupkg" ] || fail "$id was not packed"
   [ -f "$work/feed/$id.$version.snupkg" ] || fail "$id has no symbol package"
   spec=$(nuspec "$id")

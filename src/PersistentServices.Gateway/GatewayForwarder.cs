@@ -5,6 +5,7 @@ using System.Net.Sockets;
 using System.Security.Cryptography;
 using System.Text.Json;
 using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using Yarp.ReverseProxy.Forwarder;
@@ -125,19 +126,24 @@ internal sealed class GatewayForwarder : IDisposable
         var instance = route.Instance!;
         var hasSequence = request.Headers.ContainsKey(SequenceHeader);
 
-        // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md).
+        // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md):
+        // the operator's statement (Persistent) covers the unsafe methods, so a GET is never resent once it may have run.
+        var unsafeMethod = !IsSafe(request.Method);
         var resendable = route.Placement switch
         {
             Placement.SessionStart => true, // starting a session executes nothing
-            Placement.Session => hasSequence && service.HonoursIdentity(path),
-            Placement.Key => service.HonoursIdentity(path),
+            Placement.Session => hasSequence && unsafeMethod && service.HonoursIdentity(path),
+            Placement.Key => unsafeMethod && service.HonoursIdentity(path),
             _ => false,
         };
 
         var delay = _options.RetryDelay;
         for (var attempt = 1; ; attempt++)
         {
-            request.Body = new MemoryStream(body, writable: false);
+            if (body.Length > 0)
+            {
+                request.Body = new MemoryStream(body, writable: false);
+            }
             var transformer = new AttemptTransformer(path, addedKey, instance.Ordinal);
             var error = await _forwarder.SendAsync(context, instance.Address, _client, _requestConfig, transformer).ConfigureAwait(false);
             string reason;
@@ -244,22 +250,29 @@ internal sealed class GatewayForwarder : IDisposable
 
     private async Task<byte[]?> ReadBodyAsync(HttpRequest request, CancellationToken cancellationToken)
     {
-        if (request.ContentLength == 0)
+        if (request.ContentLength == 0 || request.HttpContext.Features.Get<IHttpRequestBodyDetectionFeature>() is { CanHaveBody: false })
         {
-            return [];
+            return []; // a GET without a body: nothing to keep (and nothing to read)
         }
 
-        using var buffer = new MemoryStream();
-        var chunk = new byte[16 * 1024];
-        int read;
-        while ((read = await request.Body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
+        using var buffer = new MemoryStream(request.ContentLength is { } length ? (int)length : 0);
+        var chunk = System.Buffers.ArrayPool<byte>.Shared.Rent(16 * 1024);
+        try
         {
-            if (buffer.Length + read > _options.MaxRequestBodyBytes)
+            int read;
+            while ((read = await request.Body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
             {
-                return null;
-            }
+                if (buffer.Length + read > _options.MaxRequestBodyBytes)
+                {
+                    return null;
+                }
 
-            buffer.Write(chunk, 0, read);
+                buffer.Write(chunk, 0, read);
+            }
+        }
+        finally
+        {
+            System.Buffers.ArrayPool<byte>.Shared.Return(chunk);
         }
 
         return buffer.ToArray();

@@ -61,6 +61,7 @@ public sealed class GatewayHoldTests : IAsyncDisposable
         builder.Services.AddPersistentGateway(o =>
         {
             o.Services["svc"] = new GatewayServiceOptions { Persistent = persistent };
+            o.Services["svc"].PlainPaths.Add("/plain");
             o.Services["svc"].Instances["0"] = address;
             o.RetryDelay = TimeSpan.FromMilliseconds(10);
             o.MaxRetryDelay = TimeSpan.FromMilliseconds(20);
@@ -154,6 +155,34 @@ public sealed class GatewayHoldTests : IAsyncDisposable
         using var client = await GatewayAsync(address, persistent: true);
 
         using var response = await client.GetAsync("/balances", Ct);
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Single(seen);
+    }
+
+    [Fact]
+    public async Task SafeRequest_WithAKey_LostMidRequest_IsNeverResent()
+    {
+        var (address, seen) = await UpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+        using var request = new HttpRequestMessage(HttpMethod.Get, "/report");
+        request.Headers.Add("Idempotency-Key", "op-1");
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
+        Assert.Single(seen);
+    }
+
+    [Fact]
+    public async Task KeyedRequest_ToAPlainPath_LostMidRequest_IsNeverResent()
+    {
+        var (address, seen) = await UpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+        using var request = Post("/plain/work", "{}");
+        request.Headers.Add("Idempotency-Key", "op-2");
+
+        using var response = await client.SendAsync(request, Ct);
 
         Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode);
         Assert.Single(seen);

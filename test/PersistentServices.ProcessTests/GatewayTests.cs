@@ -75,6 +75,46 @@ public sealed class GatewayTests : IDisposable
     }
 
     /// <summary>
+    /// A rolling upgrade of the one instance, PS_GATEWAY_UPGRADES times (default 5), under the same 8 plain clients: SIGTERM
+    /// (the graceful drain), then a restart on the same log into the other build (PS_VERSION 1 and 2 alternate: version 2
+    /// adds a field to /deposit's reply, docs/upgrades.md).
+    /// </summary>
+    [Fact]
+    public async Task PlainClients_ThroughRollingUpgrades_SeeNoError_NothingLostOrDuplicated()
+    {
+        var upgrades = EnvInt("PS_GATEWAY_UPGRADES", 5);
+        var environment = InstanceEnvironment(0, withOrdinal: false);
+        environment["PS_VERSION"] = "1";
+        var service = await ServiceProcess.StartAsync(environment);
+        var port = service.Port;
+        await using var gateway = await GatewayProcess.StartAsync([(0, port)]);
+        var run = new PlainClientRun(gateway.Client, depositClients: 4, sessionClients: 4, expectOwner: false);
+        var clients = run.Start();
+        try
+        {
+            for (var upgrade = 0; upgrade < upgrades; upgrade++)
+            {
+                await run.WaitForProgressAsync(20, () => service.RecentOutput());
+                Assert.Equal(0, await service.TerminateAsync(TimeSpan.FromSeconds(60)));
+                await service.DisposeAsync();
+                environment["PS_VERSION"] = upgrade % 2 == 0 ? "2" : "1";
+                service = await ServiceProcess.StartAsync(environment, port);
+            }
+
+            await run.WaitForProgressAsync(20, () => service.RecentOutput());
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+        }
+
+        await run.AssertStateAsync(service.Client, gateway.Output);
+        await service.DisposeAsync();
+        TestContext.Current.TestOutputHelper?.WriteLine($"gateway, {upgrades} rolling upgrades: {run.Summary}; {Holds(gateway.Output)}");
+    }
+
+    /// <summary>
     /// Three instances (ordinals 0, 1, 2), six session clients through the gateway, PS_GATEWAY_OWNER_KILLS kills
     /// (default 6) of the instances in turn: every reply comes from the session's owner (the gateway's
     /// <c>PS-Gateway-Instance</c> header equals the id's first byte), and afterwards each session exists on its owner only.
@@ -341,7 +381,12 @@ public sealed class GatewayTests : IDisposable
         public static async Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, int Port)> instances)
         {
             var port = ServiceProcess.FreePort();
-            var arguments = new List<string> { GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true" };
+            // A hold time well above a restart on a loaded CI host (seen up to 15 s with two other builds running): the test
+            // checks what the clients get, not how fast the service comes back.
+            var arguments = new List<string>
+            {
+                GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true", "--PersistentGateway:HoldTime=00:02:00",
+            };
             foreach (var (ordinal, instancePort) in instances)
             {
                 arguments.Add($"--PersistentGateway:Services:test:Instances:{ordinal}=http://127.0.0.1:{instancePort}");
