@@ -176,6 +176,9 @@ internal sealed class ComponentProcess(string name, string component, string kin
         return process.ExitCode;
     }
 
+    /// <summary>The exit code of the process that ran last, once it exited (null while it runs).</summary>
+    public int? ExitCode => _process is { HasExited: true } process ? process.ExitCode : null;
+
     /// <summary>When the launcher last killed it (a <see cref="Stopwatch"/> timestamp), or null.</summary>
     public long? LastKill { get; private set; }
 

@@ -192,7 +192,11 @@ internal sealed class Deployment : IAsyncDisposable
 
     /// <summary>
     /// Replaces <paramref name="service"/> by <paramref name="build"/> (README.md, "Upgrades"): a graceful stop (SIGTERM: it
-    /// drains, checkpoints and exits; SIGKILL after 30 s), then a start of the new build on the same port and log.
+    /// drains, checkpoints and exits; SIGKILL after 30 s), then a start of the new build on the same port and log. Only
+    /// a graceful stop lets the new build start without replaying the old build's requests (docs/upgrades.md): when the
+    /// stop was not graceful (the chaos monkey's SIGKILL came during the drain), the old build is started again on its log
+    /// to recover, and stopped again, before the new one starts; else the new build's replies (a field added) would not
+    /// be the logged ones and the sessions would diverge.
     /// </summary>
     public async Task UpgradeAsync(ComponentProcess service, int build, CancellationToken cancellationToken)
     {
@@ -201,6 +205,13 @@ internal sealed class Deployment : IAsyncDisposable
         try
         {
             await service.StopAsync(TimeSpan.FromSeconds(30));
+            while (service.ExitCode is not 0)
+            {
+                _events($"{service.Name} did not stop gracefully (exit {service.ExitCode?.ToString(CultureInfo.InvariantCulture) ?? "?"}): recovering it on build {service.Build.ToString(CultureInfo.InvariantCulture)} before the upgrade");
+                await service.StartAsync(cancellationToken);
+                await service.StopAsync(TimeSpan.FromSeconds(30));
+            }
+
             service.SetBuild(build);
             await service.StartAsync(cancellationToken);
         }

@@ -121,8 +121,10 @@ internal static class RunCommand
         status.Phase = "running";
         using var background = CancellationTokenSource.CreateLinkedTokenSource(abort);
         var polling = PollForcesAsync(deployment, status, background.Token);
-        var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, status, background.Token) : Task.CompletedTask;
-        var upgrades = options.Upgrade ? UpgradeAsync(deployment, status, background.Token) : Task.CompletedTask;
+        // One disruption at a time: a kill during an upgrade's drain would make the new build replay the old one's requests.
+        using var disruption = new SemaphoreSlim(1, 1);
+        var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, status, disruption, background.Token) : Task.CompletedTask;
+        var upgrades = options.Upgrade ? UpgradeAsync(deployment, status, disruption, background.Token) : Task.CompletedTask;
         var deadline = options.Seconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
         var loopsStarted = status.Clock.Elapsed;
         var loops = 0;
@@ -205,7 +207,7 @@ internal static class RunCommand
     }
 
     /// <summary>Kills one ready service at a time, at random, while the buyer runs; the supervisor brings it back.</summary>
-    private static async Task ChaosAsync(Deployment deployment, Random random, (double Min, double Max) interval, RunStatus status, CancellationToken cancellationToken)
+    private static async Task ChaosAsync(Deployment deployment, Random random, (double Min, double Max) interval, RunStatus status, SemaphoreSlim disruption, CancellationToken cancellationToken)
     {
         try
         {
@@ -215,14 +217,25 @@ internal static class RunCommand
                 // kill right after it would leave the buyer no time to get anything done between kills.
                 await WhenAllReadyAsync(deployment, cancellationToken);
                 await Task.Delay(TimeSpan.FromSeconds(interval.Min + (random.NextDouble() * (interval.Max - interval.Min))), cancellationToken);
-                await WhenAllReadyAsync(deployment, cancellationToken);
+                await disruption.WaitAsync(cancellationToken);
+                try
+                {
+                    await WhenAllReadyAsync(deployment, cancellationToken);
 
-                // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
-                var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
-                var victim = candidates[random.Next(candidates.Count)];
-                status.Killed();
-                status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
-                await victim.KillAsync();
+                    // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
+                    var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
+                    var victim = candidates[random.Next(candidates.Count)];
+                    status.Killed();
+                    status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
+                    await victim.KillAsync();
+
+                    // Back up (the supervisor restarts it) before the next disruption may begin.
+                    await WhenAllReadyAsync(deployment, cancellationToken);
+                }
+                finally
+                {
+                    disruption.Release();
+                }
             }
         }
         catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
@@ -235,7 +248,7 @@ internal static class RunCommand
     /// stopped gracefully (it drains and checkpoints) and started as the new build on the same port and log, a second
     /// after every service is up again.
     /// </summary>
-    private static async Task UpgradeAsync(Deployment deployment, RunStatus status, CancellationToken cancellationToken)
+    private static async Task UpgradeAsync(Deployment deployment, RunStatus status, SemaphoreSlim disruption, CancellationToken cancellationToken)
     {
         try
         {
@@ -245,9 +258,17 @@ internal static class RunCommand
                 {
                     await WhenAllReadyAsync(deployment, cancellationToken);
                     await Task.Delay(TimeSpan.FromSeconds(1), cancellationToken);
-                    await WhenAllReadyAsync(deployment, cancellationToken);
-                    status.Event($"upgrade: {service.Name} to build {build.ToString(CultureInfo.InvariantCulture)} (SIGTERM, drain, start)");
-                    await deployment.UpgradeAsync(service, build, cancellationToken);
+                    await disruption.WaitAsync(cancellationToken);
+                    try
+                    {
+                        await WhenAllReadyAsync(deployment, cancellationToken);
+                        status.Event($"upgrade: {service.Name} to build {build.ToString(CultureInfo.InvariantCulture)} (SIGTERM, drain, start)");
+                        await deployment.UpgradeAsync(service, build, cancellationToken);
+                    }
+                    finally
+                    {
+                        disruption.Release();
+                    }
                 }
             }
         }
