@@ -509,17 +509,10 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     /// <summary>Step 2: the request record, appended (not forced) to the session's position stream.</summary>
     private void LogRequest(PersistentRequest request)
     {
-        var log = runtime.Log;
-        if (request.IncomingDv is { } incoming)
-        {
-            request.Session.Dv = request.Session.Dv.Merge(incoming).Prune(runtime.Domain.Recovered);
-        }
-
-        var position = SessionRecords.AppendRequest(log, request.Session, request.Record, request.RecordSize);
+        LoggedRequestSteps.MergeDv(runtime, request.Session, request.IncomingDv);
+        var position = SessionRecords.AppendRequest(runtime.Log, request.Session, request.Record, request.RecordSize);
         request.ForceRequestRecord = runtime.Options.Calls.Logging == CallLogging.ForceEveryMessage;
-        var execution = new RequestExecution(log, runtime.Options.ServiceName, runtime.Epoch, request.Session, position, cursor: null);
-        execution.Advance(position.RequestLsn);
-        request.Execution = execution;
+        request.Execution = LoggedRequestSteps.BeginExecution(runtime, request.Session, position, cursor: null);
         request.Activity?.SetTag(PersistentServicesTracing.LsnTagName, position.RequestLsn);
     }
 
@@ -530,12 +523,8 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     /// <summary>Step 4a: the short reply record ([Phoenix/App Algorithm 3]).</summary>
     private long LogReply(PersistentRequest request)
     {
-        var reply = request.Reply.Reply;
-        var lsn = SessionRecords.AppendReply(runtime.Log, request.Session, request.Execution!.Position, reply);
-
-        // As replay and the analysis scan do: a rollback's replay then compares this request's replayed reply with it, and
-        // never takes the request, when it is the session's last, for one a crash cut short (run on live, its reply logged twice).
-        request.Session.LoggedReplies[request.Sequence] = (reply.StatusCode, reply.Hash);
+        // As replay does, with the reply's hash recorded (RollbackOfLiveRequestsTests).
+        var lsn = LoggedRequestSteps.LogReply(runtime, request.Execution!, request.Reply.Reply);
         request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.appended"));
         return lsn;
     }

@@ -95,11 +95,10 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
-            // As live (PersistentRequestHandler.LogRequest): the DV the request arrived with joins the session's, so that a
-            // recovered state number learned later finds the session an orphan when it depends on what a caller lost.
+            // As live (PersistentRequestHandler.LogRequest): the DV the request arrived with joins the session's.
             if (recovered is not null && record.Dv is { } arrived)
             {
-                session.Dv = session.Dv.Merge(Domain.DependencyVector.FromRecord(arrived)).Prune(recovered);
+                LoggedRequestSteps.MergeDv(runtime, session, Domain.DependencyVector.FromRecord(arrived));
             }
 
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
@@ -111,8 +110,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             }
 
             var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn) { CompareWrites = check is not null };
-            var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, request.Position, cursor);
-            execution.Advance(request.Position.RequestLsn);
+            var execution = LoggedRequestSteps.BeginExecution(runtime, session, request.Position, cursor);
             CapturedReply replayed;
             try
             {
@@ -229,8 +227,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
     /// </summary>
     private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
     {
-        var replyLsn = SessionRecords.AppendReply(runtime.Log, execution.Session, execution.Position, reply);
-        execution.Session.LoggedReplies[execution.Position.Sequence] = (reply.StatusCode, reply.Hash);
+        var replyLsn = LoggedRequestSteps.LogReply(runtime, execution, reply);
         await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
     }
 
