@@ -20,6 +20,9 @@ internal static partial class GatewayEvents
     [LoggerMessage(1404, LogLevel.Warning, "Buffered request bodies would exceed MaxBufferedBytes ({MaxBufferedBytes}): {Method} {Path} answered 503 before it was sent")]
     public static partial void BufferFull(ILogger logger, long maxBufferedBytes, string method, string path);
 
+    [LoggerMessage(1407, LogLevel.Warning, "Buffered request bodies of one client address would exceed MaxBufferedBytesPerClient ({MaxBufferedBytesPerClient}): {Method} {Path} answered 503 before it was sent")]
+    public static partial void ClientBufferFull(ILogger logger, long maxBufferedBytesPerClient, string method, string path);
+
     [LoggerMessage(1405, LogLevel.Information, "Held request {Method} {Path} for service {Service} answered by instance {Ordinal} after {Attempts} sends and {HeldMs} ms")]
     public static partial void Released(ILogger logger, string method, string path, string service, int ordinal, int attempts, long heldMs);
 

@@ -23,6 +23,10 @@ internal sealed class GatewayForwarder : IDisposable
     public const string SessionHeader = "PS-Session";
     public const string SequenceHeader = "PS-Seq";
     public const string InstanceHeader = "PS-Gateway-Instance";
+    private const string ForwardedFor = "X-Forwarded-For";
+    private const string ForwardedProto = "X-Forwarded-Proto";
+    private const string ForwardedHost = "X-Forwarded-Host";
+    private const string ForwardedPrefix = "X-Forwarded-Prefix";
 
     private readonly IHttpForwarder _forwarder;
     private readonly GatewayTopology _topology;
@@ -31,7 +35,7 @@ internal sealed class GatewayForwarder : IDisposable
     private readonly ILogger _logger;
     private readonly HttpMessageInvoker _client;
     private readonly ForwarderRequestConfig _requestConfig = new() { ActivityTimeout = TimeSpan.FromMinutes(2) };
-    private long _bufferedBytes;
+    private readonly BufferBudget _buffers;
 
     public GatewayForwarder(IHttpForwarder forwarder, GatewayTopology topology, IOptions<PersistentGatewayOptions> options, TimeProvider time, ILogger<GatewayForwarder> logger)
     {
@@ -40,6 +44,7 @@ internal sealed class GatewayForwarder : IDisposable
         _options = options.Value;
         _time = time;
         _logger = logger;
+        _buffers = new BufferBudget(_options.MaxBufferedBytes, _options.EffectiveMaxBufferedBytesPerClient);
         _client = new HttpMessageInvoker(new SocketsHttpHandler
         {
             UseProxy = false,
@@ -53,7 +58,7 @@ internal sealed class GatewayForwarder : IDisposable
     }
 
     /// <summary>Bytes of request bodies kept right now (for tests and diagnostics).</summary>
-    public long BufferedBytes => Interlocked.Read(ref _bufferedBytes);
+    public long BufferedBytes => _buffers.Held;
 
     public void Dispose() => _client.Dispose();
 
@@ -100,13 +105,20 @@ internal sealed class GatewayForwarder : IDisposable
             return;
         }
 
-        if (Interlocked.Add(ref _bufferedBytes, body.Length) > _options.MaxBufferedBytes)
+        var client = context.Connection.RemoteIpAddress;
+        switch (_buffers.TryTake(client, body.Length))
         {
-            Interlocked.Add(ref _bufferedBytes, -body.Length);
-            GatewayEvents.BufferFull(_logger, _options.MaxBufferedBytes, request.Method, path);
-            context.Response.Headers.RetryAfter = "1";
-            await ProblemAsync(context, 503, "unavailable", "Gateway busy", "The gateway holds as many request bodies as it may; nothing was sent. Retry the same request.").ConfigureAwait(false);
-            return;
+            case BufferBudget.Refusal.Total:
+                GatewayEvents.BufferFull(_logger, _options.MaxBufferedBytes, request.Method, path);
+                context.Response.Headers.RetryAfter = "1";
+                await ProblemAsync(context, 503, "unavailable", "Gateway busy", "The gateway holds as many request bodies as it may; nothing was sent. Retry the same request.").ConfigureAwait(false);
+                return;
+            case BufferBudget.Refusal.Client:
+                GatewayEvents.ClientBufferFull(_logger, _options.EffectiveMaxBufferedBytesPerClient, request.Method, path);
+                context.Response.Headers.RetryAfter = "1";
+                await ProblemAsync(context, 503, "unavailable", "Gateway busy for this client",
+                    "The gateway holds as many request bodies from this client address as one client may (MaxBufferedBytesPerClient); nothing was sent. Retry the same request once an earlier one is answered.").ConfigureAwait(false);
+                return;
         }
 
         try
@@ -115,7 +127,7 @@ internal sealed class GatewayForwarder : IDisposable
         }
         finally
         {
-            Interlocked.Add(ref _bufferedBytes, -body.Length);
+            _buffers.Return(client, body.Length);
         }
     }
 
@@ -144,7 +156,7 @@ internal sealed class GatewayForwarder : IDisposable
             {
                 request.Body = new MemoryStream(body, writable: false);
             }
-            var transformer = new AttemptTransformer(path, addedKey, instance.Ordinal);
+            var transformer = new AttemptTransformer(path, service.PathPrefix, addedKey, instance.Ordinal);
             var error = await _forwarder.SendAsync(context, instance.Address, _client, _requestConfig, transformer).ConfigureAwait(false);
             string reason;
             if (transformer.Held is { } held)
@@ -304,10 +316,12 @@ internal sealed class GatewayForwarder : IDisposable
     }
 
     /// <summary>
-    /// One send: the path without the service's prefix, the added key if any; a reply that says "not yet" (503
-    /// <c>unavailable</c> or <c>reply-pending</c>, 409 <c>idempotency-key-in-use</c>) is kept from the client.
+    /// One send: the path without the service's prefix, the added key if any, and the <c>X-Forwarded-*</c> headers set
+    /// (replacing any the client sent, as YARP's default transforms do) so the service sees the client's address for its
+    /// per-address shares; a reply that says "not yet" (503 <c>unavailable</c> or <c>reply-pending</c>, 409
+    /// <c>idempotency-key-in-use</c>) is kept from the client.
     /// </summary>
-    private sealed class AttemptTransformer(string path, string? addedKey, byte ordinal) : HttpTransformer
+    private sealed class AttemptTransformer(string path, string prefix, string? addedKey, byte ordinal) : HttpTransformer
     {
         private const int MaxProblemBytes = 16 * 1024;
 
@@ -322,6 +336,8 @@ internal sealed class GatewayForwarder : IDisposable
             {
                 proxyRequest.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, addedKey);
             }
+
+            SetForwarded(httpContext, proxyRequest, prefix);
         }
 
         public override async ValueTask<bool> TransformResponseAsync(HttpContext httpContext, HttpResponseMessage? proxyResponse, CancellationToken cancellationToken)
@@ -363,6 +379,36 @@ internal sealed class GatewayForwarder : IDisposable
             }
 
             return copy;
+        }
+
+        /// <summary>
+        /// <c>X-Forwarded-For</c> (the client's address), <c>-Proto</c>, <c>-Host</c> and, for a service with a path prefix,
+        /// <c>-Prefix</c>, each set to what this hop saw; a client's own <c>Forwarded</c> and <c>X-Forwarded-*</c> are dropped,
+        /// so a service that trusts the gateway (<c>UseForwardedHeaders</c> with its network known) trusts nothing a client wrote.
+        /// </summary>
+        internal static void SetForwarded(HttpContext context, HttpRequestMessage proxyRequest, string prefix)
+        {
+            var headers = proxyRequest.Headers;
+            headers.Remove("Forwarded");
+            headers.Remove(ForwardedFor);
+            headers.Remove(ForwardedProto);
+            headers.Remove(ForwardedHost);
+            headers.Remove(ForwardedPrefix);
+            if (context.Connection.RemoteIpAddress is { } address)
+            {
+                headers.TryAddWithoutValidation(ForwardedFor, address.IsIPv4MappedToIPv6 ? address.MapToIPv4().ToString() : address.ToString());
+            }
+
+            headers.TryAddWithoutValidation(ForwardedProto, context.Request.Scheme);
+            if (context.Request.Host.HasValue)
+            {
+                headers.TryAddWithoutValidation(ForwardedHost, context.Request.Host.Value);
+            }
+
+            if (prefix.Length > 0)
+            {
+                headers.TryAddWithoutValidation(ForwardedPrefix, prefix);
+            }
         }
 
         private static string? ProblemType(ReadOnlySpan<byte> bytes)

@@ -33,6 +33,17 @@ public sealed class PersistentGatewayOptions
     /// </summary>
     public long MaxBufferedBytes { get; set; } = 64L << 20;
 
+    /// <summary>
+    /// The most bytes of request bodies the gateway keeps at once for one client address (an IPv6 client by its /64); a
+    /// request that would exceed it gets <c>503</c> with <c>Retry-After</c> before anything is sent, so one client's flood
+    /// leaves the rest of <see cref="MaxBufferedBytes"/> to the others. Null (the default): an eighth of
+    /// <see cref="MaxBufferedBytes"/>, and at least <see cref="MaxRequestBodyBytes"/>. Behind a load balancer that hides
+    /// client addresses every client shares one.
+    /// </summary>
+    public long? MaxBufferedBytesPerClient { get; set; }
+
+    internal long EffectiveMaxBufferedBytesPerClient => MaxBufferedBytesPerClient ?? Math.Max(MaxBufferedBytes / 8, MaxRequestBodyBytes);
+
     /// <summary>How long the gateway waits for a TCP connection to an instance. Default 2 seconds.</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(2);
 }

@@ -34,6 +34,11 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
             failures.Add($"PersistentGateway:MaxBufferedBytes must be at least MaxRequestBodyBytes ({options.MaxRequestBodyBytes}) (was {options.MaxBufferedBytes}).");
         }
 
+        if (options.MaxBufferedBytesPerClient is { } perClient && (perClient < options.MaxRequestBodyBytes || perClient > options.MaxBufferedBytes))
+        {
+            failures.Add($"PersistentGateway:MaxBufferedBytesPerClient must be at least MaxRequestBodyBytes ({options.MaxRequestBodyBytes}) and at most MaxBufferedBytes ({options.MaxBufferedBytes}) (was {perClient}).");
+        }
+
         if (options.ConnectTimeout <= TimeSpan.Zero)
         {
             failures.Add($"PersistentGateway:ConnectTimeout must be positive (was {options.ConnectTimeout}).");

@@ -34,7 +34,15 @@ public sealed class GatewayHoldTests : IAsyncDisposable
     /// <summary>An upstream that answers each attempt with the script's step (the last step repeats), recording what it saw.</summary>
     private async Task<(string Address, ConcurrentQueue<(string? Key, string? Session, string Body)> Seen)> UpstreamAsync(params Func<HttpContext, Task>[] script)
     {
+        var (address, seen, _) = await RecordingUpstreamAsync(script);
+        return (address, seen);
+    }
+
+    /// <summary><see cref="UpstreamAsync"/>, also recording each attempt's request headers.</summary>
+    private async Task<(string Address, ConcurrentQueue<(string? Key, string? Session, string Body)> Seen, ConcurrentQueue<IHeaderDictionary> Headers)> RecordingUpstreamAsync(params Func<HttpContext, Task>[] script)
+    {
         var seen = new ConcurrentQueue<(string?, string?, string)>();
+        var headers = new ConcurrentQueue<IHeaderDictionary>();
         var builder = WebApplication.CreateSlimBuilder();
         builder.Logging.ClearProviders();
         builder.WebHost.UseUrls("http://127.0.0.1:0");
@@ -44,16 +52,17 @@ public sealed class GatewayHoldTests : IAsyncDisposable
         {
             using var reader = new StreamReader(context.Request.Body);
             var body = await reader.ReadToEndAsync();
+            headers.Enqueue(new HeaderDictionary(context.Request.Headers.ToDictionary(h => h.Key, h => h.Value)));
             seen.Enqueue((context.Request.Headers["Idempotency-Key"].FirstOrDefault(), context.Request.Headers["PS-Session"].FirstOrDefault(), body));
             var step = script[Math.Min(Interlocked.Increment(ref attempt), script.Length - 1)];
             await step(context);
         });
         await app.StartAsync(Ct);
         _apps.Add(app);
-        return (app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First(), seen);
+        return (app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First(), seen, headers);
     }
 
-    private async Task<HttpClient> GatewayAsync(string address, bool persistent, TimeSpan? holdTime = null)
+    private async Task<HttpClient> GatewayAsync(string address, bool persistent, TimeSpan? holdTime = null, Action<PersistentGatewayOptions>? configure = null, string? from = null)
     {
         var builder = WebApplication.CreateSlimBuilder();
         builder.Logging.ClearProviders();
@@ -66,14 +75,39 @@ public sealed class GatewayHoldTests : IAsyncDisposable
             o.RetryDelay = TimeSpan.FromMilliseconds(10);
             o.MaxRetryDelay = TimeSpan.FromMilliseconds(20);
             o.HoldTime = holdTime ?? TimeSpan.FromSeconds(30);
+            configure?.Invoke(o);
         });
         var app = builder.Build();
         app.MapPersistentGateway();
         await app.StartAsync(Ct);
         _apps.Add(app);
         var gateway = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses.First();
-        return new HttpClient { BaseAddress = new Uri(gateway) };
+        _gateway = gateway;
+        return ClientFrom(from ?? "127.0.0.1", gateway);
     }
+
+    private string? _gateway;
+
+    /// <summary>A client whose connections come from <paramref name="local"/> (any 127.0.0.0/8 address is this host's).</summary>
+    private static HttpClient ClientFrom(string local, string baseAddress) => new(new SocketsHttpHandler
+    {
+        ConnectCallback = async (context, cancellationToken) =>
+        {
+            var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+            try
+            {
+                socket.Bind(new IPEndPoint(IPAddress.Parse(local), 0));
+                await socket.ConnectAsync(context.DnsEndPoint, cancellationToken);
+                return new NetworkStream(socket, ownsSocket: true);
+            }
+            catch
+            {
+                socket.Dispose();
+                throw;
+            }
+        },
+    })
+    { BaseAddress = new Uri(baseAddress) };
 
     private static Task Problem(HttpContext context, int status, string type)
     {
@@ -221,5 +255,77 @@ public sealed class GatewayHoldTests : IAsyncDisposable
         Assert.StartsWith("ps-gateway-", response.Headers.GetValues("Idempotency-Key").Single(), StringComparison.Ordinal);
         Assert.Equal("urn:persistentservices:problem:unavailable",
             JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("type").GetString());
+    }
+
+    [Fact]
+    public async Task TheService_SeesTheClientsAddress_InXForwardedFor_NeverWhatTheClientWrote()
+    {
+        var (address, _, headers) = await RecordingUpstreamAsync(Ok);
+        using var client = await GatewayAsync(address, persistent: true, from: "127.0.0.3");
+        using var request = Post("/deposit", "{}");
+        request.Headers.Add("X-Forwarded-For", "203.0.113.9");
+        request.Headers.Add("Forwarded", "for=203.0.113.9");
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        var seen = headers.Single();
+        Assert.Equal("127.0.0.3", seen["X-Forwarded-For"].ToString());
+        Assert.Equal("http", seen["X-Forwarded-Proto"].ToString());
+        Assert.Equal(new Uri(_gateway!).Authority, seen["X-Forwarded-Host"].ToString());
+        Assert.False(seen.ContainsKey("Forwarded"));
+        Assert.False(seen.ContainsKey("X-Forwarded-Prefix")); // the service has no path prefix
+    }
+
+    [Fact]
+    public async Task OneClientsBodies_StopAtItsShare_AnotherClientIsStillServed()
+    {
+        var release = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var (address, seen) = await UpstreamAsync(async c => { await release.Task; await Ok(c); });
+        using var flooder = await GatewayAsync(address, persistent: true, configure: o =>
+        {
+            o.MaxRequestBodyBytes = 1000;
+            o.MaxBufferedBytes = 10_000;
+            o.MaxBufferedBytesPerClient = 2000;
+        });
+        using var other = ClientFrom("127.0.0.2", _gateway!);
+        var body = new string('x', 1000);
+
+        // Two bodies of the flooder are held at the (stalled) instance: its share is full.
+        var held = new[] { flooder.SendAsync(Post("/deposit", body), Ct), flooder.SendAsync(Post("/deposit", body), Ct) };
+        await WaitUntilAsync(() => seen.Count == 2);
+        using (var refused = await flooder.SendAsync(Post("/deposit", body), Ct))
+        {
+            Assert.Equal(HttpStatusCode.ServiceUnavailable, refused.StatusCode);
+            Assert.Equal("1", refused.Headers.GetValues("Retry-After").Single());
+            Assert.Contains("MaxBufferedBytesPerClient", await refused.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+        }
+
+        Assert.Equal(2, seen.Count); // the refused request was never sent
+
+        // Another address is still served while the flooder's share is full.
+        var served = other.SendAsync(Post("/deposit", body), Ct);
+        await WaitUntilAsync(() => seen.Count == 3);
+        release.SetResult();
+        using (var reply = await served)
+        {
+            Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
+        }
+
+        foreach (var response in await Task.WhenAll(held))
+        {
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            response.Dispose();
+        }
+    }
+
+    private static async Task WaitUntilAsync(Func<bool> condition)
+    {
+        for (var i = 0; i < 500 && !condition(); i++)
+        {
+            await Task.Delay(10, Ct);
+        }
+
+        Assert.True(condition());
     }
 }

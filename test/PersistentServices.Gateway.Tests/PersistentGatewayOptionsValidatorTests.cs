@@ -31,6 +31,8 @@ public sealed class PersistentGatewayOptionsValidatorTests
     [InlineData("hold", "PersistentGateway:HoldTime must be positive")]
     [InlineData("retry", "PersistentGateway:RetryDelay must be positive and at most MaxRetryDelay")]
     [InlineData("buffer", "PersistentGateway:MaxBufferedBytes must be at least MaxRequestBodyBytes")]
+    [InlineData("per-client-small", "PersistentGateway:MaxBufferedBytesPerClient must be at least MaxRequestBodyBytes")]
+    [InlineData("per-client-large", "PersistentGateway:MaxBufferedBytesPerClient must be at least MaxRequestBodyBytes (1048576) and at most MaxBufferedBytes")]
     [InlineData("draining-unknown", "DrainingInstances: '5' is not one of the service's Instances")]
     [InlineData("draining-all", "DrainingInstances lists every instance")]
     [InlineData("plain", "PersistentGateway:Services:store:PlainPaths must start with '/'")]
@@ -53,6 +55,8 @@ public sealed class PersistentGatewayOptionsValidatorTests
             case "hold": options.HoldTime = TimeSpan.Zero; break;
             case "retry": options.MaxRetryDelay = TimeSpan.FromMilliseconds(1); break;
             case "buffer": options.MaxBufferedBytes = 10; break;
+            case "per-client-small": options.MaxBufferedBytesPerClient = 10; break;
+            case "per-client-large": options.MaxBufferedBytesPerClient = options.MaxBufferedBytes + 1; break;
             case "draining-unknown": store.DrainingInstances.Add("5"); break;
             case "draining-all": store.DrainingInstances.AddRange(["0", "2"]); break;
             default: store.PlainPaths.Add("plain"); break;

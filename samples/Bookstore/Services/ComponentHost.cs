@@ -1,3 +1,4 @@
+using Microsoft.AspNetCore.HttpOverrides;
 using Microsoft.AspNetCore.Diagnostics.HealthChecks;
 using Microsoft.Extensions.Logging.Console;
 using OpenTelemetry.Metrics;
@@ -75,6 +76,11 @@ internal static class ComponentHost
         }
 
         var app = builder.Build();
+
+        // Behind the gateway (--gateway) every client has the gateway's address; the gateway sets X-Forwarded-For, and
+        // this trusts it from loopback only (ForwardedHeadersOptions' default known proxies), so per-address shares
+        // (MaxSessionsPerAddress) count each client on its own (docs/gateway.md, "Client addresses").
+        app.UseForwardedHeaders(new ForwardedHeadersOptions { ForwardedHeaders = ForwardedHeaders.XForwardedFor | ForwardedHeaders.XForwardedProto });
         app.UsePersistentServices();
         var service = app.Services.GetRequiredService<Microsoft.Extensions.Options.IOptions<PersistentServicesOptions>>().Value.ServiceName;
         var forces = app.Services.GetRequiredService<ForceCounter>();
