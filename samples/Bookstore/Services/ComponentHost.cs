@@ -1,6 +1,5 @@
 using Microsoft.AspNetCore.HttpOverrides;
 using Microsoft.AspNetCore.Diagnostics.HealthChecks;
-using Microsoft.Extensions.Logging.Console;
 using OpenTelemetry.Metrics;
 using OpenTelemetry.Resources;
 using PersistentServices;
@@ -26,16 +25,10 @@ internal static class ComponentHost
         }
 
         var builder = WebApplication.CreateBuilder(args);
-        builder.Logging.AddSimpleConsole(o =>
-        {
-            o.SingleLine = true;
-            o.TimestampFormat = "HH:mm:ss.fff ";
-            o.ColorBehavior = LoggerColorBehavior.Disabled;
-        });
+        builder.Logging.UseSingleLineConsole();
         // The library's own messages (recovery, sessions, refused calls) stay; each HTTP call and retry attempt is not news.
         builder.Logging.AddFilter("System.Net.Http.HttpClient", LogLevel.Warning);
         builder.Logging.AddFilter("Polly", LogLevel.Warning);
-        builder.Logging.AddFilter("Microsoft.AspNetCore", LogLevel.Warning);
         var settings = builder.Configuration.GetSection("Bookstore").Get<ComponentSettings>() ?? new ComponentSettings();
         builder.Services.AddSingleton(settings);
         builder.Services.AddPersistentServices(options =>

@@ -1,4 +1,3 @@
-using Microsoft.Extensions.Logging.Console;
 using OpenTelemetry.Metrics;
 
 namespace Bookstore.Services;
@@ -14,13 +13,7 @@ internal static class GatewayHost
     public static async Task<int> RunAsync(string[] args)
     {
         var builder = WebApplication.CreateBuilder(args);
-        builder.Logging.AddSimpleConsole(o =>
-        {
-            o.SingleLine = true;
-            o.TimestampFormat = "HH:mm:ss.fff ";
-            o.ColorBehavior = LoggerColorBehavior.Disabled;
-        });
-        builder.Logging.AddFilter("Microsoft.AspNetCore", LogLevel.Warning);
+        builder.Logging.UseSingleLineConsole();
         builder.Logging.AddFilter("Yarp", LogLevel.Warning);
         builder.Services.AddSingleton(builder.Configuration.GetSection("Bookstore").Get<ComponentSettings>() ?? new ComponentSettings());
         builder.Services.AddHostedService<ParentWatch>();
