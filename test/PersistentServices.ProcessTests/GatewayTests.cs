@@ -75,6 +75,58 @@ public sealed class GatewayTests : IDisposable
     }
 
     /// <summary>
+    /// Through the gateway each client keeps its own per-address share of the session table (the gateway sets
+    /// X-Forwarded-For; the service trusts it from loopback): one address starting sessions until it is refused leaves a
+    /// second address served. Without the header both would be the gateway's one address, and the second refused too.
+    /// </summary>
+    [Fact]
+    public async Task ThroughTheGateway_OneClientsSessionFlood_LeavesASecondClientServed()
+    {
+        var environment = InstanceEnvironment(0, withOrdinal: false);
+        environment["PS_MAX_SESSIONS"] = "1000";
+        environment["PS_MAX_SESSIONS_PER_ADDRESS"] = "20";
+        await using var service = await ServiceProcess.StartAsync(environment);
+        await using var gateway = await GatewayProcess.StartAsync([(0, service.Port)]);
+        using var flooder = ClientFrom("127.0.0.2", gateway.Client.BaseAddress!);
+        using var other = ClientFrom("127.0.0.3", gateway.Client.BaseAddress!);
+
+        var started = 0;
+        HttpStatusCode last;
+        do
+        {
+            using var response = await flooder.PostAsync("/ps/sessions", null, Ct);
+            last = response.StatusCode;
+            started += response.IsSuccessStatusCode ? 1 : 0;
+        }
+        while (last != HttpStatusCode.TooManyRequests && started <= 20);
+
+        Assert.Equal((20, HttpStatusCode.TooManyRequests), (started, last));
+        using var served = await other.PostAsync("/ps/sessions", null, Ct);
+        Assert.True(served.IsSuccessStatusCode, $"the second address got {(int)served.StatusCode}: {await served.Content.ReadAsStringAsync(Ct)}");
+    }
+
+    /// <summary>A client whose connections come from <paramref name="local"/> (any 127.0.0.0/8 address is this host's).</summary>
+    private static HttpClient ClientFrom(string local, Uri baseAddress) => new(new SocketsHttpHandler
+    {
+        ConnectCallback = async (context, token) =>
+        {
+            var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp) { NoDelay = true };
+            try
+            {
+                socket.Bind(new IPEndPoint(IPAddress.Parse(local), 0));
+                await socket.ConnectAsync(context.DnsEndPoint, token);
+                return new System.Net.Sockets.NetworkStream(socket, ownsSocket: true);
+            }
+            catch
+            {
+                socket.Dispose();
+                throw;
+            }
+        },
+    })
+    { BaseAddress = baseAddress, Timeout = TimeSpan.FromSeconds(30) };
+
+    /// <summary>
     /// A rolling upgrade of the one instance, PS_GATEWAY_UPGRADES times (default 5), under the same 8 plain clients: SIGTERM
     /// (the graceful drain), then a restart on the same log into the other build (PS_VERSION 1 and 2 alternate: version 2
     /// adds a field to /deposit's reply, docs/upgrades.md).

@@ -25,7 +25,7 @@ using PersistentServices.SharedState;
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
 //   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
-//   PS_LOG_PAGE_SIZE_BITS
+//   PS_MAX_SESSIONS_PER_ADDRESS, PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
 //   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
@@ -93,6 +93,11 @@ builder.Services.AddPersistentServices(options =>
     {
         options.MaxSessions = int.Parse(maxSessions, System.Globalization.CultureInfo.InvariantCulture);
         options.MaxSessionsPerAddress = options.MaxSessions; // the tests' clients all come from 127.0.0.1
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_MAX_SESSIONS_PER_ADDRESS") is { Length: > 0 } perAddress)
+    {
+        options.MaxSessionsPerAddress = int.Parse(perAddress, System.Globalization.CultureInfo.InvariantCulture);
     }
 
     if (Environment.GetEnvironmentVariable("PS_SERVICE_NAME") is { Length: > 0 } name)
@@ -166,6 +171,8 @@ if (refuseFlushFile is { Length: > 0 })
     });
 }
 
+// Behind ps-gateway (GatewayTests) a client's address comes in X-Forwarded-For, trusted from loopback only (the default).
+app.UseForwardedHeaders(new ForwardedHeadersOptions { ForwardedHeaders = Microsoft.AspNetCore.HttpOverrides.ForwardedHeaders.XForwardedFor });
 app.UsePersistentServices();
 
 var balances = new SharedMap<string, long>("Test.Balances");
