@@ -235,7 +235,7 @@ app.MapGet("/balances", [PersistentReadOnly] () => Results.Ok((accounts.Read() ?
 app.MapGet("/debug/dv", [PersistentReadOnly] () => Results.Ok(new
 {
     session = PersistentServices.Sessions.PersistentScope.Current?.Session?.Dv.Entries.Count,
-    accounts = PersistentServices.SharedState.SharedStateStore.Active!.Cell("Test.Accounts").Dv.Entries.Count,
+    accounts = PersistentServices.SharedState.SharedStateStore.RequireCurrent("Test.Accounts").Cell("Test.Accounts").Dv.Entries.Count,
 }));
 
 // A reply whose OnStarting callback throws: an endpoint failure (500), like plain ASP.NET Core.

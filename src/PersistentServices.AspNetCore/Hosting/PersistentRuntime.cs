@@ -191,6 +191,15 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     private SharedStateStore? _shared;
 
+    /// <summary>
+    /// The service's shared variables once the analysis scan rolled them forward and the new epoch is durable, else null:
+    /// what the persistence middleware enters for each request (<see cref="SharedStateStore.Enter"/>), so the service's
+    /// shared state handles find this store and no other service's.
+    /// </summary>
+    public SharedStateStore? ServingShared => Volatile.Read(ref _servingShared);
+
+    private SharedStateStore? _servingShared;
+
     /// <summary>The open log; throws before recovery opened it.</summary>
     public DurableLog Log => _log ?? throw new InvalidOperationException("The persistent log is not open yet.");
 
@@ -271,7 +280,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             await _log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
             _shared.Epoch = Epoch;
             _checkpointer.Epoch = Epoch;
-            SharedStateStore.Active = _shared;
+            Volatile.Write(ref _servingShared, _shared);
 
             // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
             await _checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
@@ -325,11 +334,6 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
         _disposing.Dispose();
         AbandonCalls();   // not disposed: a handler may still read its token (a CTS without timers holds nothing to free)
-        if (SharedStateStore.Active == _shared)
-        {
-            SharedStateStore.Active = null;
-        }
-
         _checkpointer?.Dispose();
         _domain?.Dispose();
         if (_log is { } log)
