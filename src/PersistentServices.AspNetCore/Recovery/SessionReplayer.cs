@@ -133,7 +133,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 if (orphanLsn != 0)
                 {
                     session.CutPositionStream(keep, null);
-                    PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+                    runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
                     AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
                 }
 
@@ -166,7 +166,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
-            PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+            runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
             AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
         }
         else

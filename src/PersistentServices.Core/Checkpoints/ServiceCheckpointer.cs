@@ -197,7 +197,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             }
 
             Interlocked.Increment(ref _taken);
-            PersistentServicesMetrics.ServiceCheckpoints.Add(1);
+            log.Metrics?.ServiceCheckpoints.Add(1);
             var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count - variablesAtRest.Count, variablesAtRest.Count);
             Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.VariablesAtRest,
