@@ -33,7 +33,8 @@ public static class PersistentSessionsHttpClientBuilderExtensions
             name,
             sp.GetRequiredService<IOptionsMonitor<PersistentClientOptions>>().Get(name),
             sp.GetRequiredService<IHttpClientFactory>(),
-            sp.GetService<ILoggerFactory>()?.CreateLogger<PersistentSessionClient>() ?? NullLogger<PersistentSessionClient>.Instance));
+            sp.GetService<ILoggerFactory>()?.CreateLogger<PersistentSessionClient>() ?? NullLogger<PersistentSessionClient>.Instance,
+            sp.GetService<PersistentServices.Checkpoints.CrashPoints>()));
         builder.Services.AddSingleton<Microsoft.Extensions.Hosting.IHostedService>(sp => new PersistentSessionsStopper(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         builder.ConfigureHttpClient(client => client.Timeout = Timeout.InfiniteTimeSpan);
         builder.AddHttpMessageHandler(sp => new PersistentSessionHandler(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));

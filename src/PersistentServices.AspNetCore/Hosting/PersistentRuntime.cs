@@ -35,10 +35,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private volatile RecoveryStage _stage;
     private Exception? _failure;
 
-    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, PersistentServicesMetrics metrics, ILogger<PersistentRuntime> logger,
-        Serialization.ValueCodec? codec = null, Testing.ReplayCheckRun? replayCheck = null)
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, PersistentServicesMetrics metrics, Checkpoints.CrashPoints crashPoints,
+        ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null, Testing.ReplayCheckRun? replayCheck = null)
     {
         Metrics = metrics;
+        CrashPoints = crashPoints;
         Options = options.Value;
         replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
@@ -50,6 +51,9 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     /// <summary>The service's instruments (meter <c>PersistentServices</c>, from the host's <c>IMeterFactory</c>).</summary>
     public PersistentServicesMetrics Metrics { get; }
+
+    /// <summary>The crash points the service's tests armed (DI; <see cref="Checkpoints.CrashPoints.None"/> unless a test program registered one).</summary>
+    public Checkpoints.CrashPoints CrashPoints { get; }
 
     public PersistentServicesOptions Options { get; }
 
@@ -245,7 +249,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
             var logOptions = Options.BuildLogOptions();
             var captured = AnalysisScan.CaptureFor(logOptions, readAtRest: !Domain.Enabled);
-            _log = await DurableLog.OpenAsync(logOptions, _logger, captured, Metrics, cancellationToken).ConfigureAwait(false);
+            _log = await DurableLog.OpenAsync(logOptions, _logger, captured, Metrics, CrashPoints, cancellationToken).ConfigureAwait(false);
             _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
             var directory = Path.GetFullPath(Options.LogDirectory);
             var durableAtOpen = _log.DurableUntil;

@@ -67,14 +67,14 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         switch (admission.Outcome)
         {
             case AdmitOutcome.Execute:
-                Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
+                runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
                 if (await ExecuteWithinReplyTimeoutAsync(request).ConfigureAwait(false))
                 {
                     await SendAsync(request).ConfigureAwait(false);
-                    if (Checkpoints.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
+                    if (runtime.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
                     {
                         await context.Response.CompleteAsync().ConfigureAwait(false); // the reply is on the wire before the kill
-                        Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplySent);
+                        runtime.CrashPoints.Hit(Checkpoints.CrashPoints.ReplySent);
                     }
                 }
 
@@ -420,7 +420,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             LogRequest(request);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestLogged);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestLogged);
             if (request.ForceRequestRecord)
             {
                 // Phoenix/App Algorithm 1 (the baseline the benchmark compares with): the incoming request is forced too.
@@ -429,7 +429,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             request.Reply = await RunAsync(request).ConfigureAwait(false);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestExecuted);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestExecuted);
             var replyLsn = LogReply(request);
             try
             {
@@ -456,7 +456,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             session.Complete(request.Reply.Reply);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
             runtime.Metrics.Requests.Add(1, Executed);
             await CheckpointIfDueAsync(session).ConfigureAwait(false);
             return answering;

@@ -64,7 +64,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             var request = preloaded?[i]
                           ?? (position is { RequestRecord: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, ReplayRequestReader.Read(kept), keptAux) : null)
                           ?? await LoadAsync(position, cancellationToken).ConfigureAwait(false);
-            CrashPoints.Hit(CrashPoints.RecoveryReplaying);
+            runtime.CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;
 
             // In a domain: the first record that depends on state a member's crash took back ends the replay ([MSP §4.1]

@@ -174,13 +174,13 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
             var tailAfter = log.TailAddress;
             var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
-            CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
+            log.CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
-            CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
+            log.CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
             AnchorFile.Write(directory, checkpointLsn, log.FileMode);
             AnchoredLsn = checkpointLsn;
             TailAfterCheckpoint = tailAfter;
-            CrashPoints.Hit(CrashPoints.AnchorWritten);
+            log.CrashPoints.Hit(CrashPoints.AnchorWritten);
 
             foreach (var session in sessions.All)
             {
@@ -193,7 +193,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             {
                 await log.TruncateUntilAsync(truncateTo, cancellationToken).ConfigureAwait(false);
                 truncated = truncateTo;
-                CrashPoints.Hit(CrashPoints.LogTruncated);
+                log.CrashPoints.Hit(CrashPoints.LogTruncated);
             }
 
             Interlocked.Increment(ref _taken);
@@ -225,7 +225,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
         }
 
         await shared.CheckpointAllAsync(cancellationToken).ConfigureAwait(false);
-        CrashPoints.Hit(CrashPoints.DrainCheckpointed);
+        log.CrashPoints.Hit(CrashPoints.DrainCheckpointed);
         return await TakeAsync(cleanShutdown: true, cancellationToken).ConfigureAwait(false);
     }
 

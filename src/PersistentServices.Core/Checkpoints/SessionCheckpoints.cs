@@ -30,7 +30,7 @@ internal static class SessionCheckpoints
         var (lsn, firstLsn) = Append(log, Capture(session));
         session.ContinueFromCheckpoint(lsn, firstLsn: firstLsn);
         log.Metrics?.SessionCheckpoints.Add(1);
-        CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
+        log.CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
         return lsn;
     }
 

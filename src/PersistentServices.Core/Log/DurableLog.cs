@@ -20,7 +20,7 @@ namespace PersistentServices.Log;
 ///   at most one commit is in flight; an idle log issues none.</item>
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
-/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, PersistentServicesMetrics?, CancellationToken)"/> verifies the files first
+/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, PersistentServicesMetrics?, Checkpoints.CrashPoints?, CancellationToken)"/> verifies the files first
 ///   (<see cref="LogRecoveryScanner"/>): torn tails are truncated and logged; damage inside committed data, or files
 ///   showing that committed data is missing, stop the open with an error naming the address and the file, before
 ///   anything on disk changes.</item>
@@ -74,9 +74,11 @@ internal sealed partial class DurableLog : IAsyncDisposable
         LogScanResult scan,
         LogKeyRing? keys,
         ILogger logger,
-        PersistentServicesMetrics? metrics)
+        PersistentServicesMetrics? metrics,
+        Checkpoints.CrashPoints crashPoints)
     {
         Metrics = metrics;
+        CrashPoints = crashPoints;
         _log = log;
         _device = device;
         _metadata = metadata;
@@ -104,6 +106,9 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// null when the log was opened without them.
     /// </summary>
     public PersistentServicesMetrics? Metrics { get; }
+
+    /// <summary>The crash points of the service the log belongs to, for the engine code that works on it (checkpoints, the analysis scan); none armed unless its tests armed one.</summary>
+    public Checkpoints.CrashPoints CrashPoints { get; }
 
     /// <summary>First LSN of the log.</summary>
     public long BeginAddress => _log.BeginAddress;
@@ -154,15 +159,17 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// </exception>
     /// <exception cref="IOException">The directory is in use by another process.</exception>
     public static Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
-        => OpenAsync(options, logger, capture: null, metrics: null, cancellationToken);
+        => OpenAsync(options, logger, capture: null, metrics: null, crashPoints: null, cancellationToken);
 
     /// <summary>Opens the log as <see cref="OpenAsync(LogOptions, ILogger?, CancellationToken)"/> does.</summary>
     /// <param name="options">The log's options.</param>
     /// <param name="logger">Where the open reports what it found.</param>
     /// <param name="capture">Keeps the records the verification walk reads from its <see cref="RecordCapture.From"/> on (recovery's analysis scan).</param>
     /// <param name="metrics">The service's instruments (<see cref="Metrics"/>); null records nothing (psctl, the client's store, tests).</param>
+    /// <param name="crashPoints">The crash points the service's tests armed (<see cref="CrashPoints"/>); null arms none.</param>
     /// <param name="cancellationToken">Cancels the open.</param>
-    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics, CancellationToken cancellationToken = default)
+    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics,
+        Checkpoints.CrashPoints? crashPoints, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(options);
         options.Validate();
@@ -261,7 +268,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
                     Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
             }
 
-            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger, metrics);
+            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger, metrics, crashPoints ?? Checkpoints.CrashPoints.None);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
                 (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
             if (keys is not null)
