@@ -63,11 +63,13 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     private readonly SemaphoreSlim _opening = new(1, 1);
     private readonly KeyValuePair<string, object?> _tag;
     private readonly Checkpoints.CrashPoints _crashPoints;
+    private readonly ClientMetrics _metrics;
     private ClientStore? _store;
     private int _disposed;
 
-    internal PersistentSessionClient(string name, PersistentClientOptions options, IHttpClientFactory factory, ILogger logger, Checkpoints.CrashPoints? crashPoints = null)
+    internal PersistentSessionClient(string name, PersistentClientOptions options, IHttpClientFactory factory, ILogger logger, ClientMetrics metrics, Checkpoints.CrashPoints? crashPoints = null)
     {
+        _metrics = metrics;
         _crashPoints = crashPoints ?? Checkpoints.CrashPoints.None;
         _name = name;
         _options = options;
@@ -114,7 +116,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             }
 
             ClientEvents.ReplyRecovered(_logger, entry.Id, entry.Request.OperationId);
-            ClientMetrics.RepliesRecovered.Add(1, _tag);
+            _metrics.RepliesRecovered.Add(1, _tag);
             yield return new RecoveredReply(entry.Request.OperationId, new HttpMethod(entry.Request.Method), new Uri(entry.Request.Uri), response);
         }
     }
@@ -128,7 +130,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             http.Timeout = Timeout.InfiniteTimeSpan;
             using var resend = new HttpRequestMessage(new HttpMethod(entry.Request.Method), entry.Request.Uri);
             resend.Options.Set(PersistentRequestOptions.ResendEntry, entry.Id);
-            ClientMetrics.Retries.Add(1, _tag);
+            _metrics.Retries.Add(1, _tag);
             try
             {
                 using var _ = await http.SendAsync(resend, cancellationToken).ConfigureAwait(false);
@@ -199,9 +201,9 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
 
         _crashPoints.Hit(CrashRequestStored);
-        ClientMetrics.RequestsSent.Add(1, _tag);
+        _metrics.RequestsSent.Add(1, _tag);
         var response = await CompleteAsync(store, entry, request, inner, session, firstAttempt: true, handOver: true, cancellationToken).ConfigureAwait(false);
-        ClientMetrics.RequestDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _tag);
+        _metrics.RequestDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _tag);
         return response;
     }
 
@@ -235,7 +237,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // request ran, so the same ids get its buffered reply.
                     bodyFailures++;
                     firstAttempt = false;
-                    ClientMetrics.Retries.Add(1, _tag);
+                    _metrics.Retries.Add(1, _tag);
                     await Task.Delay(_options.RetryDelay, cancellationToken).ConfigureAwait(false);
                     continue;
                 }
@@ -285,7 +287,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // request pending with no reply: RecoverAsync resends it and the service, which still holds the reply
                     // (nothing acknowledged it), answers it again. So the live path stores no Reply record.
                     await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
-                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    _metrics.RepliesStored.Add(1, _tag);
                     _crashPoints.Hit(CrashReplyDelivered);
                 }
                 else
@@ -293,7 +295,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // t8 of a resend by RecoverAsync: the reply is durable before the session's next request acknowledges it;
                     // RecoverOneAsync then marks it handed over as it yields it.
                     await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
-                    ClientMetrics.RepliesStored.Add(1, _tag);
+                    _metrics.RepliesStored.Add(1, _tag);
                     _crashPoints.Hit(CrashReplyStored);
                 }
 
@@ -437,7 +439,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         if (closed.Count > 0)
         {
             await store.CloseSessionsAsync(closed.Select(s => s.Id), CancellationToken.None).ConfigureAwait(false);
-            ClientMetrics.SessionsClosed.Add(closed.Count, _tag);
+            _metrics.SessionsClosed.Add(closed.Count, _tag);
             ClientEvents.SessionsClosed(_logger, closed.Count, idle.Count);
         }
 
