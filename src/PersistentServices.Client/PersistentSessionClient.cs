@@ -18,7 +18,7 @@ namespace PersistentServices.Client;
 /// </summary>
 public sealed class PersistentSessionClient : IAsyncDisposable
 {
-    // Crash points (tests only, PERSISTENTSERVICES_CRASH_POINT): the client's steps of [EOS middleware Fig. 2]; the table in
+    // Crash points (tests only: armed by a test program's registered CrashPoints, docs/client.md): the client's steps of [EOS middleware Fig. 2]; the table in
     // docs/client.md ("Crash points") maps each step t0..t12 to one of these or to the service's points.
 
     /// <summary>t0: the application made a request; nothing is stored or sent.</summary>
@@ -62,11 +62,15 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     private readonly SessionPool _pool;
     private readonly SemaphoreSlim _opening = new(1, 1);
     private readonly KeyValuePair<string, object?> _tag;
+    private readonly Checkpoints.CrashPoints _crashPoints;
+    private readonly ClientMetrics _metrics;
     private ClientStore? _store;
     private int _disposed;
 
-    internal PersistentSessionClient(string name, PersistentClientOptions options, IHttpClientFactory factory, ILogger logger)
+    internal PersistentSessionClient(string name, PersistentClientOptions options, IHttpClientFactory factory, ILogger logger, ClientMetrics metrics, Checkpoints.CrashPoints? crashPoints = null)
     {
+        _metrics = metrics;
+        _crashPoints = crashPoints ?? Checkpoints.CrashPoints.None;
         _name = name;
         _options = options;
         _factory = factory;
@@ -112,7 +116,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             }
 
             ClientEvents.ReplyRecovered(_logger, entry.Id, entry.Request.OperationId);
-            ClientMetrics.RepliesRecovered.Add(1, _tag);
+            _metrics.RepliesRecovered.Add(1, _tag);
             yield return new RecoveredReply(entry.Request.OperationId, new HttpMethod(entry.Request.Method), new Uri(entry.Request.Uri), response);
         }
     }
@@ -126,7 +130,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             http.Timeout = Timeout.InfiniteTimeSpan;
             using var resend = new HttpRequestMessage(new HttpMethod(entry.Request.Method), entry.Request.Uri);
             resend.Options.Set(PersistentRequestOptions.ResendEntry, entry.Id);
-            ClientMetrics.Retries.Add(1, _tag);
+            _metrics.Retries.Add(1, _tag);
             try
             {
                 using var _ = await http.SendAsync(resend, cancellationToken).ConfigureAwait(false);
@@ -179,7 +183,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
 
         var started = Stopwatch.GetTimestamp();
-        CrashPoints.Hit(CrashRequestCreated);
+        _crashPoints.Hit(CrashRequestCreated);
         var headers = StoredHeaders(request);
         var authority = uri.GetLeftPart(UriPartial.Authority);
         var session = await _pool.AcquireAsync(authority, ct => OpenSessionAsync(authority, inner, ct), cancellationToken).ConfigureAwait(false);
@@ -196,10 +200,10 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             throw;
         }
 
-        CrashPoints.Hit(CrashRequestStored);
-        ClientMetrics.RequestsSent.Add(1, _tag);
+        _crashPoints.Hit(CrashRequestStored);
+        _metrics.RequestsSent.Add(1, _tag);
         var response = await CompleteAsync(store, entry, request, inner, session, firstAttempt: true, handOver: true, cancellationToken).ConfigureAwait(false);
-        ClientMetrics.RequestDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _tag);
+        _metrics.RequestDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds, _tag);
         return response;
     }
 
@@ -220,7 +224,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
             {
                 using var attempt = ToRequest(entry.Request, carrier);
                 using var response = await inner(attempt, cancellationToken).ConfigureAwait(false);
-                CrashPoints.Hit(CrashReplyReceived);
+                _crashPoints.Hit(CrashReplyReceived);
                 var retried = attempt.Options.TryGetValue(PersistentRequestOptions.Retried, out var r) && r;
                 byte[] body;
                 try
@@ -233,7 +237,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // request ran, so the same ids get its buffered reply.
                     bodyFailures++;
                     firstAttempt = false;
-                    ClientMetrics.Retries.Add(1, _tag);
+                    _metrics.Retries.Add(1, _tag);
                     await Task.Delay(_options.RetryDelay, cancellationToken).ConfigureAwait(false);
                     continue;
                 }
@@ -283,16 +287,16 @@ public sealed class PersistentSessionClient : IAsyncDisposable
                     // request pending with no reply: RecoverAsync resends it and the service, which still holds the reply
                     // (nothing acknowledged it), answers it again. So the live path stores no Reply record.
                     await store.FinishAsync(entry, ClientRecordType.Delivered, CancellationToken.None).ConfigureAwait(false);
-                    ClientMetrics.RepliesStored.Add(1, _tag);
-                    CrashPoints.Hit(CrashReplyDelivered);
+                    _metrics.RepliesStored.Add(1, _tag);
+                    _crashPoints.Hit(CrashReplyDelivered);
                 }
                 else
                 {
                     // t8 of a resend by RecoverAsync: the reply is durable before the session's next request acknowledges it;
                     // RecoverOneAsync then marks it handed over as it yields it.
                     await store.AddReplyAsync(entry, reply, CancellationToken.None).ConfigureAwait(false);
-                    ClientMetrics.RepliesStored.Add(1, _tag);
-                    CrashPoints.Hit(CrashReplyStored);
+                    _metrics.RepliesStored.Add(1, _tag);
+                    _crashPoints.Hit(CrashReplyStored);
                 }
 
                 session.NextSequence = entry.Request.Sequence + 1;
@@ -341,7 +345,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         }
 
         ClientEvents.SessionOpened(_logger, id, authority);
-        CrashPoints.Hit(CrashSessionOpened);
+        _crashPoints.Hit(CrashSessionOpened);
         return new ClientSession(id, authority, 1);
     }
 
@@ -435,7 +439,7 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         if (closed.Count > 0)
         {
             await store.CloseSessionsAsync(closed.Select(s => s.Id), CancellationToken.None).ConfigureAwait(false);
-            ClientMetrics.SessionsClosed.Add(closed.Count, _tag);
+            _metrics.SessionsClosed.Add(closed.Count, _tag);
             ClientEvents.SessionsClosed(_logger, closed.Count, idle.Count);
         }
 
@@ -443,13 +447,13 @@ public sealed class PersistentSessionClient : IAsyncDisposable
     }
 
     /// <summary>The body of an attempt while <see cref="CrashRequestSent"/> is armed: written and flushed to the connection, then the crash point.</summary>
-    private sealed class SentCrashPointContent(byte[] body) : HttpContent
+    private sealed class SentCrashPointContent(byte[] body, Checkpoints.CrashPoints crashPoints) : HttpContent
     {
         protected override async Task SerializeToStreamAsync(Stream stream, TransportContext? context)
         {
             await stream.WriteAsync(body).ConfigureAwait(false);
             await stream.FlushAsync().ConfigureAwait(false);
-            CrashPoints.Hit(CrashRequestSent);
+            crashPoints.Hit(CrashRequestSent);
         }
 
         protected override bool TryComputeLength(out long length)
@@ -479,12 +483,12 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         return headers;
     }
 
-    private static HttpRequestMessage ToRequest(StoredRequest stored, HttpRequestMessage carrier)
+    private HttpRequestMessage ToRequest(StoredRequest stored, HttpRequestMessage carrier)
     {
         var message = new HttpRequestMessage(new HttpMethod(stored.Method), stored.Uri) { Version = carrier.Version, VersionPolicy = carrier.VersionPolicy };
         if (stored.Body is not null)
         {
-            message.Content = CrashPoints.IsArmed(CrashRequestSent) ? new SentCrashPointContent(stored.Body) : new ByteArrayContent(stored.Body);
+            message.Content = _crashPoints.IsArmed(CrashRequestSent) ? new SentCrashPointContent(stored.Body, _crashPoints) : new ByteArrayContent(stored.Body);
         }
 
         foreach (var (name, value) in stored.Headers)

@@ -29,17 +29,23 @@ public static class PersistentSessionsHttpClientBuilderExtensions
         var name = builder.Name;
         builder.Services.AddOptions<PersistentClientOptions>(name).Configure(configure).ValidateOnStart();
         builder.Services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentClientOptions>, PersistentClientOptionsValidator>());
+        // The client's meter and instruments from the host's IMeterFactory (AddMetrics: a no-op where the host added it).
+        builder.Services.AddMetrics();
+        builder.Services.TryAddSingleton<ClientMetrics>();
         builder.Services.TryAddKeyedSingleton(name, (sp, _) => new PersistentSessionClient(
             name,
             sp.GetRequiredService<IOptionsMonitor<PersistentClientOptions>>().Get(name),
             sp.GetRequiredService<IHttpClientFactory>(),
-            sp.GetService<ILoggerFactory>()?.CreateLogger<PersistentSessionClient>() ?? NullLogger<PersistentSessionClient>.Instance));
+            sp.GetService<ILoggerFactory>()?.CreateLogger<PersistentSessionClient>() ?? NullLogger<PersistentSessionClient>.Instance,
+            sp.GetRequiredService<ClientMetrics>(),
+            sp.GetService<PersistentServices.Checkpoints.CrashPoints>()));
         builder.Services.AddSingleton<Microsoft.Extensions.Hosting.IHostedService>(sp => new PersistentSessionsStopper(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         builder.ConfigureHttpClient(client => client.Timeout = Timeout.InfiniteTimeSpan);
         builder.AddHttpMessageHandler(sp => new PersistentSessionHandler(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         builder.AddResilienceHandler("persistent-sessions", (pipeline, context) =>
         {
             var options = context.ServiceProvider.GetRequiredService<IOptionsMonitor<PersistentClientOptions>>().Get(name);
+            var metrics = context.ServiceProvider.GetRequiredService<ClientMetrics>();
             pipeline.AddRetry(new HttpRetryStrategyOptions
             {
                 MaxRetryAttempts = options.MaxRetryAttempts,
@@ -59,7 +65,7 @@ public static class PersistentSessionsHttpClientBuilderExtensions
                 }),
                 OnRetry = args =>
                 {
-                    ClientMetrics.Retries.Add(1, ClientMetrics.Tag(name));
+                    metrics.Retries.Add(1, ClientMetrics.Tag(name));
                     args.Context.GetRequestMessage()?.Options.Set(PersistentRequestOptions.Retried, true);
                     return default;
                 },

@@ -9,7 +9,8 @@ using PersistentServices.Client;
 //   PS_SERVICE_URL    the test service's base address (required)
 //   PS_OPS            the operations to run: "recover" (only RecoverAsync), or a comma-separated list of operation ids
 //   PS_CONCURRENCY    operations in flight at once (default 1)
-//   PERSISTENTSERVICES_CRASH_POINT / PERSISTENTSERVICES_CRASH_AFTER   a client crash point (PersistentSessionClient)
+//   PERSISTENTSERVICES_CRASH_POINT / PERSISTENTSERVICES_CRASH_AFTER   a client crash point (PersistentSessionClient), read
+//                     here and registered as the CrashPoints the client takes (the library reads no environment for it)
 //   PS_SKIP_RECOVERED "1": operations whose reply RecoverAsync handed back are not run again
 //   PS_MODE           "host": the same application inside a generic host (Host.CreateApplicationBuilder), stopped with
 //                     IHost.StopAsync at the end (AddPersistentSessions' hosted service ends the idle sessions); prints
@@ -46,6 +47,9 @@ if (Environment.GetEnvironmentVariable("PS_BENCH") is { } holdSpec && holdSpec.S
 
 var builder = Environment.GetEnvironmentVariable("PS_MODE") == "host" ? Host.CreateApplicationBuilder() : null;
 var services = builder?.Services ?? new ServiceCollection();
+services.AddSingleton(new PersistentServices.Checkpoints.CrashPoints(
+    Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT"),
+    int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var crashAfter) ? crashAfter : 0));
 services.AddHttpClient("svc", client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_SERVICE_URL")!))
     .AddPersistentSessions(options =>
     {

@@ -27,6 +27,8 @@ using PersistentServices.SharedState;
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_MAX_SESSIONS_PER_ADDRESS, PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
+//   PERSISTENTSERVICES_CRASH_POINT, PERSISTENTSERVICES_CRASH_AFTER   a crash point of the service (CrashPoints) and the hits
+//                            to let pass first: read here and registered, the library reads no environment for it
 //   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
@@ -35,6 +37,9 @@ using PersistentServices.SharedState;
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
+builder.Services.AddSingleton(new PersistentServices.Checkpoints.CrashPoints(
+    Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT"),
+    int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var crashAfter) ? crashAfter : 0));
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
 builder.Services.AddPersistentServices(options =>
 {
@@ -242,7 +247,7 @@ app.MapGet("/balances", [PersistentReadOnly] () => Results.Ok((accounts.Read() ?
 app.MapGet("/debug/dv", [PersistentReadOnly] () => Results.Ok(new
 {
     session = PersistentServices.Sessions.PersistentScope.Current?.Session?.Dv.Entries.Count,
-    accounts = PersistentServices.SharedState.SharedStateStore.Active!.Cell("Test.Accounts").Dv.Entries.Count,
+    accounts = PersistentServices.SharedState.SharedStateStore.RequireCurrent("Test.Accounts").Cell("Test.Accounts").Dv.Entries.Count,
 }));
 
 // A reply whose OnStarting callback throws: an endpoint failure (500), like plain ASP.NET Core.

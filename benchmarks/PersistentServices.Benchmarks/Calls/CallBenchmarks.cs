@@ -25,8 +25,7 @@ namespace PersistentServices.Benchmarks.Calls;
 ///   endpoint of that role through a client with <c>AddPersistentCalls()</c>.</item>
 /// </list>
 /// <see cref="Logging"/>: ForceEveryMessage is the paper's baseline, ForceBeforeEachCall its optimized logging (for
-/// repeated calls to one callee the multi-call optimization forces as often). B's endpoints use no shared state:
-/// <c>SharedStateStore.Active</c> is one per process.
+/// repeated calls to one callee the multi-call optimization forces as often). B's endpoints use no shared state.
 /// </summary>
 [Config(typeof(Config))]
 public class CallBenchmarks : IDisposable

@@ -395,9 +395,9 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         }
     }
 
-    private static async Task ForceAsync(RequestExecution execution, long lsn, string reason)
+    private async Task ForceAsync(RequestExecution execution, long lsn, string reason)
     {
-        PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", reason));
+        runtime.Metrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", reason));
         if (lsn >= execution.Log.DurableUntil)
         {
             await execution.Log.WaitUntilDurableAsync(lsn).ConfigureAwait(false);
@@ -439,8 +439,8 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         request.Content = content;
     }
 
-    private static void Count(CalleeRole role, string how)
-        => PersistentServicesMetrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
+    private void Count(CalleeRole role, string how)
+        => runtime.Metrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
 
     [Microsoft.Extensions.Logging.LoggerMessage(1375, Microsoft.Extensions.Logging.LogLevel.Error,
         "A call to '{Callee}' ({Method} {Path}) failed with an error that is not retried; its request is abandoned and finished by its next run")]

@@ -56,6 +56,14 @@ public static class PersistentServicesServiceCollectionExtensions
             .ValidateOnStart();
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentServicesOptions>, PersistentServicesOptionsValidator>());
         services.TryAddSingleton(TimeProvider.System);
+
+        // The service's meter and instruments, from the host's IMeterFactory (one set per host, as ASP.NET Core's
+        // rate-limiting metrics): AddMetrics is a no-op where the host already added it.
+        services.AddMetrics();
+        services.TryAddSingleton<PersistentServicesMetrics>();
+
+        // Crash points for the kill tests: none armed unless a test program registered its own before (docs/checkpoints.md).
+        services.TryAddSingleton(PersistentServices.Checkpoints.CrashPoints.None);
         services.TryAddSingleton<PersistentRuntime>();
 
         // Time, random numbers and new ids for persistent endpoints: logged on first execution, replayed from the log.

@@ -83,7 +83,7 @@ internal static class DomainEndpoints
             return;
         }
 
-        Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.DomainFlushReceived);
+        runtime.CrashPoints.Hit(Checkpoints.CrashPoints.DomainFlushReceived);
         var lost = await runtime.Domain.FlushLocalAsync(epoch, lsn, context.RequestAborted).ConfigureAwait(false);
         if (lost is { } recovered)
         {

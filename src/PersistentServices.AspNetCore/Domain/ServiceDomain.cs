@@ -109,7 +109,7 @@ internal sealed partial class ServiceDomain : IDisposable
 
         if (own is { } local)
         {
-            PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
+            _runtime.Metrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
             var force = _runtime.Log.WaitUntilDurableAsync(local.Lsn, cancellationToken);
             if (flushes is null)
             {
@@ -128,7 +128,7 @@ internal sealed partial class ServiceDomain : IDisposable
 
     private async Task FlushRemoteAsync(string service, StateId state, CancellationToken cancellationToken)
     {
-        PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "flush"));
+        _runtime.Metrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "flush"));
         var body = Encoding.UTF8.GetBytes($"{state.Epoch.ToString(CultureInfo.InvariantCulture)}.{state.Lsn.ToString(CultureInfo.InvariantCulture)}");
         HttpResponseMessage answer;
         try
@@ -170,7 +170,7 @@ internal sealed partial class ServiceDomain : IDisposable
         {
             if (lsn >= _runtime.Log.DurableUntil && lsn < _runtime.Log.TailAddress)
             {
-                PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
+                _runtime.Metrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "flush"));
                 await _runtime.Log.WaitUntilDurableAsync(lsn, cancellationToken).ConfigureAwait(false);
             }
 
@@ -219,7 +219,7 @@ internal sealed partial class ServiceDomain : IDisposable
     /// <summary>Sends <paramref name="numbers"/> to a member; true once it acknowledged them.</summary>
     public async Task<bool> SendRecoveredAsync(string member, IReadOnlyList<RecoveredStateNumber> numbers, CancellationToken cancellationToken)
     {
-        PersistentServicesMetrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "recovered"));
+        _runtime.Metrics.DomainMessages.Add(1, new KeyValuePair<string, object?>("kind", "recovered"));
         var body = RecoveredWire.Serialize(numbers);
         try
         {

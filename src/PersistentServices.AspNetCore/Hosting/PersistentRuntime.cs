@@ -35,17 +35,25 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private volatile RecoveryStage _stage;
     private Exception? _failure;
 
-    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null,
-        Testing.ReplayCheckRun? replayCheck = null)
+    public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, PersistentServicesMetrics metrics, Checkpoints.CrashPoints crashPoints,
+        ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null, Testing.ReplayCheckRun? replayCheck = null)
     {
+        Metrics = metrics;
+        CrashPoints = crashPoints;
         Options = options.Value;
         replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
         _logger = logger;
         Codec = codec ?? new Serialization.OrleansValueCodec();
         Sessions = new SessionTable(new SessionMemory(Options.EffectiveSessionMemoryBudgetBytes, Options.MaxBufferedReplyBytes));
-        PersistentServicesMetrics.ObserveSessions(Sessions);
+        metrics.ObserveSessions(Sessions);
     }
+
+    /// <summary>The service's instruments (meter <c>PersistentServices</c>, from the host's <c>IMeterFactory</c>).</summary>
+    public PersistentServicesMetrics Metrics { get; }
+
+    /// <summary>The crash points the service's tests armed (DI; <see cref="Checkpoints.CrashPoints.None"/> unless a test program registered one).</summary>
+    public Checkpoints.CrashPoints CrashPoints { get; }
 
     public PersistentServicesOptions Options { get; }
 
@@ -191,6 +199,15 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     private SharedStateStore? _shared;
 
+    /// <summary>
+    /// The service's shared variables once the analysis scan rolled them forward and the new epoch is durable, else null:
+    /// what the persistence middleware enters for each request (<see cref="SharedStateStore.Enter"/>), so the service's
+    /// shared state handles find this store and no other service's.
+    /// </summary>
+    public SharedStateStore? ServingShared => Volatile.Read(ref _servingShared);
+
+    private SharedStateStore? _servingShared;
+
     /// <summary>The open log; throws before recovery opened it.</summary>
     public DurableLog Log => _log ?? throw new InvalidOperationException("The persistent log is not open yet.");
 
@@ -232,7 +249,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
             var logOptions = Options.BuildLogOptions();
             var captured = AnalysisScan.CaptureFor(logOptions, readAtRest: !Domain.Enabled);
-            _log = await DurableLog.OpenAsync(logOptions, _logger, captured, cancellationToken).ConfigureAwait(false);
+            _log = await DurableLog.OpenAsync(logOptions, _logger, captured, Metrics, CrashPoints, cancellationToken).ConfigureAwait(false);
             _shared = new SharedStateStore(_log, Options.ServiceName, Options.SharedCheckpointInterval, _logger, Codec);
             var directory = Path.GetFullPath(Options.LogDirectory);
             var durableAtOpen = _log.DurableUntil;
@@ -271,7 +288,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
             await _log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
             _shared.Epoch = Epoch;
             _checkpointer.Epoch = Epoch;
-            SharedStateStore.Active = _shared;
+            Volatile.Write(ref _servingShared, _shared);
 
             // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
             await _checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
@@ -325,11 +342,6 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
         _disposing.Dispose();
         AbandonCalls();   // not disposed: a handler may still read its token (a CTS without timers holds nothing to free)
-        if (SharedStateStore.Active == _shared)
-        {
-            SharedStateStore.Active = null;
-        }
-
         _checkpointer?.Dispose();
         _domain?.Dispose();
         if (_log is { } log)

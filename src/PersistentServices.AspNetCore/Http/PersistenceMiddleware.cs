@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
+using PersistentServices.SharedState;
 
 namespace PersistentServices.Http;
 
@@ -8,7 +9,9 @@ namespace PersistentServices.Http;
 /// The persistence middleware, registered by <c>UsePersistentServices()</c> after routing: it sends each request to the
 /// handler of its endpoint's role (<see cref="PersistentRequestHandler"/>, <see cref="ReadOnlyRequestHandler"/>) and
 /// leaves every other endpoint untouched. It also hands the rest of the pipeline to replay
-/// (<see cref="ReplayPipeline"/>), so logged requests replay through the same endpoints, filters and binding.
+/// (<see cref="ReplayPipeline"/>), so logged requests replay through the same endpoints, filters and binding. Every
+/// request it sees, and every replayed one, runs with the service's shared state entered
+/// (<see cref="SharedStateStore.Enter"/>): shared state handles find this service's store, not another's in the same process.
 /// </summary>
 internal sealed class PersistenceMiddleware
 {
@@ -25,7 +28,7 @@ internal sealed class PersistenceMiddleware
         _useRoles = runtime.Options.Calls.UseRoles;
         _persistent = new PersistentRequestHandler(next, runtime, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
-        pipeline.Register(router, next);
+        pipeline.Register(router, context => WithSharedState(context, next));
     }
 
     public Task InvokeAsync(HttpContext context) => _runtime.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
@@ -53,7 +56,21 @@ internal sealed class PersistenceMiddleware
         await DispatchAsync(context).ConfigureAwait(false);
     }
 
-    private Task DispatchAsync(HttpContext context) => EndpointRoles.Of(context.GetEndpoint()) switch
+    private Task DispatchAsync(HttpContext context) => WithSharedState(context, RouteAsync);
+
+    /// <summary>Runs <paramref name="next"/> with this service's shared state entered (none while the log is not open and scanned).</summary>
+    private Task WithSharedState(HttpContext context, RequestDelegate next)
+        => _runtime.ServingShared is { } shared ? EnteredAsync(context, next, shared) : next(context);
+
+    private static async Task EnteredAsync(HttpContext context, RequestDelegate next, SharedStateStore shared)
+    {
+        using (SharedStateStore.Enter(shared))
+        {
+            await next(context).ConfigureAwait(false);
+        }
+    }
+
+    private Task RouteAsync(HttpContext context) => EndpointRoles.Of(context.GetEndpoint()) switch
     {
         EndpointRole.Persistent => _persistent.InvokeAsync(context),
         EndpointRole.ReadOnly => _readOnly.InvokeAsync(context),

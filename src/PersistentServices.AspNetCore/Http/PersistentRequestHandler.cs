@@ -67,21 +67,21 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         switch (admission.Outcome)
         {
             case AdmitOutcome.Execute:
-                Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
+                runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestAdmitted);
                 if (await ExecuteWithinReplyTimeoutAsync(request).ConfigureAwait(false))
                 {
                     await SendAsync(request).ConfigureAwait(false);
-                    if (Checkpoints.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
+                    if (runtime.CrashPoints.IsArmed(Checkpoints.CrashPoints.ReplySent))
                     {
                         await context.Response.CompleteAsync().ConfigureAwait(false); // the reply is on the wire before the kill
-                        Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplySent);
+                        runtime.CrashPoints.Hit(Checkpoints.CrashPoints.ReplySent);
                     }
                 }
 
                 return;
 
             case AdmitOutcome.Duplicate when admission.Reply is { } held:
-                PersistentServicesMetrics.Requests.Add(1, Duplicate);
+                runtime.Metrics.Requests.Add(1, Duplicate);
                 await SendDuplicateAsync(request, held).ConfigureAwait(false);
                 return;
 
@@ -93,7 +93,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 return;
 
             case AdmitOutcome.DuplicateInFlight:
-                PersistentServicesMetrics.Requests.Add(1, DuplicateInFlight);
+                runtime.Metrics.Requests.Add(1, DuplicateInFlight);
                 BufferedReply reply;
                 try
                 {
@@ -123,7 +123,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 return;
 
             default:
-                PersistentServicesMetrics.Requests.Add(1, Refused);
+                runtime.Metrics.Requests.Add(1, Refused);
                 AspNetCoreEvents.RequestRefused(logger, request.Sequence, request.Session.TraceTag, admission.Outcome.ToString());
                 await ProtocolProblems.RefusedAsync(context, admission, request.Sequence).ConfigureAwait(false);
                 return;
@@ -153,7 +153,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 return;
             }
 
-            PersistentServicesMetrics.ReplyReadDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+            runtime.Metrics.ReplyReadDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
         }
 
         // Read first (a read from the log holds the log's truncation back until it ends), then the domain's check.
@@ -333,7 +333,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
         if (domain.Recovered.FindOrphan(dv) is { } lost)
         {
-            PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "message"));
+            runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "message"));
             context.Response.Headers[ProtocolHeaders.Orphan] = Domain.DvHeader.Format(Domain.DependencyVector.Empty.With(lost.Service, lost.State));
             await ProtocolProblems.WriteAsync(context, 409, "orphan-message", "The message depends on lost state",
                 $"The sender depends on state of '{lost.Service}' that a crash took back (epoch {lost.State.Epoch}, recovered to LSN {lost.State.Lsn}); the message is discarded.").ConfigureAwait(false);
@@ -420,16 +420,16 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             LogRequest(request);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestLogged);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestLogged);
             if (request.ForceRequestRecord)
             {
                 // Phoenix/App Algorithm 1 (the baseline the benchmark compares with): the incoming request is forced too.
-                PersistentServicesMetrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "every-message"));
+                runtime.Metrics.Forces.Add(1, new KeyValuePair<string, object?>("reason", "every-message"));
                 await runtime.Log.WaitUntilDurableAsync(request.Execution!.Position.RequestLsn, CancellationToken.None).ConfigureAwait(false);
             }
 
             request.Reply = await RunAsync(request).ConfigureAwait(false);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.RequestExecuted);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.RequestExecuted);
             var replyLsn = LogReply(request);
             try
             {
@@ -442,7 +442,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 // it once every member answers. Abandoning here would leave the session answering 503 until a restart.
                 request.Reply.Reply.DeferOnCompleted(request.Reply.OnCompleted);
                 session.Complete(request.Reply.Reply);
-                PersistentServicesMetrics.Requests.Add(1, Executed);
+                runtime.Metrics.Requests.Add(1, Executed);
                 await UnavailableAsync(request, unreachable).ConfigureAwait(false);
                 return false;
             }
@@ -456,8 +456,8 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             }
 
             session.Complete(request.Reply.Reply);
-            Checkpoints.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
-            PersistentServicesMetrics.Requests.Add(1, Executed);
+            runtime.CrashPoints.Hit(Checkpoints.CrashPoints.ReplyForced);
+            runtime.Metrics.Requests.Add(1, Executed);
             await CheckpointIfDueAsync(session).ConfigureAwait(false);
             return answering;
         }
@@ -466,7 +466,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             if (ex is Domain.OrphanException orphan)
             {
                 // The request depends on state a member's crash took back: its reply never leaves; the session rolls back.
-                PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "reply"));
+                runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "reply"));
                 session.Abandon(ex);
                 runtime.Orphans?.Schedule(session, orphan.Lost);
                 await UnavailableAsync(request, ex).ConfigureAwait(false);
@@ -476,7 +476,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             // The log faulted (or closed), or the host stopped while a call waited, before the reply was durable: nothing is acknowledged, duplicates waiting for
             // this execution fail too, and the service answers 503 until it restarts and recovers from the log.
             session.Abandon(ex);
-            PersistentServicesMetrics.Requests.Add(1, Abandoned);
+            runtime.Metrics.Requests.Add(1, Abandoned);
             await UnavailableAsync(request, ex).ConfigureAwait(false);
             return false;
         }
@@ -484,7 +484,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         {
             // Not the endpoint (its failures are its 500 reply): a defect of the library. Nothing was acknowledged.
             session.Abandon(ex);
-            PersistentServicesMetrics.Requests.Add(1, Abandoned);
+            runtime.Metrics.Requests.Add(1, Abandoned);
             throw;
         }
         finally
@@ -573,9 +573,9 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     }
 
     /// <summary>Waits until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>
-    private static ValueTask ForceAsync(PersistentRequest request, long replyLsn)
+    private ValueTask ForceAsync(PersistentRequest request, long replyLsn)
     {
-        PersistentServicesMetrics.Forces.Add(1, ReplyForce);
+        runtime.Metrics.Forces.Add(1, ReplyForce);
         var log = request.Execution!.Log;
         return request.Activity is null ? log.WaitUntilDurableAsync(replyLsn, CancellationToken.None) : TracedForceAsync(log, replyLsn);
 

@@ -210,7 +210,7 @@ internal sealed class RecoveryHostedService(
         }
 
         runtime.MarkReady();
-        PersistentServicesMetrics.RecoveryReplayDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
+        runtime.Metrics.RecoveryReplayDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
         AspNetCoreEvents.ReplayDone(logger, sessions.Count, requests, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
     }
 

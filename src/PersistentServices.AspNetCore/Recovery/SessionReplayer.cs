@@ -64,7 +64,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             var request = preloaded?[i]
                           ?? (position is { RequestRecord: { } kept, AuxRecords: { } keptAux } ? new LoadedRequest(position, ReplayRequestReader.Read(kept), keptAux) : null)
                           ?? await LoadAsync(position, cancellationToken).ConfigureAwait(false);
-            CrashPoints.Hit(CrashPoints.RecoveryReplaying);
+            runtime.CrashPoints.Hit(CrashPoints.RecoveryReplaying);
             var record = request.Record;
 
             // In a domain: the first record that depends on state a member's crash took back ends the replay ([MSP §4.1]
@@ -133,7 +133,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 if (orphanLsn != 0)
                 {
                     session.CutPositionStream(keep, null);
-                    PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+                    runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
                     AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
                 }
 
@@ -166,7 +166,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
-            PersistentServicesMetrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
+            runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
             AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
         }
         else

@@ -34,8 +34,8 @@ public static class ReplayCheck
     /// configures is never opened.
     /// </summary>
     /// <remarks>
-    /// One check runs at a time in a process, and not next to another PersistentServices host in the same process: shared
-    /// variables are process-wide. Static state of the application is whatever the test process holds.
+    /// One check runs at a time in a process; it may run beside another PersistentServices host there (each service reaches
+    /// its own shared variables). Static state of the application is whatever the test process holds.
     /// </remarks>
     /// <param name="logDirectory">A copy of a service's log directory (docs/operations.md: how to take one from a running service).</param>
     /// <param name="buildHost">Builds the application under check; called once, on the caller's flow.</param>

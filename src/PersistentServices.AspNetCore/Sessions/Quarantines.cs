@@ -44,7 +44,7 @@ internal static partial class Quarantines
         }
 
         session.Quarantine(divergence);
-        PersistentServicesMetrics.DivergedSessions.Add(1);
+        runtime.Metrics.DivergedSessions.Add(1);
     }
 
     /// <summary>The exception a marked session is quarantined with after a restart.</summary>

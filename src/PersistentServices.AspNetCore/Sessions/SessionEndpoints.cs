@@ -91,7 +91,7 @@ internal static partial class SessionEndpoints
         var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), shareFull ? bucket : null);
         context.Response.Headers.RetryAfter = retryAfter.ToString(System.Globalization.CultureInfo.InvariantCulture);
         var option = !shareFull ? "MaxSessions" : byAddress ? "MaxSessionsPerAddress" : "MaxSessionsPerOwner";
-        PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason",
+        runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason",
             !shareFull ? "max_sessions" : byAddress ? "max_sessions_per_address" : "max_sessions_per_owner"));
         SessionRefused(logger, option, retryAfter);
         return shareFull

@@ -108,8 +108,8 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
         Volatile.Write(ref _lastSweepTicks, now.UtcTicks);
         if (expiredUnused + expiredIdle > 0)
         {
-            PersistentServicesMetrics.SessionsExpired.Add(expiredUnused, new KeyValuePair<string, object?>("kind", "never_used"));
-            PersistentServicesMetrics.SessionsExpired.Add(expiredIdle, new KeyValuePair<string, object?>("kind", "idle"));
+            runtime.Metrics.SessionsExpired.Add(expiredUnused, new KeyValuePair<string, object?>("kind", "never_used"));
+            runtime.Metrics.SessionsExpired.Add(expiredIdle, new KeyValuePair<string, object?>("kind", "idle"));
             Swept(logger, expiredUnused, expiredIdle, runtime.Sessions.Count);
         }
 

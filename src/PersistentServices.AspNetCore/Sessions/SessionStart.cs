@@ -69,7 +69,7 @@ internal static class SessionStart
         {
             var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
             context.Response.Headers.RetryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), null).ToString(System.Globalization.CultureInfo.InvariantCulture);
-            PersistentServicesMetrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", "max_sessions"));
+            runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", "max_sessions"));
             await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
                 $"The service holds its maximum of {runtime.Options.MaxSessions} live sessions.").ConfigureAwait(false);
             return null;

@@ -1,11 +1,14 @@
 namespace PersistentServices.Checkpoints;
 
 /// <summary>
-/// Named points where the crash tests kill the process (SIGKILL of itself, no cleanup): set the environment variable
-/// <c>PERSISTENTSERVICES_CRASH_POINT</c> to a name, and optionally <c>PERSISTENTSERVICES_CRASH_AFTER</c> to the number
-/// of hits to let pass first. For tests only; unset, a hit costs one comparison.
+/// Named points where the crash tests kill the process (SIGKILL of itself, no cleanup), one instance per service (or
+/// client) handed to the library through DI: the library's default, <see cref="None"/>, arms nothing, and a hit then
+/// costs one comparison. A test program arms one from its own settings (the test service and the client program read
+/// <c>PERSISTENTSERVICES_CRASH_POINT</c>, a point's name, and <c>PERSISTENTSERVICES_CRASH_AFTER</c>, the number of hits
+/// to let pass first); the library itself reads no environment variable for it. The engine reaches it as
+/// <see cref="Log.DurableLog.CrashPoints"/>.
 /// </summary>
-internal static class CrashPoints
+internal sealed class CrashPoints
 {
     public const string AfterSessionCheckpoint = "session-checkpoint.appended";
     public const string ServiceCheckpointAppended = "service-checkpoint.appended";
@@ -24,15 +27,25 @@ internal static class CrashPoints
     public const string ReplyForced = "server.reply.forced";
     public const string ReplySent = "server.reply.sent";
 
-    private static readonly string? Armed = Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT");
-    private static int _pass = int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var n) ? n : 0;
+    private readonly string? _armed;
+    private int _pass;
+
+    /// <summary>Arms <paramref name="point"/> (none when null or empty), to fire on the hit after <paramref name="after"/> hits.</summary>
+    public CrashPoints(string? point, int after = 0)
+    {
+        _armed = string.IsNullOrEmpty(point) ? null : point;
+        _pass = after;
+    }
+
+    /// <summary>No point armed: what the library uses unless a test program registers another.</summary>
+    public static CrashPoints None { get; } = new(null);
 
     /// <summary>Whether <paramref name="point"/> is the armed point (a test wants something done before it fires, e.g. a flush).</summary>
-    public static bool IsArmed(string point) => Armed is not null && string.Equals(Armed, point, StringComparison.Ordinal);
+    public bool IsArmed(string point) => _armed is not null && string.Equals(_armed, point, StringComparison.Ordinal);
 
-    public static void Hit(string point)
+    public void Hit(string point)
     {
-        if (Armed is null || !string.Equals(Armed, point, StringComparison.Ordinal) || Interlocked.Decrement(ref _pass) >= 0)
+        if (_armed is null || !string.Equals(_armed, point, StringComparison.Ordinal) || Interlocked.Decrement(ref _pass) >= 0)
         {
             return;
         }

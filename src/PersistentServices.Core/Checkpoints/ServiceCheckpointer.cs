@@ -174,13 +174,13 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             var checkpointLsn = log.Append(RecordKind.ServiceCheckpoint, record);
             var tailAfter = log.TailAddress;
             var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
-            CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
+            log.CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
             await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
-            CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
+            log.CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
             AnchorFile.Write(directory, checkpointLsn, log.FileMode);
             AnchoredLsn = checkpointLsn;
             TailAfterCheckpoint = tailAfter;
-            CrashPoints.Hit(CrashPoints.AnchorWritten);
+            log.CrashPoints.Hit(CrashPoints.AnchorWritten);
 
             foreach (var session in sessions.All)
             {
@@ -193,11 +193,11 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             {
                 await log.TruncateUntilAsync(truncateTo, cancellationToken).ConfigureAwait(false);
                 truncated = truncateTo;
-                CrashPoints.Hit(CrashPoints.LogTruncated);
+                log.CrashPoints.Hit(CrashPoints.LogTruncated);
             }
 
             Interlocked.Increment(ref _taken);
-            PersistentServicesMetrics.ServiceCheckpoints.Add(1);
+            log.Metrics?.ServiceCheckpoints.Add(1);
             var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
                 truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count - variablesAtRest.Count, variablesAtRest.Count);
             Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.VariablesAtRest,
@@ -225,7 +225,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
         }
 
         await shared.CheckpointAllAsync(cancellationToken).ConfigureAwait(false);
-        CrashPoints.Hit(CrashPoints.DrainCheckpointed);
+        log.CrashPoints.Hit(CrashPoints.DrainCheckpointed);
         return await TakeAsync(cleanShutdown: true, cancellationToken).ConfigureAwait(false);
     }
 

@@ -29,8 +29,8 @@ internal static class SessionCheckpoints
 
         var (lsn, firstLsn) = Append(log, Capture(session));
         session.ContinueFromCheckpoint(lsn, firstLsn: firstLsn);
-        Diagnostics.PersistentServicesMetrics.SessionCheckpoints.Add(1);
-        CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
+        log.Metrics?.SessionCheckpoints.Add(1);
+        log.CrashPoints.Hit(CrashPoints.AfterSessionCheckpoint);
         return lsn;
     }
 
@@ -162,7 +162,7 @@ internal static class SessionCheckpoints
         }
 
         record.StateBytes = bytes.Length;
-        Diagnostics.PersistentServicesMetrics.SessionCheckpointParts.Add(record.StatePartLsns.Count);
+        log.Metrics?.SessionCheckpointParts.Add(record.StatePartLsns.Count);
         return (log.Append(RecordKind.SessionCheckpoint, record), record.StatePartLsns[0]);
     }
 

@@ -3,23 +3,16 @@ using System.Diagnostics.Metrics;
 namespace PersistentServices.Diagnostics;
 
 /// <summary>
-/// The library's one meter, <c>PersistentServices</c>. Instruments are named <c>persistentservices.&lt;area&gt;.&lt;thing&gt;</c>;
-/// durations are in seconds.
+/// The library's one meter, <c>PersistentServices</c>, and its instruments, one set per service: created from the host's
+/// <see cref="IMeterFactory"/> (a singleton registered by <c>AddPersistentServices</c>, as ASP.NET Core's rate-limiting
+/// metrics are), so two services in one process (two test hosts) report apart and a test reads its own service's
+/// measurements (<c>MetricCollector&lt;T&gt;</c> over the app's factory). Instruments are named
+/// <c>persistentservices.&lt;area&gt;.&lt;thing&gt;</c>; durations are in seconds. Engine code without a host (psctl, the
+/// client's store, unit tests) opens its log without metrics and records nothing.
 /// </summary>
-internal static class PersistentServicesMetrics
+internal sealed class PersistentServicesMetrics
 {
     public const string MeterName = PersistentServicesTelemetry.MeterName;
-
-    public static readonly Meter Meter = new(MeterName, typeof(PersistentServicesMetrics).Assembly.GetName().Version?.ToString());
-
-    public static readonly Counter<long> LogAppends = Meter.CreateCounter<long>(
-        "persistentservices.log.appends", "{record}", "Records appended to the log.");
-
-    public static readonly Counter<long> LogAppendedBytes = Meter.CreateCounter<long>(
-        "persistentservices.log.appended_bytes", "By", "Record bytes appended to the log (envelope included).");
-
-    public static readonly Counter<long> LogCommits = Meter.CreateCounter<long>(
-        "persistentservices.log.commits", "{commit}", "Durable commits (log forces).");
 
     /// <summary>
     /// Bucket boundaries for the durations of one commit, force or read (seconds, 100 µs to 10 s): exporters' defaults
@@ -36,54 +29,94 @@ internal static class PersistentServicesMetrics
         HistogramBucketBoundaries = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600],
     };
 
-    public static readonly Histogram<double> LogCommitDuration = Meter.CreateHistogram(
-        "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.", tags: null, advice: ShortDurations);
+    public PersistentServicesMetrics(IMeterFactory meterFactory)
+    {
+        ArgumentNullException.ThrowIfNull(meterFactory);
+        Meter = meterFactory.Create(new MeterOptions(MeterName) { Version = typeof(PersistentServicesMetrics).Assembly.GetName().Version?.ToString() });
+        LogAppends = Meter.CreateCounter<long>(
+            "persistentservices.log.appends", "{record}", "Records appended to the log.");
+        LogAppendedBytes = Meter.CreateCounter<long>(
+            "persistentservices.log.appended_bytes", "By", "Record bytes appended to the log (envelope included).");
+        LogCommits = Meter.CreateCounter<long>(
+            "persistentservices.log.commits", "{commit}", "Durable commits (log forces).");
+        LogCommitDuration = Meter.CreateHistogram(
+            "persistentservices.log.commit.duration", "s", "Time from issuing a commit to it being durable.", tags: null, advice: ShortDurations);
+        RecoveryReplayDuration = Meter.CreateHistogram(
+            "persistentservices.recovery.replay.duration", "s", "Time to replay every recovered session after a crash.", tags: null, advice: LongDurations);
+        Requests = Meter.CreateCounter<long>(
+            "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
+        Forces = Meter.CreateCounter<long>(
+            "persistentservices.log.forces", "{force}", "Times a request waited for the log to be durable, by reason (reply, call, every-message); commits are shared, see log.commits.");
+        Calls = Meter.CreateCounter<long>(
+            "persistentservices.calls", "{call}", "Calls persistent requests made to other services, by callee role and how they were answered (sent, from-log).");
+        DomainMessages = Meter.CreateCounter<long>(
+            "persistentservices.domain.messages", "{message}", "Domain messages sent to members, by kind (flush, recovered).");
+        Orphans = Meter.CreateCounter<long>(
+            "persistentservices.domain.orphans", "{session}", "Sessions found to be orphans and rolled back, and replies held back because they were.");
+        SessionCheckpoints = Meter.CreateCounter<long>(
+            "persistentservices.checkpoints.sessions", "{checkpoint}", "Session checkpoints taken.");
+        SessionCheckpointParts = Meter.CreateCounter<long>(
+            "persistentservices.checkpoints.session_parts", "{record}", "Records holding parts of session checkpoints whose state did not fit one record.");
+        ServiceCheckpoints = Meter.CreateCounter<long>(
+            "persistentservices.checkpoints.service", "{checkpoint}", "Service (fuzzy) checkpoints taken; each may truncate the log.");
+        DivergedSessions = Meter.CreateCounter<long>(
+            "persistentservices.recovery.diverged_sessions", "{session}", "Sessions whose replay diverged and that were quarantined.");
+        RepliesLoggedInFull = Meter.CreateCounter<long>(
+            "persistentservices.replies.logged_in_full", "{reply}",
+            "Replies kept in the log instead of memory, by reason: size (above MaxBufferedReplyBytes) or budget (the session memory budget was full).");
+        ReplyReadDuration = Meter.CreateHistogram(
+            "persistentservices.replies.read.duration", "s", "Time to read a reply kept in the log back for a duplicate.", tags: null, advice: ShortDurations);
+        SessionsRefused = Meter.CreateCounter<long>(
+            "persistentservices.sessions.refused", "{session}", "Session starts refused with 429, by reason: max_sessions or max_sessions_per_owner.");
+        SessionsExpired = Meter.CreateCounter<long>(
+            "persistentservices.sessions.expired", "{session}", "Sessions ended by expiry, by kind: never_used (UnusedSessionRetention) or idle (SessionIdleRetention).");
+        LogCommitBatch = Meter.CreateHistogram<long>(
+            "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
+    }
 
-    public static readonly Histogram<double> RecoveryReplayDuration = Meter.CreateHistogram(
-        "persistentservices.recovery.replay.duration", "s", "Time to replay every recovered session after a crash.", tags: null, advice: LongDurations);
+    /// <summary>The service's meter (owned by the factory, which disposes it with the host).</summary>
+    public Meter Meter { get; }
 
-    public static readonly Counter<long> Requests = Meter.CreateCounter<long>(
-        "persistentservices.requests", "{request}", "Persistent requests by outcome (executed, duplicate, refused).");
+    public Counter<long> LogAppends { get; }
 
-    public static readonly Counter<long> Forces = Meter.CreateCounter<long>(
-        "persistentservices.log.forces", "{force}", "Times a request waited for the log to be durable, by reason (reply, call, every-message); commits are shared, see log.commits.");
+    public Counter<long> LogAppendedBytes { get; }
 
-    public static readonly Counter<long> Calls = Meter.CreateCounter<long>(
-        "persistentservices.calls", "{call}", "Calls persistent requests made to other services, by callee role and how they were answered (sent, from-log).");
+    public Counter<long> LogCommits { get; }
 
-    public static readonly Counter<long> DomainMessages = Meter.CreateCounter<long>(
-        "persistentservices.domain.messages", "{message}", "Domain messages sent to members, by kind (flush, recovered).");
+    public Histogram<double> LogCommitDuration { get; }
 
-    public static readonly Counter<long> Orphans = Meter.CreateCounter<long>(
-        "persistentservices.domain.orphans", "{session}", "Sessions found to be orphans and rolled back, and replies held back because they were.");
+    public Histogram<double> RecoveryReplayDuration { get; }
 
-    public static readonly Counter<long> SessionCheckpoints = Meter.CreateCounter<long>(
-        "persistentservices.checkpoints.sessions", "{checkpoint}", "Session checkpoints taken.");
+    public Counter<long> Requests { get; }
 
-    public static readonly Counter<long> SessionCheckpointParts = Meter.CreateCounter<long>(
-        "persistentservices.checkpoints.session_parts", "{record}", "Records holding parts of session checkpoints whose state did not fit one record.");
+    public Counter<long> Forces { get; }
 
-    public static readonly Counter<long> ServiceCheckpoints = Meter.CreateCounter<long>(
-        "persistentservices.checkpoints.service", "{checkpoint}", "Service (fuzzy) checkpoints taken; each may truncate the log.");
+    public Counter<long> Calls { get; }
 
-    public static readonly Counter<long> DivergedSessions = Meter.CreateCounter<long>(
-        "persistentservices.recovery.diverged_sessions", "{session}", "Sessions whose replay diverged and that were quarantined.");
+    public Counter<long> DomainMessages { get; }
 
-    public static readonly Counter<long> RepliesLoggedInFull = Meter.CreateCounter<long>(
-        "persistentservices.replies.logged_in_full", "{reply}",
-        "Replies kept in the log instead of memory, by reason: size (above MaxBufferedReplyBytes) or budget (the session memory budget was full).");
+    public Counter<long> Orphans { get; }
 
-    public static readonly Histogram<double> ReplyReadDuration = Meter.CreateHistogram(
-        "persistentservices.replies.read.duration", "s", "Time to read a reply kept in the log back for a duplicate.", tags: null, advice: ShortDurations);
+    public Counter<long> SessionCheckpoints { get; }
 
-    public static readonly Counter<long> SessionsRefused = Meter.CreateCounter<long>(
-        "persistentservices.sessions.refused", "{session}", "Session starts refused with 429, by reason: max_sessions or max_sessions_per_owner.");
+    public Counter<long> SessionCheckpointParts { get; }
 
-    public static readonly Counter<long> SessionsExpired = Meter.CreateCounter<long>(
-        "persistentservices.sessions.expired", "{session}", "Sessions ended by expiry, by kind: never_used (UnusedSessionRetention) or idle (SessionIdleRetention).");
+    public Counter<long> ServiceCheckpoints { get; }
+
+    public Counter<long> DivergedSessions { get; }
+
+    public Counter<long> RepliesLoggedInFull { get; }
+
+    public Histogram<double> ReplyReadDuration { get; }
+
+    public Counter<long> SessionsRefused { get; }
+
+    public Counter<long> SessionsExpired { get; }
+
+    public Histogram<long> LogCommitBatch { get; }
 
     /// <summary>The gauges of a service's sessions: live, never used, reply bytes held in memory and their budget.</summary>
-    public static void ObserveSessions(Sessions.SessionTable sessions)
+    public void ObserveSessions(Sessions.SessionTable sessions)
     {
         Meter.CreateObservableGauge("persistentservices.sessions.live", () => sessions.Count, "{session}", "Live sessions.");
         Meter.CreateObservableGauge("persistentservices.sessions.never_used", () => sessions.NeverUsed, "{session}",
@@ -95,7 +128,4 @@ internal static class PersistentServicesMetrics
         Meter.CreateObservableGauge("persistentservices.sessions.memory_budget", () => sessions.Memory.BudgetBytes, "By",
             "The session memory budget (SessionMemoryBudgetBytes, or its default from the memory the process may use).");
     }
-
-    public static readonly Histogram<long> LogCommitBatch = Meter.CreateHistogram<long>(
-        "persistentservices.log.commit.waiters", "{waiter}", "Waiters released by one commit (group commit).");
 }

@@ -107,8 +107,12 @@ internal sealed partial class DurableLog
     private void OnCommitted()
     {
         Interlocked.Increment(ref _commits);
-        PersistentServicesMetrics.LogCommits.Add(1);
-        PersistentServicesMetrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
+        if (Metrics is { } metrics)
+        {
+            metrics.LogCommits.Add(1);
+            metrics.LogCommitDuration.Record(Stopwatch.GetElapsedTime(Volatile.Read(ref _commitStarted)).TotalSeconds);
+        }
+
         CommitFinished(_log.CommittedUntilAddress);
     }
 
@@ -160,7 +164,7 @@ internal sealed partial class DurableLog
         idle?.TrySetResult();
         if (ready is not null)
         {
-            PersistentServicesMetrics.LogCommitBatch.Record(ready.Count);
+            Metrics?.LogCommitBatch.Record(ready.Count);
             foreach (var waiter in ready)
             {
                 waiter.TrySetResult();

@@ -20,7 +20,7 @@ namespace PersistentServices.Log;
 ///   at most one commit is in flight; an idle log issues none.</item>
 /// <item>A failed write or flush faults the log: every waiter on the failed range fails, nothing at or after it is ever
 ///   reported durable, and appends are refused until the log is reopened.</item>
-/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, CancellationToken)"/> verifies the files first
+/// <item><see cref="OpenAsync(LogOptions, ILogger?, RecordCapture?, PersistentServicesMetrics?, Checkpoints.CrashPoints?, CancellationToken)"/> verifies the files first
 ///   (<see cref="LogRecoveryScanner"/>): torn tails are truncated and logged; damage inside committed data, or files
 ///   showing that committed data is missing, stop the open with an error naming the address and the file, before
 ///   anything on disk changes.</item>
@@ -73,8 +73,12 @@ internal sealed partial class DurableLog : IAsyncDisposable
         LogOptions options,
         LogScanResult scan,
         LogKeyRing? keys,
-        ILogger logger)
+        ILogger logger,
+        PersistentServicesMetrics? metrics,
+        Checkpoints.CrashPoints crashPoints)
     {
+        Metrics = metrics;
+        CrashPoints = crashPoints;
         _log = log;
         _device = device;
         _metadata = metadata;
@@ -96,6 +100,15 @@ internal sealed partial class DurableLog : IAsyncDisposable
         _io = io;
         _issueCommit = new IssueCommitItem(this);
     }
+
+    /// <summary>
+    /// The service's instruments, for the log and for the engine code that works on it (checkpoints, reply records);
+    /// null when the log was opened without them.
+    /// </summary>
+    public PersistentServicesMetrics? Metrics { get; }
+
+    /// <summary>The crash points of the service the log belongs to, for the engine code that works on it (checkpoints, the analysis scan); none armed unless its tests armed one.</summary>
+    public Checkpoints.CrashPoints CrashPoints { get; }
 
     /// <summary>First LSN of the log.</summary>
     public long BeginAddress => _log.BeginAddress;
@@ -146,14 +159,17 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// </exception>
     /// <exception cref="IOException">The directory is in use by another process.</exception>
     public static Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger = null, CancellationToken cancellationToken = default)
-        => OpenAsync(options, logger, capture: null, cancellationToken);
+        => OpenAsync(options, logger, capture: null, metrics: null, crashPoints: null, cancellationToken);
 
     /// <summary>Opens the log as <see cref="OpenAsync(LogOptions, ILogger?, CancellationToken)"/> does.</summary>
     /// <param name="options">The log's options.</param>
     /// <param name="logger">Where the open reports what it found.</param>
     /// <param name="capture">Keeps the records the verification walk reads from its <see cref="RecordCapture.From"/> on (recovery's analysis scan).</param>
+    /// <param name="metrics">The service's instruments (<see cref="Metrics"/>); null records nothing (psctl, the client's store, tests).</param>
+    /// <param name="crashPoints">The crash points the service's tests armed (<see cref="CrashPoints"/>); null arms none.</param>
     /// <param name="cancellationToken">Cancels the open.</param>
-    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, CancellationToken cancellationToken = default)
+    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics,
+        Checkpoints.CrashPoints? crashPoints, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(options);
         options.Validate();
@@ -252,7 +268,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
                     Math.Min(fasterLog.CommittedUntilAddress, scan.CommittedUntil));
             }
 
-            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger);
+            created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger, metrics, crashPoints ?? Checkpoints.CrashPoints.None);
             LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
                 (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
             if (keys is not null)
@@ -331,8 +347,12 @@ internal sealed partial class DurableLog : IAsyncDisposable
             }
         }
 
-        PersistentServicesMetrics.LogAppends.Add(1);
-        PersistentServicesMetrics.LogAppendedBytes.Add(body.Length + RecordEnvelope.HeaderSize + (_sealer is null ? 0 : RecordEnvelope.SealedOverhead));
+        if (Metrics is { } metrics)
+        {
+            metrics.LogAppends.Add(1);
+            metrics.LogAppendedBytes.Add(body.Length + RecordEnvelope.HeaderSize + (_sealer is null ? 0 : RecordEnvelope.SealedOverhead));
+        }
+
         return lsn;
     }
 

@@ -167,7 +167,7 @@ internal static class AnalysisScan
         // Checkpoints whose state is in parts (too large for one record): read now, the scan applied them without reading.
         var statesFromParts = await SessionCheckpoints.ReadPendingStatesAsync(log, sessions, cancellationToken).ConfigureAwait(false);
 
-        CrashPoints.Hit(CrashPoints.RecoveryScanned);
+        log.CrashPoints.Hit(CrashPoints.RecoveryScanned);
         return new AnalysisResult(sessions.Count, scan.Requests, scan.Records, scanFrom, until, Stopwatch.GetElapsedTime(started), scan.Epoch, scan.Variables.Count, reservations,
             anchor, scan.FromCheckpoints, CleanShutdown: clean && scan.Last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
             VariablesReadAtRest: variablesReadAtRest, StatesReadFromParts: statesFromParts);

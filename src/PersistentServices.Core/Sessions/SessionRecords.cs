@@ -66,7 +66,7 @@ internal static class SessionRecords
         if (inFull)
         {
             reply.Location = ReplyStore.LocationOf(record, lsn, record.CalculateSize(), log.MaxRecordBytes);
-            Diagnostics.PersistentServicesMetrics.RepliesLoggedInFull.Add(1, new KeyValuePair<string, object?>("reason", reason));
+            log.Metrics?.RepliesLoggedInFull.Add(1, new KeyValuePair<string, object?>("reason", reason));
         }
 
         return lsn;

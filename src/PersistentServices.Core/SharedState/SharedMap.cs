@@ -24,16 +24,16 @@ public sealed class SharedMap<TKey, TValue>
     public string Name { get; }
 
     /// <summary>Reads the entry for <paramref name="key"/> (the type's default when it was never written).</summary>
-    public TValue Get(TKey key) => SharedStateStore.RequireActive(Name).Read<TValue>(EntryName(key));
+    public TValue Get(TKey key) => SharedStateStore.RequireCurrent(Name).Read<TValue>(EntryName(key));
 
     /// <summary>Replaces the entry for <paramref name="key"/>; only inside a persistent request.</summary>
-    public void Set(TKey key, TValue value) => SharedStateStore.RequireActive(Name).Write(EntryName(key), value);
+    public void Set(TKey key, TValue value) => SharedStateStore.RequireCurrent(Name).Write(EntryName(key), value);
 
     /// <summary>Atomically replaces the entry for <paramref name="key"/> with <paramref name="change"/>(current value); see <see cref="SharedVariable{T}.Update"/>.</summary>
     public TValue Update(TKey key, Func<TValue, TValue> change)
     {
         ArgumentNullException.ThrowIfNull(change);
-        return SharedStateStore.RequireActive(Name).Update(EntryName(key), change);
+        return SharedStateStore.RequireCurrent(Name).Update(EntryName(key), change);
     }
 
     /// <summary>The shared variable behind the entry for <paramref name="key"/>.</summary>

@@ -24,11 +24,16 @@ namespace PersistentServices.SharedState;
 /// <item><see cref="RollBackOrphanAsync"/> undoes a variable along its backward chain to its latest non-orphan value
 ///   (§4.2), for service domains.</item>
 /// </list>
-/// One store per service process (<see cref="Active"/>); generated <c>[Shared]</c> properties find it there.
+/// One store per service (its runtime owns it), never one per process: a <see cref="SharedVariable{T}"/> or
+/// <see cref="SharedMap{TKey,TValue}"/> handle, and the generated <c>[Shared]</c> properties, find the store of the service
+/// whose code is running through <see cref="Current"/>, an ambient value the service enters for each of its requests
+/// (live, read-only, plain) and for each replayed request (<see cref="Enter"/>). Two services in one process (two
+/// applications in one test run) each see their own variables; code outside any request of a service (a background
+/// task, a static initializer) gets an <see cref="InvalidOperationException"/> that says so.
 /// </summary>
 internal sealed partial class SharedStateStore
 {
-    private static volatile SharedStateStore? _active;
+    private static readonly AsyncLocal<SharedStateStore?> Ambient = new();
 
     private readonly ConcurrentDictionary<string, SharedCell> _cells = new(StringComparer.Ordinal);
     private readonly int _checkpointInterval;
@@ -77,11 +82,21 @@ internal sealed partial class SharedStateStore
         return unreadable;
     }
 
-    /// <summary>The store of the running service, or null before one opened its log.</summary>
-    public static SharedStateStore? Active
+    /// <summary>The store of the service whose request (live or replayed) is running now, or null outside any request of a service.</summary>
+    public static SharedStateStore? Current => Ambient.Value;
+
+    /// <summary>Makes <paramref name="store"/> the one shared state handles use until the returned value is disposed (in this async flow).</summary>
+    public static Restore Enter(SharedStateStore store)
     {
-        get => _active;
-        set => _active = value;
+        ArgumentNullException.ThrowIfNull(store);
+        var previous = Ambient.Value;
+        Ambient.Value = store;
+        return new Restore(previous);
+    }
+
+    public readonly struct Restore(SharedStateStore? previous) : IDisposable
+    {
+        public void Dispose() => Ambient.Value = previous;
     }
 
     public DurableLog Log { get; }
@@ -96,9 +111,13 @@ internal sealed partial class SharedStateStore
 
     private long _checkpoints;
 
-    public static SharedStateStore RequireActive(string variable)
-        => _active ?? throw new InvalidOperationException(
-            $"Shared variable '{variable}' is used before the persistent service opened its log (AddPersistentServices, then let the host start).");
+    /// <summary>The store of the running request's service; an <see cref="InvalidOperationException"/> outside any request of a service.</summary>
+    public static SharedStateStore RequireCurrent(string variable)
+        => Ambient.Value ?? throw new InvalidOperationException(
+            $"Shared variable '{variable}' is used outside a request of a persistent service. Shared state belongs to one service " +
+            "(AddPersistentServices, UsePersistentServices) and is reached from its requests and their replay only: read or write it " +
+            "inside an endpoint ([Persistent] to change it, [PersistentReadOnly] to show it), not from a background task, a static " +
+            "initializer or before the host started.");
 
     public SharedCell Cell(string name) => _cells.GetOrAdd(name, static n => new SharedCell(n));
 

@@ -8,7 +8,7 @@ namespace PersistentServices.SharedState;
 /// <typeparam name="T">The variable's type; values are treated as immutable (a write replaces the value).</typeparam>
 public sealed class SharedVariable<T>
 {
-    /// <summary>Creates the handle of the process-wide variable named <paramref name="name"/> (namespace, type and property).</summary>
+    /// <summary>Creates the handle of the variable named <paramref name="name"/> (namespace, type and property) in whichever service runs the request that uses it.</summary>
     public SharedVariable(string name)
     {
         ArgumentException.ThrowIfNullOrEmpty(name);
@@ -20,12 +20,14 @@ public sealed class SharedVariable<T>
 
     /// <summary>
     /// Reads the value. Inside a persistent request the read is logged with the variable's DV (and in replay the logged
-    /// value is returned); in a read-only request the reply waits until the value is durable; elsewhere it is a plain read.
+    /// value is returned); in a read-only request the reply waits until the value is durable; in another request of the service it is a plain
+    /// read. Outside any request of a service it throws <see cref="InvalidOperationException"/>: the handle names a
+    /// variable, and only a running request says whose.
     /// </summary>
-    public T Read() => SharedStateStore.RequireActive(Name).Read<T>(Name);
+    public T Read() => SharedStateStore.RequireCurrent(Name).Read<T>(Name);
 
     /// <summary>Replaces the value; only inside a persistent request (logged with the writer's DV and the previous write's LSN).</summary>
-    public void Write(T value) => SharedStateStore.RequireActive(Name).Write(Name, value);
+    public void Write(T value) => SharedStateStore.RequireCurrent(Name).Write(Name, value);
 
     /// <summary>
     /// Atomically replaces the value with <paramref name="change"/>(current value) and returns the new value: one hold of
@@ -36,6 +38,6 @@ public sealed class SharedVariable<T>
     public T Update(Func<T, T> change)
     {
         ArgumentNullException.ThrowIfNull(change);
-        return SharedStateStore.RequireActive(Name).Update(Name, change);
+        return SharedStateStore.RequireCurrent(Name).Update(Name, change);
     }
 }

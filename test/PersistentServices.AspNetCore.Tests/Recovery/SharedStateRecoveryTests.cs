@@ -52,6 +52,57 @@ public sealed class SharedStateRecoveryTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// Two services in one process (issue 33): each request, live or replayed, reaches the shared variables of the service
+    /// that runs it, never the other's, though both use the same static handles (<c>SharedTestController.Total</c> and the
+    /// generated <c>LastWriter</c>).
+    /// </summary>
+    [Fact]
+    public async Task TwoServicesInOneProcess_EachSeesItsOwnSharedVariables_LiveAndInReplay()
+    {
+        var dirA = Path.Combine(_dir.Path, "a");
+        var dirB = Path.Combine(_dir.Path, "b");
+        await using var b = await TestServer.StartAsync(dirB);
+        string sessionA;
+        await using (var a = await TestServer.StartAsync(dirA))
+        {
+            sessionA = await a.StartSessionAsync();
+            var sessionB = await b.StartSessionAsync();
+            for (var i = 1; i <= 3; i++)
+            {
+                var (toA, bodyA) = await a.SendAsync(HttpMethod.Post, "/shared/add", sessionA, i, new { opId = "a" + i, amount = 1 });
+                var (toB, bodyB) = await b.SendAsync(HttpMethod.Post, "/shared/add", sessionB, i, new { opId = "b" + i, amount = 10 });
+                Assert.Equal(HttpStatusCode.OK, toA.StatusCode);
+                Assert.Equal(HttpStatusCode.OK, toB.StatusCode);
+                Assert.Equal(i, bodyA.GetProperty("total").GetInt64());
+                Assert.Equal(10 * i, bodyB.GetProperty("total").GetInt64());
+            }
+
+            Assert.Equal(3, a.Shared(() => SharedTestController.Total.Read()));
+            Assert.Equal(30, b.Shared(() => SharedTestController.Total.Read()));
+            Assert.Equal("a3", a.Shared(() => SharedTestController.LastWriter));
+            Assert.Equal("b3", b.Shared(() => SharedTestController.LastWriter));
+            await a.CrashAsync();
+        }
+
+        // A recovers and replays its session while B goes on serving: replay reads A's logged values into A's store.
+        await using (var a = await TestServer.StartAsync(dirA))
+        {
+            await a.RecoveryCompletion;
+            Assert.Equal(RecoveryStage.Ready, a.Runtime.Stage);
+            var (stateA, bodyA) = await a.SendAsync(HttpMethod.Get, "/shared", sessionA, null);
+            Assert.Equal(HttpStatusCode.OK, stateA.StatusCode);
+            Assert.Equal(3, bodyA.GetProperty("total").GetInt64());
+            Assert.Equal("a3", bodyA.GetProperty("lastWriter").GetString());
+            Assert.Equal(3, bodyA.GetProperty("calls").GetInt32());
+            var (next, nextBody) = await a.SendAsync(HttpMethod.Post, "/shared/add", sessionA, 4, new { opId = "a4", amount = 1 });
+            Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+            Assert.Equal(4, nextBody.GetProperty("total").GetInt64());
+            Assert.Equal(30, b.Shared(() => SharedTestController.Total.Read()));
+            Assert.Equal("b3", b.Shared(() => SharedTestController.LastWriter));
+        }
+    }
+
     [Fact]
     public async Task Restart_RequestCutShortByTheCrash_ReplayFinishesIt_AndItsReplyIsLoggedAndDurableBeforeAnyoneSeesIt()
     {
@@ -65,7 +116,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
             a = await server.StartSessionAsync();
             var b = await server.StartSessionAsync();
             var cutShort = server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 });
-            await WaitUntilAsync(() => SharedTestController.Total.Read() == 5); // A's update is logged; A waits at the gate
+            await WaitUntilAsync(() => server.Shared(() => SharedTestController.Total.Read()) == 5); // A's update is logged; A waits at the gate
             var (forced, _) = await server.SendAsync(HttpMethod.Post, "/shared/add", b, 1, new { opId = "b-1", amount = 1 });
             Assert.Equal(HttpStatusCode.OK, forced.StatusCode);
             CopyDirectory(logDir, crashImage);

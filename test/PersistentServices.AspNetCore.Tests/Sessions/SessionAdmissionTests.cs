@@ -5,6 +5,7 @@ using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.RateLimiting;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Diagnostics.Metrics.Testing;
 using Microsoft.Extensions.Options;
 using PersistentServices.AspNetCore.Tests.TestSupport;
 using PersistentServices.Sessions;
@@ -203,25 +204,21 @@ public sealed class SessionAdmissionTests : IDisposable
         await server.StartSessionAsync();
         await server.SendAsync(HttpMethod.Post, "/counter/add", used, 1, new { opId = "m", amount = 1 });
 
-        var seen = new Dictionary<string, long>();
-        using var listener = new MeterListener();
-        listener.InstrumentPublished = (instrument, l) =>
-        {
-            if (instrument.Meter.Name == "PersistentServices" && instrument.Name.StartsWith("persistentservices.sessions.", StringComparison.Ordinal))
-            {
-                l.EnableMeasurementEvents(instrument);
-            }
-        };
-        listener.SetMeasurementEventCallback<int>((instrument, value, _, _) => seen[instrument.Name] = value);
-        listener.SetMeasurementEventCallback<long>((instrument, value, _, _) => seen[instrument.Name] = value);
-        listener.Start();
-        listener.RecordObservableInstruments();
+        // The gauges of this server's meter only (from its own IMeterFactory): another service in the process has its own.
+        var meters = server.App.Services.GetRequiredService<IMeterFactory>();
+        using var live = new MetricCollector<int>(meters, "PersistentServices", "persistentservices.sessions.live");
+        using var neverUsed = new MetricCollector<int>(meters, "PersistentServices", "persistentservices.sessions.never_used");
+        using var held = new MetricCollector<long>(meters, "PersistentServices", "persistentservices.sessions.held_bytes");
+        using var budget = new MetricCollector<long>(meters, "PersistentServices", "persistentservices.sessions.memory_budget");
+        live.RecordObservableInstruments();
+        neverUsed.RecordObservableInstruments();
+        held.RecordObservableInstruments();
+        budget.RecordObservableInstruments();
 
-        // Every runtime started in this process registered gauges; the last callback of each name is this server's.
-        Assert.Contains("persistentservices.sessions.live", seen.Keys);
-        Assert.Contains("persistentservices.sessions.never_used", seen.Keys);
-        Assert.Contains("persistentservices.sessions.held_bytes", seen.Keys);
-        Assert.Contains("persistentservices.sessions.memory_budget", seen.Keys);
+        Assert.Equal(2, live.LastMeasurement?.Value);
+        Assert.Equal(1, neverUsed.LastMeasurement?.Value);
+        Assert.True(held.LastMeasurement?.Value > 0);
+        Assert.Equal(PersistentServicesOptions.DefaultSessionMemoryBudgetBytes(), budget.LastMeasurement?.Value);
         Assert.Equal(2, server.Runtime.Sessions.Count);
         Assert.Equal(1, server.Runtime.Sessions.NeverUsed);
         Assert.True(server.Runtime.Sessions.Memory.HeldBytes > 0);

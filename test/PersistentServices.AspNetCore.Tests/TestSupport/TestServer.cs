@@ -9,6 +9,7 @@ using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
 using PersistentServices.Recovery;
 using PersistentServices.Sessions;
+using PersistentServices.SharedState;
 
 namespace PersistentServices.AspNetCore.Tests.TestSupport;
 
@@ -148,6 +149,18 @@ internal sealed class TestServer : IAsyncDisposable
         var isJson = response.Content.Headers.ContentType?.MediaType?.EndsWith("json", StringComparison.Ordinal) == true;
         var body = text.Length == 0 || !isJson ? default : JsonDocument.Parse(text).RootElement.Clone();
         return (response, body);
+    }
+
+    /// <summary>
+    /// Runs <paramref name="read"/> as a plain request of this server would: with its shared state entered
+    /// (<see cref="SharedStateStore.Enter"/>), so shared variables read this server's values, not another's in the test process.
+    /// </summary>
+    public T Shared<T>(Func<T> read)
+    {
+        using (SharedStateStore.Enter(Runtime.Shared))
+        {
+            return read();
+        }
     }
 
     public Session Session(string id) => Runtime.Sessions.TryGet(SessionId.TryParse(id, out var sid) ? sid : default, out var s) ? s : throw new KeyNotFoundException(id);

@@ -68,7 +68,7 @@ public sealed class RecordCaptureTests
         var lsns = await WriteAsync(dir.Path, 600);
         var capture = new RecordCapture(lsns[200], singles: [lsns[3], lsns[150], lsns[150] + 1]);
 
-        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, Ct);
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, metrics: null, crashPoints: null, Ct);
 
         Assert.True(SegmentFiles.List(dir.Path).Count > 3, "the test must cross segment boundaries");
         AssertSame(await ScanAsync(log, lsns[200]), capture.Records);
@@ -86,7 +86,7 @@ public sealed class RecordCaptureTests
         var lsns = await WriteAsync(dir.Path, 400);
         var capture = new RecordCapture(lsns[10], budgetBytes: 64 * 1024);
 
-        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, Ct);
+        await using var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, metrics: null, crashPoints: null, Ct);
 
         Assert.InRange(capture.Records.Count, 1, 380);
         Assert.Equal(lsns[10 + capture.Records.Count], capture.Until);
@@ -121,7 +121,7 @@ public sealed class RecordCaptureTests
         }
 
         var capture = new RecordCapture(FasterEntryLayout.FirstValidAddress);
-        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, Ct))
+        await using (var log = await DurableLog.OpenAsync(LogTestOptions.Small(dir.Path), logger: null, capture, metrics: null, crashPoints: null, Ct))
         {
             Assert.NotNull(log.OpenReport.TornTail);
             Assert.Equal(committedUntil, log.DurableUntil);

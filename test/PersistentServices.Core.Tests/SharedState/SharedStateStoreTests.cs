@@ -29,12 +29,10 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     {
         _log = await DurableLog.OpenAsync(LogTestOptions.Small(_dir.Path), cancellationToken: Ct);
         _store = new SharedStateStore(_log, Service, checkpointInterval: 3) { Epoch = 1 };
-        SharedStateStore.Active = _store;
     }
 
     public async ValueTask DisposeAsync()
     {
-        SharedStateStore.Active = null;
         await _log.DisposeAsync();
         _dir.Dispose();
     }
@@ -50,6 +48,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         session.PositionStream.Add(position);
         var execution = new RequestExecution(log, Service, 1, session, position, cursor);
         execution.Advance(requestLsn);
+        using (SharedStateStore.Enter(_store))
         using (PersistentScope.Enter(new PersistentScope(session, cursor is null ? ExecutionMode.Live : ExecutionMode.Replay, execution)))
         {
             body();
@@ -58,11 +57,19 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         return execution;
     }
 
+    /// <summary>Runs <paramref name="read"/> in a request of the service that is not a persistent one (the store entered, no execution): a plain read.</summary>
+    private T Plain<T>(Func<T> read)
+    {
+        using (SharedStateStore.Enter(_store))
+        {
+            return read();
+        }
+    }
+
     /// <summary>A fresh store; the counter written 1, 2 and 3 by writers that depend on peer service B at LSNs 100, 200 and 300 of its epoch 1.</summary>
     private async Task WriteOneTwoThreeDependingOnBAsync(int checkpointInterval)
     {
         _store = new SharedStateStore(_log, Service, checkpointInterval) { Epoch = 1 };
-        SharedStateStore.Active = _store;
         foreach (var (peerLsn, value) in new[] { (100L, 1), (200L, 2), (300L, 3) })
         {
             var writer = NewSession();
@@ -149,8 +156,40 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
     [Fact]
     public void WriteOutsideAPersistentRequest_Throws_ReadIsPlain()
     {
-        Assert.Throws<InvalidOperationException>(() => Counter.Write(1));
-        Assert.Equal(0, Counter.Read());
+        Assert.Throws<InvalidOperationException>(() => Plain(() => { Counter.Write(1); return 0; }));
+        Assert.Equal(0, Plain(() => Counter.Read()));
+    }
+
+    [Fact]
+    public void Handle_OutsideAnyRequestOfAService_ThrowsAndSaysWhy()
+    {
+        Assert.Null(SharedStateStore.Current);
+
+        var read = Assert.Throws<InvalidOperationException>(() => Counter.Read());
+        var write = Assert.Throws<InvalidOperationException>(() => Stock.Set("book", 1));
+
+        Assert.Contains("'Tests.Counter' is used outside a request of a persistent service", read.Message, StringComparison.Ordinal);
+        Assert.Contains("'Tests.Stock' is used outside a request", write.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Enter_TwoStoresInOneProcess_EachFlowSeesItsOwnVariables()
+    {
+        await using var otherLog = await DurableLog.OpenAsync(LogTestOptions.Small(Path.Combine(_dir.Path, "other")), cancellationToken: Ct);
+        var other = new SharedStateStore(otherLog, "Other", checkpointInterval: 3) { Epoch = 1 };
+        Run(NewSession(), 1, () => Counter.Write(1));
+        var mine = _store;
+        _store = other;
+        Run(NewSession(), 1, () => Counter.Write(2), log: otherLog);
+        _store = mine;
+
+        var seen = await Task.WhenAll(
+            Task.Run(() => { using (SharedStateStore.Enter(mine)) { return Counter.Read(); } }, Ct),
+            Task.Run(() => { using (SharedStateStore.Enter(other)) { return Counter.Read(); } }, Ct));
+
+        Assert.Equal([1, 2], seen);
+        Assert.Equal(1, Plain(() => Counter.Read()));
+        Assert.Null(SharedStateStore.Current); // every scope restored what was there before
     }
 
     [Fact]
@@ -216,14 +255,13 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
 
         _log = await DurableLog.OpenAsync(LogTestOptions.Small(_dir.Path), cancellationToken: Ct);
         _store = new SharedStateStore(_log, Service, checkpointInterval: 3);
-        SharedStateStore.Active = _store;
         var result = await AnalysisScan.RunAsync(_log, _dir.Path, new SessionTable(), _store, Ct);
 
         Assert.Equal(3, result.SharedVariables);
-        Assert.Equal(2, Counter.Read());
-        Assert.Equal(["ada", "grace"], Names.Read()!);
-        Assert.Equal(7, Stock.Get("book"));
-        Assert.Equal(0, Stock.Get("pen"));
+        Assert.Equal(2, Plain(() => Counter.Read()));
+        Assert.Equal(["ada", "grace"], Plain(() => Names.Read())!);
+        Assert.Equal(7, Plain(() => Stock.Get("book")));
+        Assert.Equal(0, Plain(() => Stock.Get("pen")));
     }
 
     [Fact]
@@ -233,7 +271,6 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         // crash (recovered to 150) was learned while write 3 was the latest: the variable was no orphan of it then. When
         // C's crash takes write 3 back, the rollback must not stop at write 2, an orphan of B's crash.
         _store = new SharedStateStore(_log, Service, checkpointInterval: 100) { Epoch = 1 };
-        SharedStateStore.Active = _store;
         foreach (var (peer, peerLsn, value) in new[] { ("B", 100L, 1), ("B", 200L, 2), ("C", 50L, 3) })
         {
             var writer = NewSession();
@@ -251,7 +288,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         known.Learn(cLost);
         Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", cLost, known, Ct));
 
-        Assert.Equal(1, Counter.Read());
+        Assert.Equal(1, Plain(() => Counter.Read()));
         Assert.Null(known.FindOrphan(_store.Cell("Tests.Counter").Dv));
     }
 
@@ -277,7 +314,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         var error = Assert.Throws<InvalidOperationException>(() => execution = Run(writer, 1, () => Counter.Write(2)));
 
         Assert.Equal("orphan of B", error.Message);
-        Assert.Equal(1, Counter.Read());
+        Assert.Equal(1, Plain(() => Counter.Read()));
         Assert.Null(known.FindOrphan(_store.Cell("Tests.Counter").Dv));
 
         // Whatever the endpoint does after catching it, its request logs nothing more.
@@ -290,7 +327,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         });
         Assert.NotNull(abandoned.Abandoned);
         Assert.Empty(abandoned.Position.Aux);
-        Assert.Equal(1, Counter.Read());
+        Assert.Equal(1, Plain(() => Counter.Read()));
     }
 
     /// <summary>
@@ -332,7 +369,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         var rolledBack = await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), cancellationToken: Ct);
 
         Assert.True(rolledBack);
-        Assert.Equal(2, Counter.Read());
+        Assert.Equal(2, Plain(() => Counter.Read()));
         Assert.Equal(new StateId(1, 200), _store.Cell("Tests.Counter").Dv["B"]);
         Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 250)), cancellationToken: Ct));
         Assert.False(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(2, 0)), cancellationToken: Ct));
@@ -368,7 +405,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
 
         Assert.True(await rollback);
         Assert.True(updates < cap, "the rollback was overtaken by every update until they stopped");
-        Assert.Equal(2, Counter.Read() % 1000);
+        Assert.Equal(2, Plain(() => Counter.Read()) % 1000);
         Assert.False(_store.Cell("Tests.Counter").Dv.IsOrphan(new RecoveredStateNumber("B", new StateId(1, 250))));
     }
 
@@ -394,7 +431,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         await _log.WaitUntilDurableAsync(_log.TailAddress - 1, Ct);
 
         Assert.True(await _store.RollBackOrphanAsync("Tests.Counter", new RecoveredStateNumber("B", new StateId(1, 0)), cancellationToken: Ct));
-        Assert.Equal(3, Counter.Read());
+        Assert.Equal(3, Plain(() => Counter.Read()));
     }
 
     [Fact]
@@ -428,7 +465,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
 
         Assert.Equal(0, seenInReplay);
         Assert.Null(cursor.Divergence);
-        Assert.Equal(100, Counter.Read());
+        Assert.Equal(100, Plain(() => Counter.Read()));
     }
 
     [Fact]
@@ -462,7 +499,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
             }
         }, Ct)));
 
-        Assert.Equal(800, Counter.Read());
+        Assert.Equal(800, Plain(() => Counter.Read()));
         Assert.Equal(Enumerable.Range(1, 800), results.Order());
         var writes = await RecordsAsync(RecordKind.SharedWrite);
         Assert.Equal(800, writes.Count);
@@ -488,7 +525,7 @@ public sealed class SharedStateStoreTests : IAsyncLifetime
         Assert.Equal([RecordKind.SharedRead, RecordKind.SharedWrite], logged.Select(r => r.Kind));
         Assert.Equal(5, replayed);
         Assert.Null(cursor.Divergence);
-        Assert.Equal(50, Stock.Get("book"));
+        Assert.Equal(50, Plain(() => Stock.Get("book")));
     }
 
     [Fact]

@@ -215,7 +215,7 @@ internal static class IdempotencyKeySessions
             record.State.Clear(); // no request of a key session ever reads it again
             var lsn = runtime.Log.Append(RecordKind.SessionCheckpoint, record);
             session.ContinueFromCheckpoint(lsn, record);
-            Diagnostics.PersistentServicesMetrics.SessionCheckpoints.Add(1);
+            runtime.Metrics.SessionCheckpoints.Add(1);
             return true;
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
