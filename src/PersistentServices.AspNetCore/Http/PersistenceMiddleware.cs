@@ -20,6 +20,7 @@ internal sealed class PersistenceMiddleware
     private readonly bool _useRoles;
     private readonly PersistentRequestHandler _persistent;
     private readonly ReadOnlyRequestHandler _readOnly;
+    private readonly RequestDelegate _route; // RouteAsync, made into a delegate once rather than per request
 
     public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline, ILogger<PersistenceMiddleware> logger)
     {
@@ -28,6 +29,7 @@ internal sealed class PersistenceMiddleware
         _useRoles = runtime.Options.Calls.UseRoles;
         _persistent = new PersistentRequestHandler(next, runtime, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
+        _route = RouteAsync;
         pipeline.Register(router, context => WithSharedState(context, next));
     }
 
@@ -56,7 +58,7 @@ internal sealed class PersistenceMiddleware
         await DispatchAsync(context).ConfigureAwait(false);
     }
 
-    private Task DispatchAsync(HttpContext context) => WithSharedState(context, RouteAsync);
+    private Task DispatchAsync(HttpContext context) => WithSharedState(context, _route);
 
     /// <summary>Runs <paramref name="next"/> with this service's shared state entered (none while the log is not open and scanned).</summary>
     private Task WithSharedState(HttpContext context, RequestDelegate next)
