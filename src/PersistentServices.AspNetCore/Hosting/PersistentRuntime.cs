@@ -185,6 +185,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public SessionTable Sessions { get; }
 
+    /// <summary>True the first time this service refuses an unidentified principal (warned once per service, then at debug level).</summary>
+    public bool FirstUnidentifiedOwner() => Interlocked.Exchange(ref _unidentifiedOwnerWarned, 1) == 0;
+
+    private int _unidentifiedOwnerWarned;
+
     public RecoveryStage Stage => _stage;
 
     public Exception? Failure => _failure;

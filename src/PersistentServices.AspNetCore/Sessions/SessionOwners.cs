@@ -14,8 +14,6 @@ namespace PersistentServices.Sessions;
 /// </summary>
 internal static partial class SessionOwners
 {
-    private static int _warned;
-
     /// <summary>The owner of what <paramref name="user"/> starts: empty when anonymous, null when authenticated but unidentified.</summary>
     public static byte[]? Of(PersistentRuntime runtime, ClaimsPrincipal user)
         => SessionOwner.Of(user, SessionOwner.CurrentVersion, runtime.Options.OwnerIdentityOptions);
@@ -65,7 +63,7 @@ internal static partial class SessionOwners
         var identity = context.User.Identity;
         var logger = context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Sessions");
         var claims = string.Join(", ", context.User.Claims.Select(c => c.Type).Distinct(StringComparer.Ordinal).Take(8));
-        if (Interlocked.Exchange(ref _warned, 1) == 0)
+        if (runtime.FirstUnidentifiedOwner())
         {
             OwnerUnidentified(logger, identity?.AuthenticationType ?? "", claims);
         }

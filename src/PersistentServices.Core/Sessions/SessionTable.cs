@@ -34,6 +34,13 @@ internal sealed class SessionTable
     private int _slots;
     private int _unused;
 
+    /// <summary>
+    /// Held by a caller that finds, starts or ends a session as one step with its own lookup (the Idempotency-Key path:
+    /// a request never starts a second session for a key whose first is being forgotten). One per table, so two services
+    /// in one process never wait for each other.
+    /// </summary>
+    public Lock FindOrStartGate { get; } = new();
+
     public SessionTable()
         : this(SessionMemory.Unlimited)
     {

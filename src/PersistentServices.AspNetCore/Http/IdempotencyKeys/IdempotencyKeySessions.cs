@@ -30,8 +30,6 @@ internal static class IdempotencyKeySessions
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = KeySessions.StateHeader;
 
-    private static readonly Lock Gate = new();
-
     /// <summary>The key's session, started if it has none. Null when refused (the refusal was written).</summary>
     public static async ValueTask<Session?> FindOrStartAsync(PersistentRuntime runtime, HttpContext context, IdempotencyKey key, ILogger logger)
     {
@@ -39,7 +37,7 @@ internal static class IdempotencyKeySessions
         var refusal = Refusal.None;
         var startRefusal = StartRefusal.None;
         var (bucket, share, byAddress) = Sessions.SessionOwners.AdmissionBucket(runtime, context, key.Scope);
-        lock (Gate)
+        lock (runtime.Sessions.FindOrStartGate)
         {
             if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
                 (key.LegacySessionId is { } legacy && runtime.Sessions.TryGet(legacy, out existing) && existing.OwnerVersion == IdempotencyKey.LegacyKeySessionOwnerVersion))
@@ -231,7 +229,7 @@ internal static class IdempotencyKeySessions
     /// <summary>Ends a key session (the key is forgotten), under the lock that starts them.</summary>
     private static bool Forget(PersistentRuntime runtime, Session session, DateTimeOffset now, ILogger logger)
     {
-        lock (Gate)
+        lock (runtime.Sessions.FindOrStartGate)
         {
             if (!session.TryEnd())
             {
