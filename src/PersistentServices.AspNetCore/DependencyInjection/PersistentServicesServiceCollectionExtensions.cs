@@ -74,6 +74,8 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<PersistentServices.Calls.CallRoles>();
         services.TryAddSingleton<PersistentServices.Domain.OrphanRecovery>();
         services.TryAddSingleton<PersistentServices.Domain.DomainHostedService>();
+        services.TryAddSingleton<PersistentServices.Http.LoggedRequestPipeline>();
+        services.TryAddSingleton<PersistentServices.Domain.DomainReplyGate>();
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();

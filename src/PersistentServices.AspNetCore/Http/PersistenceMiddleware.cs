@@ -22,12 +22,13 @@ internal sealed class PersistenceMiddleware
     private readonly ReadOnlyRequestHandler _readOnly;
     private readonly RequestDelegate _route; // RouteAsync, made into a delegate once rather than per request
 
-    public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline, ILogger<PersistenceMiddleware> logger)
+    public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline,
+        LoggedRequestPipeline logged, Domain.DomainReplyGate gate, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
         _runtime = runtime;
         _useRoles = runtime.Options.Calls.UseRoles;
-        _persistent = new PersistentRequestHandler(next, runtime, logger);
+        _persistent = new PersistentRequestHandler(next, runtime, logged, gate, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
         _route = RouteAsync;
         pipeline.Register(router, context => WithSharedState(context, next));

@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using Microsoft.AspNetCore.Http;
 using PersistentServices.Log.Records;
 using PersistentServices.Sessions;
@@ -6,33 +5,26 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Http;
 
 /// <summary>
-/// One persistent request as it passes through <see cref="PersistentRequestHandler"/>'s steps (admit, log the request,
-/// run under capture, log the reply, force, send): what each step found and what the next one needs, in one place.
+/// One live persistent request as it passes through <see cref="PersistentRequestHandler"/>'s steps (admit, the logged
+/// request pipeline, send): what admission found and what the pipeline (<see cref="LoggedRequestContext"/>) and the
+/// sending need, in one place.
 /// </summary>
-internal sealed class PersistentRequest(HttpContext httpContext)
+internal sealed class PersistentRequest(HttpContext httpContext) : LoggedRequestContext(httpContext)
 {
-    public HttpContext HttpContext { get; } = httpContext;
+    /// <summary>The session the request names in <c>PS-Session</c> (none for a key request).</summary>
+    public SessionId SessionId { get; set; }
 
-    /// <summary>The session the request belongs to (found and owned by the caller).</summary>
-    public Session Session { get; set; } = null!;
+    /// <summary>How the request names its session: by the session headers or by its <see cref="Key"/>.</summary>
+    public ISessionResolver Resolver { get; set; } = null!;
 
     /// <summary>The request's number in its session (<c>PS-Seq</c>).</summary>
     public long Sequence { get; set; }
-
-    /// <summary>The whole request body, read before anything is logged.</summary>
-    public byte[] Body { get; set; } = [];
 
     /// <summary>What identifies a retry as the same request (<see cref="RequestIdentity"/>).</summary>
     public byte[] Hash { get; set; } = [];
 
     /// <summary>The request's log record (built before admission so its size is checked before anything is logged).</summary>
     public LoggedRequest Record { get; set; } = null!;
-
-    /// <summary>Force the request record when it is logged (<see cref="CallLogging.ForceEveryMessage"/>).</summary>
-    public bool ForceRequestRecord { get; set; }
-
-    /// <summary>A call from a member of the domain: the DV it carried (merged into the session's; the reply is not forced).</summary>
-    public Domain.DependencyVector? IncomingDv { get; set; }
 
     /// <summary>The record's serialized size.</summary>
     public int RecordSize { get; set; }
@@ -43,20 +35,11 @@ internal sealed class PersistentRequest(HttpContext httpContext)
     /// <summary>The admission's decision.</summary>
     public Admission Admission { get; set; }
 
-    /// <summary>Once logged: the request's entry in the session's position stream, and its execution.</summary>
-    public RequestExecution? Execution { get; set; }
-
-    /// <summary>Once run: the reply and the OnCompleted callbacks the endpoint registered.</summary>
-    public CapturedReply Reply { get; set; }
-
     /// <summary>An <c>Idempotency-Key</c> request: its key (its <see cref="Session"/> is the key's one-request session); null for a session request.</summary>
     public IdempotencyKeys.IdempotencyKey? Key { get; set; }
 
     /// <summary>The session whose id and number the reply echoes: none for a key request (its key session is internal).</summary>
     public Session? EchoSession => Key is null ? Session : null;
-
-    /// <summary>The request's activity, when someone listens (<see cref="Diagnostics.PersistentServicesTracing"/>).</summary>
-    public Activity? Activity { get; set; }
 
     /// <summary>A call from another of the deployment's services: its name (verified); null for an end client.</summary>
     public string? Caller { get; set; }

@@ -31,8 +31,10 @@ internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Reco
 /// finishes, run once with the first retry that receives its reply.
 /// </summary>
 /// <remarks>In the replay check (<c>check</c> given), replayed shared writes are compared with the logged values too.</remarks>
-internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger, Testing.ReplayCheckRun? check = null)
+internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPipeline pipeline, IServiceScopeFactory scopes, ILogger<SessionReplayer> logger, Testing.ReplayCheckRun? check = null)
 {
+    private readonly ReplayHooks _hooks = new(runtime);
+
     /// <summary>Reads every logged request of <paramref name="session"/> with its records (replay then needs no log I/O).</summary>
     public async Task<IReadOnlyList<LoadedRequest>> LoadAllAsync(Session session, CancellationToken cancellationToken)
     {
@@ -95,12 +97,6 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                 SessionRecords.AppendEndOfSkip(runtime.Log, session, orphanLsn);
             }
 
-            // As live (PersistentRequestHandler.LogRequest): the DV the request arrived with joins the session's.
-            if (recovered is not null && record.Dv is { } arrived)
-            {
-                LoggedRequestSteps.MergeDv(runtime, session, Domain.DependencyVector.FromRecord(arrived));
-            }
-
             // The last request may have been cut short by the crash (no reply logged): past its records it runs live.
             var cutShort = orphanedInside || (i == positions.Count - 1 && !session.LoggedReplies.ContainsKey(record.Sequence));
             if (cutShort && !session.HoldsReservations)
@@ -110,11 +106,10 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             }
 
             var cursor = new ReplayCursor(request.Aux, cutShort, session.TraceTag, record.Sequence, request.Position.RequestLsn) { CompareWrites = check is not null };
-            var execution = LoggedRequestSteps.BeginExecution(runtime, session, request.Position, cursor);
             CapturedReply replayed;
             try
             {
-                replayed = await ReplayOneAsync(execution, record, router, next).ConfigureAwait(false);
+                replayed = await ReplayOneAsync(session, request, cursor, cutShort, router, next, cancellationToken).ConfigureAwait(false);
             }
             catch (RequestAbandonedException abandoned) when (!cutShort && abandoned is not Calls.CallAbandonedException { HostStopping: true })
             {
@@ -146,7 +141,6 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
             var (reply, onCompleted) = replayed;
             if (cutShort)
             {
-                await LogReplyAsync(execution, reply, cancellationToken).ConfigureAwait(false);
                 reply.DeferOnCompleted(onCompleted);
             }
 
@@ -220,22 +214,14 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
     }
 
     /// <summary>
-    /// The crash cut the last request short; its replay finished it live, and its reply now becomes the buffered reply
-    /// a retry receives. Like any reply to an end client it leaves only once it and everything it depends on (the
-    /// request's live reads and writes) are durable ([MSP Fig. 7]): otherwise a second crash could lose the live part
-    /// after a client saw its reply, and the next replay could answer differently (another ticket, another version).
+    /// One logged request through the endpoint pipeline (<see cref="LoggedRequestPipeline"/> with <see cref="ReplayHooks"/>):
+    /// a fresh DI scope and a context rebuilt from the log, routed as the live request was (a persistent endpoint removed
+    /// or renamed since is a divergence), the DV it arrived with merged into the session's, as live merged it.
     /// </summary>
-    private async Task LogReplyAsync(RequestExecution execution, BufferedReply reply, CancellationToken cancellationToken)
+    private async Task<CapturedReply> ReplayOneAsync(Session session, LoadedRequest loaded, ReplayCursor cursor, bool cutShort, RequestDelegate router, RequestDelegate next, CancellationToken cancellationToken)
     {
-        var replyLsn = LoggedRequestSteps.LogReply(runtime, execution, reply);
-        await runtime.Log.WaitUntilDurableAsync(replyLsn, cancellationToken).ConfigureAwait(false);
-    }
-
-    private async Task<CapturedReply> ReplayOneAsync(RequestExecution execution, LoggedRequest record, RequestDelegate router, RequestDelegate next)
-    {
-        var session = execution.Session;
-        var lsn = execution.Position.RequestLsn;
-        var cursor = execution.Cursor!;
+        var record = loaded.Record;
+        var lsn = loaded.Position.RequestLsn;
         var scope = scopes.CreateAsyncScope();
         await using (scope.ConfigureAwait(false))
         {
@@ -250,33 +236,13 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, IServiceScopeFa
                     session.TraceTag, lsn, record.Sequence);
             }
 
-            var captured = await EndpointRunner.RunAsync(context, next, new PersistentScope(session, ExecutionMode.Replay, execution), record.Body.ToByteArray(), logger)
-                .ConfigureAwait(false);
-
-            // A logged shared value the running code cannot read: no session replay can repair that (fail-stop).
-            if (cursor.SharedFailure is { } sharedFailure)
+            var replayed = new ReplayedRequest(context, loaded, cursor, cutShort, cancellationToken)
             {
-                throw sharedFailure;
-            }
-
-            // A divergence found by the cursor counts even when the endpoint caught the exception.
-            cursor.EnsureConsumed();
-            if (cursor.Divergence is { } divergence)
-            {
-                throw new ReplayDivergenceException(divergence, session.TraceTag, lsn, record.Sequence) { ReplayedReply = captured.Reply };
-            }
-
-            var reply = captured.Reply;
-            if (session.LoggedReplies.TryGetValue(record.Sequence, out var logged) && !logged.Hash.AsSpan().SequenceEqual(reply.Hash))
-            {
-                throw new ReplayDivergenceException(
-                    $"Replay of request {record.Sequence} of session {session.TraceTag} (LSN {lsn}, {record.Method} {record.Path}) produced status " +
-                    $"{reply.StatusCode} and a different reply than the {logged.StatusCode} logged before the crash: the endpoint is not deterministic " +
-                    "(time, random numbers, new ids or unlogged external state must come from the log) or its code changed.",
-                    session.TraceTag, lsn, record.Sequence) { ReplayedReply = reply };
-            }
-
-            return captured;
+                Session = session,
+                Body = record.Body.ToByteArray(),
+                IncomingDv = runtime.Domain.Enabled && record.Dv is { } arrived ? Domain.DependencyVector.FromRecord(arrived) : null,
+            };
+            return await pipeline.RunAsync(replayed, _hooks, next).ConfigureAwait(false);
         }
     }
 }
