@@ -1,5 +1,6 @@
 using System.Globalization;
 using System.Security.Cryptography;
+using PersistentServices;
 
 /// <summary>
 /// The cost of LogOptions.Encryption on the commit path (issue 32): the durable-commit latency with one writer and the

@@ -2,6 +2,7 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Runtime.InteropServices;
 using Google.Protobuf;
+using PersistentServices;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
 

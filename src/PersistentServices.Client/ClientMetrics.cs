@@ -11,7 +11,7 @@ namespace PersistentServices.Client;
 /// </summary>
 internal sealed class ClientMetrics
 {
-    public const string MeterName = Diagnostics.PersistentServicesTelemetry.ClientMeterName;
+    public const string MeterName = PersistentServicesTelemetry.ClientMeterName;
 
     public ClientMetrics(IMeterFactory meterFactory)
     {

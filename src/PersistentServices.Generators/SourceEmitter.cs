@@ -7,9 +7,9 @@ namespace PersistentServices.Generators;
 internal static class SourceEmitter
 {
     private const string Indent = "    ";
-    private const string SessionStateKeyType = "global::PersistentServices.Sessions.SessionStateKey";
-    private const string SessionStateAccess = "global::PersistentServices.Sessions.SessionStateAccess";
-    private const string SharedVariableType = "global::PersistentServices.SharedState.SharedVariable";
+    private const string SessionStateKeyType = "global::PersistentServices.SessionStateKey";
+    private const string SessionStateAccess = "global::PersistentServices.SessionStateAccess";
+    private const string SharedVariableType = "global::PersistentServices.SharedVariable";
 
     public static string Emit(TypeModel type)
     {

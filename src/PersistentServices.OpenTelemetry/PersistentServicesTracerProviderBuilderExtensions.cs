@@ -1,3 +1,4 @@
+using PersistentServices;
 using PersistentServices.Diagnostics;
 
 namespace OpenTelemetry.Trace;

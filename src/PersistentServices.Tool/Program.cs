@@ -108,7 +108,7 @@ namespace PersistentServices.Tool
                 return CannotCheck;
             }
 
-            Log.LogEncryptionOptions? keys = null;
+            LogEncryptionOptions? keys = null;
             try
             {
                 keys = keyArguments.Read(environment);
@@ -116,7 +116,7 @@ namespace PersistentServices.Tool
                 VerifyReport.Write(verification, output);
                 return verification.Refused ? Refused : Clean;
             }
-            catch (Log.LogEncryptionKeyException ex)
+            catch (LogEncryptionKeyException ex)
             {
                 error.WriteLine(
                     $"psctl verify: the log is encrypted and cannot be checked without its key: the record at LSN {ex.Address} is sealed with key id {ex.KeyId}, " +

@@ -233,7 +233,7 @@ public sealed class CallFollowingTests
         {
             "helpers that use the injected PersistentTimeProvider and the library's sources",
             """
-            public sealed class Clock(PersistentServices.Nondeterminism.PersistentTimeProvider time, PersistentServices.Nondeterminism.IPersistentIdGenerator ids)
+            public sealed class Clock(PersistentServices.PersistentTimeProvider time, PersistentServices.IPersistentIdGenerator ids)
             {
                 public DateTimeOffset Now() => time.GetUtcNow();
 

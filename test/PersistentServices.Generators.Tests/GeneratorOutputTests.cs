@@ -47,23 +47,23 @@ public sealed class GeneratorOutputTests
         {
             partial class CartController
             {
-                private static readonly global::PersistentServices.Sessions.SessionStateKey<global::System.Collections.Generic.List<string>?> __PersistentServices_SessionState_Cart = new("Shop.Controllers.CartController.Cart");
+                private static readonly global::PersistentServices.SessionStateKey<global::System.Collections.Generic.List<string>?> __PersistentServices_SessionState_Cart = new("Shop.Controllers.CartController.Cart");
 
                 public partial global::System.Collections.Generic.List<string>? Cart
                 {
-                    get => global::PersistentServices.Sessions.SessionStateAccess.Get(__PersistentServices_SessionState_Cart);
-                    set => global::PersistentServices.Sessions.SessionStateAccess.Set(__PersistentServices_SessionState_Cart, value);
+                    get => global::PersistentServices.SessionStateAccess.Get(__PersistentServices_SessionState_Cart);
+                    set => global::PersistentServices.SessionStateAccess.Set(__PersistentServices_SessionState_Cart, value);
                 }
 
-                private static readonly global::PersistentServices.Sessions.SessionStateKey<int> __PersistentServices_SessionState_Visits = new("Shop.Controllers.CartController.Visits");
+                private static readonly global::PersistentServices.SessionStateKey<int> __PersistentServices_SessionState_Visits = new("Shop.Controllers.CartController.Visits");
 
                 public partial int Visits
                 {
-                    get => global::PersistentServices.Sessions.SessionStateAccess.Get(__PersistentServices_SessionState_Visits);
-                    private set => global::PersistentServices.Sessions.SessionStateAccess.Set(__PersistentServices_SessionState_Visits, value);
+                    get => global::PersistentServices.SessionStateAccess.Get(__PersistentServices_SessionState_Visits);
+                    private set => global::PersistentServices.SessionStateAccess.Set(__PersistentServices_SessionState_Visits, value);
                 }
 
-                private static readonly global::PersistentServices.SharedState.SharedVariable<int> __PersistentServices_Shared_TotalOrders = new("Shop.Controllers.CartController.TotalOrders");
+                private static readonly global::PersistentServices.SharedVariable<int> __PersistentServices_Shared_TotalOrders = new("Shop.Controllers.CartController.TotalOrders");
 
                 public static partial int TotalOrders
                 {
@@ -85,12 +85,12 @@ public sealed class GeneratorOutputTests
             {
                 partial class Basket
                 {
-                    private static readonly global::PersistentServices.Sessions.SessionStateKey<string?> __PersistentServices_SessionState_Note = new("Shop.Controllers.CartController.Basket.Note");
+                    private static readonly global::PersistentServices.SessionStateKey<string?> __PersistentServices_SessionState_Note = new("Shop.Controllers.CartController.Basket.Note");
 
                     internal partial string? Note
                     {
-                        get => global::PersistentServices.Sessions.SessionStateAccess.Get(__PersistentServices_SessionState_Note);
-                        set => global::PersistentServices.Sessions.SessionStateAccess.Set(__PersistentServices_SessionState_Note, value);
+                        get => global::PersistentServices.SessionStateAccess.Get(__PersistentServices_SessionState_Note);
+                        set => global::PersistentServices.SessionStateAccess.Set(__PersistentServices_SessionState_Note, value);
                     }
                 }
             }
@@ -106,7 +106,7 @@ public sealed class GeneratorOutputTests
         {
             partial class Inventory
             {
-                private static readonly global::PersistentServices.SharedState.SharedVariable<global::System.Collections.Immutable.ImmutableDictionary<string, int>> __PersistentServices_Shared_Stock = new("Shop.Controllers.Inventory.Stock");
+                private static readonly global::PersistentServices.SharedVariable<global::System.Collections.Immutable.ImmutableDictionary<string, int>> __PersistentServices_Shared_Stock = new("Shop.Controllers.Inventory.Stock");
 
                 public partial global::System.Collections.Immutable.ImmutableDictionary<string, int> Stock
                 {
@@ -124,12 +124,12 @@ public sealed class GeneratorOutputTests
 
         partial class GlobalCounter
         {
-            private static readonly global::PersistentServices.Sessions.SessionStateKey<long> __PersistentServices_SessionState_Count = new("GlobalCounter.Count");
+            private static readonly global::PersistentServices.SessionStateKey<long> __PersistentServices_SessionState_Count = new("GlobalCounter.Count");
 
             public partial long Count
             {
-                get => global::PersistentServices.Sessions.SessionStateAccess.Get(__PersistentServices_SessionState_Count);
-                set => global::PersistentServices.Sessions.SessionStateAccess.Set(__PersistentServices_SessionState_Count, value);
+                get => global::PersistentServices.SessionStateAccess.Get(__PersistentServices_SessionState_Count);
+                set => global::PersistentServices.SessionStateAccess.Set(__PersistentServices_SessionState_Count, value);
             }
         }
 
@@ -204,7 +204,7 @@ public sealed class GeneratorOutputTests
         Assert.Contains("    partial record UserSession\n", userSession, StringComparison.Ordinal);
         Assert.Contains("        public override partial string? Name\n", userSession, StringComparison.Ordinal);
         Assert.Contains("        protected internal partial decimal Balance\n", userSession, StringComparison.Ordinal);
-        Assert.Contains("            protected set => global::PersistentServices.Sessions.SessionStateAccess.Set(__PersistentServices_SessionState_Balance, value);\n", userSession, StringComparison.Ordinal);
+        Assert.Contains("            protected set => global::PersistentServices.SessionStateAccess.Set(__PersistentServices_SessionState_Balance, value);\n", userSession, StringComparison.Ordinal);
         Assert.Contains("        public virtual partial string? Name\n", sources["App.State.SessionBase.PersistentServices.g.cs"], StringComparison.Ordinal);
         var counters = sources["App.State.Counters.PersistentServices.g.cs"];
         Assert.Contains("    static partial class Counters\n", counters, StringComparison.Ordinal);

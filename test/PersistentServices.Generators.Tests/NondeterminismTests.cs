@@ -85,7 +85,7 @@ public sealed class NondeterminismTests
             [Persistent]
             public class OrdersController
             {
-                public object Create(PersistentServices.Nondeterminism.PersistentTimeProvider time) => {{expression}};
+                public object Create(PersistentServices.PersistentTimeProvider time) => {{expression}};
             }
             """;
 
@@ -435,7 +435,7 @@ public sealed class NondeterminismTests
             "PersistentTimeProvider in a persistent controller",
             """
             [Persistent]
-            public class Orders(PersistentServices.Nondeterminism.PersistentTimeProvider time)
+            public class Orders(PersistentServices.PersistentTimeProvider time)
             {
                 public DateTimeOffset Create() => time.GetUtcNow();
 

@@ -1,4 +1,5 @@
 using Google.Protobuf;
+using PersistentServices;
 using PersistentServices.Log;
 using PersistentServices.Log.CrashChild;
 using PersistentServices.Log.Records;

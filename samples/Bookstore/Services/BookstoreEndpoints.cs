@@ -1,6 +1,5 @@
 using System.Collections.Immutable;
 using PersistentServices;
-using PersistentServices.SharedState;
 
 namespace Bookstore.Services;
 

@@ -43,7 +43,7 @@ internal static class ComponentHost
         builder.Services.AddOpenTelemetry()
             .ConfigureResource(resource => resource.AddService(builder.Configuration["PersistentServices:ServiceName"] is { Length: > 0 } name ? name : component))
             .WithMetrics(metrics => metrics
-            .AddMeter(PersistentServices.Diagnostics.PersistentServicesTelemetry.MeterName, "Microsoft.AspNetCore.Hosting")
+            .AddMeter(PersistentServices.PersistentServicesTelemetry.MeterName, "Microsoft.AspNetCore.Hosting")
             .AddPrometheusExporter());
         builder.Services.AddHostedService<ParentWatch>();
         var useRoles = builder.Configuration.GetValue("PersistentServices:Calls:UseRoles", defaultValue: true);

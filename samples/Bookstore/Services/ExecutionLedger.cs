@@ -1,5 +1,5 @@
 using Microsoft.AspNetCore.Http;
-using PersistentServices.SharedState;
+using PersistentServices;
 
 namespace Bookstore.Services;
 

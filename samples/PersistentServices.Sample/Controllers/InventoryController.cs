@@ -1,6 +1,5 @@
 using Microsoft.AspNetCore.Mvc;
-using PersistentServices.Nondeterminism;
-using PersistentServices.SharedState;
+using PersistentServices;
 
 namespace PersistentServices.Sample.Controllers;
 

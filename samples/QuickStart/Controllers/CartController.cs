@@ -1,7 +1,6 @@
 using System.Collections.Immutable;
 using Microsoft.AspNetCore.Mvc;
-using PersistentServices;               // [Persistent], [SessionState], [PersistentReadOnly]
-using PersistentServices.SharedState;   // SharedVariable<T>
+using PersistentServices;               // [Persistent], [SessionState], [PersistentReadOnly], SharedVariable<T>
 
 namespace QuickStart.Controllers;
 

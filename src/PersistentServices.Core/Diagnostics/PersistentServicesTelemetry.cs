@@ -1,4 +1,4 @@
-namespace PersistentServices.Diagnostics;
+namespace PersistentServices;
 
 /// <summary>
 /// The names under which PersistentServices emits traces and metrics, for <c>AddSource</c> and <c>AddMeter</c> in an

@@ -1,6 +1,7 @@
 using System.Security.Cryptography;
+using PersistentServices.Log;
 
-namespace PersistentServices.Log;
+namespace PersistentServices;
 
 /// <summary>
 /// Encryption of the log's records at rest (docs/operations.md, "Encrypting the log"): every record the log writes (requests,

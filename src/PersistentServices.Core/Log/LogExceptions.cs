@@ -1,4 +1,6 @@
-namespace PersistentServices.Log;
+using PersistentServices.Log;
+
+namespace PersistentServices;
 
 /// <summary>
 /// A committed part of the log is damaged. Recovery stops here rather than skip or lose committed records

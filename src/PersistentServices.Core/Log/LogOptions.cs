@@ -1,6 +1,7 @@
 using FASTER.core;
+using PersistentServices.Log;
 
-namespace PersistentServices.Log;
+namespace PersistentServices;
 
 /// <summary>Options of the durable log. Validated when the log is opened.</summary>
 public sealed class LogOptions

@@ -1,6 +1,7 @@
 using PersistentServices.Log.Records;
+using PersistentServices.Nondeterminism;
 
-namespace PersistentServices.Nondeterminism;
+namespace PersistentServices;
 
 /// <summary>
 /// The clock for persistent endpoints: inside a persistent request each reading of the time (<see cref="GetUtcNow"/>,

@@ -25,9 +25,9 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
     /// Set when a logged shared value could not be read as the running code's type: a divergence inside shared state,
     /// which stops recovery whatever the divergence policy (also when user code caught the exception).
     /// </summary>
-    public Serialization.ValueFormatException? SharedFailure { get; private set; }
+    public ValueFormatException? SharedFailure { get; private set; }
 
-    public void RecordSharedFailure(Serialization.ValueFormatException error) => SharedFailure ??= error;
+    public void RecordSharedFailure(ValueFormatException error) => SharedFailure ??= error;
 
     /// <summary>
     /// The replay check (docs/operations.md): a replayed shared write must write the value that was logged. Recovery
@@ -55,7 +55,7 @@ internal sealed class ReplayCursor(IReadOnlyList<LogRecord> records, bool allowL
             loggedJson = write.Value.IsEmpty ? "null" : System.Text.Json.JsonSerializer.Serialize(codec.Deserialize<T>(write.Value.Span, write.ValueFormat));
             replayedJson = System.Text.Json.JsonSerializer.Serialize(value);
         }
-        catch (Exception ex) when (ex is Serialization.ValueFormatException or NotSupportedException or System.Text.Json.JsonException or InvalidOperationException)
+        catch (Exception ex) when (ex is ValueFormatException or NotSupportedException or System.Text.Json.JsonException or InvalidOperationException)
         {
             return;
         }

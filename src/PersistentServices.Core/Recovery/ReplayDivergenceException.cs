@@ -1,4 +1,4 @@
-namespace PersistentServices.Recovery;
+namespace PersistentServices;
 
 /// <summary>
 /// Replaying a logged request did not reproduce what happened before the crash (another endpoint, another reply), or

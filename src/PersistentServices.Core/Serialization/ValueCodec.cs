@@ -54,13 +54,3 @@ internal sealed class JsonValueCodec : ValueCodec
 
     protected override T DeserializeOwn<T>(ReadOnlySpan<byte> bytes) => throw new InvalidOperationException("JSON is read by the base class.");
 }
-
-/// <summary>A logged value cannot be read as the type the running code asks for (its type changed incompatibly).</summary>
-public sealed class ValueFormatException : Exception
-{
-    /// <summary>Creates the exception.</summary>
-    public ValueFormatException(string message, Exception? innerException = null)
-        : base(message, innerException)
-    {
-    }
-}

@@ -4,7 +4,7 @@ namespace PersistentServices.Sessions;
 internal sealed partial class Session
 {
     /// <summary>The divergence that quarantined this session (its requests get <c>session-diverged</c>); null otherwise.</summary>
-    public Recovery.ReplayDivergenceException? Diverged { get; private set; }
+    public ReplayDivergenceException? Diverged { get; private set; }
 
     /// <summary>
     /// Why the session was quarantined, read from its quarantine marker (a session checkpoint with <c>quarantined</c> set):
@@ -13,7 +13,7 @@ internal sealed partial class Session
     public string? QuarantineReason { get; private set; }
 
     /// <summary>Replay diverged: the session is quarantined; the others go on.</summary>
-    public void Quarantine(Recovery.ReplayDivergenceException divergence)
+    public void Quarantine(ReplayDivergenceException divergence)
     {
         Diverged = divergence;
         _ready.TrySetException(divergence);

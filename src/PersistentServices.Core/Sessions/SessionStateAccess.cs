@@ -1,6 +1,7 @@
 using System.ComponentModel;
+using PersistentServices.Sessions;
 
-namespace PersistentServices.Sessions;
+namespace PersistentServices;
 
 /// <summary>Reads and writes <see cref="SessionStateAttribute"/> properties. Called by generated code.</summary>
 [EditorBrowsable(EditorBrowsableState.Never)]
@@ -35,14 +36,4 @@ public static class SessionStateAccess
                 $"Session state '{name}' is only available while a [Persistent] or [PersistentReadOnly] request of a session runs (send the PS-Session header)."),
             _ => throw new SessionRequiredException(name),
         };
-}
-
-/// <summary>
-/// A request that names no session (no <c>PS-Session</c> header) ran an endpoint that reads session state: the client's
-/// mistake, answered <c>400 session-required</c>, not the endpoint's failure.
-/// </summary>
-internal sealed class SessionRequiredException(string name) : InvalidOperationException(
-    $"Session state '{name}' is only available while a request of a session runs: this request sent no PS-Session header.")
-{
-    public string StateName { get; } = name;
 }

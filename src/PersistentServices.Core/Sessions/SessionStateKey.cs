@@ -1,6 +1,6 @@
 using System.ComponentModel;
 
-namespace PersistentServices.Sessions;
+namespace PersistentServices;
 
 /// <summary>Identifies one <see cref="SessionStateAttribute"/> property. Used by generated code.</summary>
 /// <typeparam name="T">The property's type.</typeparam>

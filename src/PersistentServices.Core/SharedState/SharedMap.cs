@@ -1,6 +1,7 @@
 using System.Globalization;
+using PersistentServices.SharedState;
 
-namespace PersistentServices.SharedState;
+namespace PersistentServices;
 
 /// <summary>
 /// Keyed shared state: a map whose entries are independent shared variables, each read, written, logged, locked

@@ -1,4 +1,6 @@
-namespace PersistentServices.SharedState;
+using PersistentServices.SharedState;
+
+namespace PersistentServices;
 
 /// <summary>
 /// One shared variable ([MSP §3.3]): a value shared by all sessions, value-logged on every read and write inside a

@@ -187,8 +187,8 @@ internal static partial class ReplayHazards
     /// <summary>Handles that are not memory of their own: shared variables and maps, session state keys, async-locals.</summary>
     private static bool IsUntrackedStorage(ITypeSymbol type)
         => (type is INamedTypeSymbol named
-            && ((KnownSymbols.IsNamespace(named.ContainingNamespace, "PersistentServices.SharedState") && named.MetadataName is "SharedVariable`1" or "SharedMap`2")
-                || (KnownSymbols.IsNamespace(named.ContainingNamespace, "PersistentServices.Sessions") && named.MetadataName == "SessionStateKey`1")
+            && ((KnownSymbols.IsNamespace(named.ContainingNamespace, "PersistentServices") && named.MetadataName is "SharedVariable`1" or "SharedMap`2")
+                || (KnownSymbols.IsNamespace(named.ContainingNamespace, "PersistentServices") && named.MetadataName == "SessionStateKey`1")
                 || KnownSymbols.Is(named, "System.Threading", "AsyncLocal`1")));
 
     private static bool HasAccessorBodies(IPropertySymbol property, ReplayAnalysis analysis)
