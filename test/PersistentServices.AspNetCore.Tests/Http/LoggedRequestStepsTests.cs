@@ -12,8 +12,6 @@ public sealed class LoggedRequestStepsTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public LoggedRequestStepsTests() => TestBehavior.Reset();
-
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
     public void Dispose() => _dir.Dispose();
