@@ -10,8 +10,6 @@ using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using PersistentServices.Sessions;
 
-[assembly: CollectionBehavior(DisableTestParallelization = true)]
-
 namespace PersistentServices.AspNetCore.Tests.TestSupport;
 
 /// <summary>
