@@ -16,8 +16,7 @@ namespace PersistentServices.AspNetCore.Tests.Builder;
 public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
-
-    public PersistentEndpointConventionBuilderExtensionsTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     public void Dispose() => _dir.Dispose();
 
@@ -28,7 +27,7 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
     {
         string session;
         string secondReply;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             var (first, _) = await server.SendAsync(HttpMethod.Post, path, session, 1, new { opId = "a", amount = 5 });
@@ -40,18 +39,18 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
             Assert.Equal("persistent", second.Headers.GetValues("PS-Role").Single());
             Assert.Equal("true", duplicate.Headers.GetValues("PS-Replayed").Single());
             Assert.Equal(secondReply, duplicateBody.GetRawText());
-            Assert.Equal(1, TestBehavior.Count(counter + "b"));
+            Assert.Equal(1, _behavior.Count(counter + "b"));
             await server.CrashAsync();
         }
 
-        TestBehavior.Reset();
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        _behavior.Reset();
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
 
             // The session's state came back from the log (replayed, or read from a checkpoint)...
-            var executions = TestBehavior.Count(counter + "b");
+            var executions = _behavior.Count(counter + "b");
             var (read, readBody) = await server.SendAsync(HttpMethod.Get, "/convention", session, null);
             Assert.Equal(12, readBody.GetProperty("total").GetInt64());
             Assert.Equal("read-only", read.Headers.GetValues("PS-Role").Single());
@@ -60,7 +59,7 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
             var (duplicate, duplicateBody) = await server.SendAsync(HttpMethod.Post, path, session, 2, new { opId = "b", amount = 7 });
             Assert.Equal("true", duplicate.Headers.GetValues("PS-Replayed").Single());
             Assert.Equal(secondReply, duplicateBody.GetRawText());
-            Assert.Equal(executions, TestBehavior.Count(counter + "b"));
+            Assert.Equal(executions, _behavior.Count(counter + "b"));
 
             var (next, nextBody) = await server.SendAsync(HttpMethod.Post, path, session, 3, new { opId = "c", amount = 1 });
             Assert.Equal(HttpStatusCode.OK, next.StatusCode);
@@ -71,7 +70,7 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
     [Fact]
     public async Task PersistentReadOnly_ChangesNoSessionState_AsTheAttributeDoes()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         var session = await server.StartSessionAsync();
         await server.SendAsync(HttpMethod.Post, "/convention/add", session, 1, new { opId = "a", amount = 5 });
 
@@ -87,7 +86,7 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
     [Fact]
     public async Task Conventions_AddTheAttributesAsMetadata_SoTheRolesAreTheSame()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         var endpoints = server.App.Services.GetRequiredService<EndpointDataSource>().Endpoints;
 
         static Endpoint Find(IReadOnlyList<Endpoint> endpoints, string pattern, string method) => endpoints.OfType<RouteEndpoint>().Single(e =>

@@ -16,8 +16,6 @@ public sealed class UsePersistentServicesTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public UsePersistentServicesTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     [Fact]

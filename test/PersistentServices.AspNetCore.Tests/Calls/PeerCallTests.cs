@@ -23,8 +23,7 @@ public sealed class PeerCallTests : IDisposable
     private const string Key3 = "peer-call-tests-key-three-0123456789abcd";
 
     private readonly TempDirectory _dir = new();
-
-    public PeerCallTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     public void Dispose() => _dir.Dispose();
 
@@ -43,7 +42,7 @@ public sealed class PeerCallTests : IDisposable
         await using var a = await StartCallerAsync("A", "B", b, o => o.Calls.PeerKey = Key1, recorder: recorder);
 
         Assert.Equal(200, await PayAsync(a, "op-1"));
-        Assert.Equal(1, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(1, _behavior.Count("counter:op-1"));
         var captured = Assert.Single(recorder.Requests);
 
         using var atC = await c.Client.SendAsync(captured.Copy(), TestContext.Current.CancellationToken);
@@ -53,14 +52,14 @@ public sealed class PeerCallTests : IDisposable
         var problem = JsonDocument.Parse(text).RootElement;
         Assert.Equal("urn:persistentservices:problem:peer-signature", problem.GetProperty("type").GetString());
         Assert.Contains("signed for service 'B', not for this one", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
-        Assert.Equal(1, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(1, _behavior.Count("counter:op-1"));
         Assert.Contains(cLog.Messages(1108), m => m.Contains("'A'", StringComparison.Ordinal) && m.Contains("signed for service 'B'", StringComparison.Ordinal));
 
         // The same bytes to B, within the window: a retry of the same call, answered with its reply, not executed again.
         using var atB = await b.Client.SendAsync(captured.Copy(), TestContext.Current.CancellationToken);
         Assert.Equal(HttpStatusCode.OK, atB.StatusCode);
         Assert.Equal("true", atB.Headers.TryGetValues("PS-Replayed", out var replayed) ? replayed.Single() : null);
-        Assert.Equal(1, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(1, _behavior.Count("counter:op-1"));
     }
 
     /// <summary>The signature covers the body's Content-Type: the same bytes under another type are another request.</summary>
@@ -80,7 +79,7 @@ public sealed class PeerCallTests : IDisposable
         var text = await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
         Assert.True(response.StatusCode == HttpStatusCode.Unauthorized, $"B answered {(int)response.StatusCode}: {text}");
         Assert.Contains("does not match", JsonDocument.Parse(text).RootElement.GetProperty("detail").GetString(), StringComparison.Ordinal);
-        Assert.Equal(1, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(1, _behavior.Count("counter:op-1"));
     }
 
     /// <summary>
@@ -98,12 +97,12 @@ public sealed class PeerCallTests : IDisposable
             Assert.Equal(401, await PayAsync(unnamed, "op-1"));
             Assert.Contains(bLog.Messages(1108), m => m.Contains("signed for service 'bank'", StringComparison.Ordinal) &&
                                                       m.Contains("AddPersistentCalls(", StringComparison.Ordinal));
-            Assert.Equal(0, TestBehavior.Count("counter:op-1"));
+            Assert.Equal(0, _behavior.Count("counter:op-1"));
         }
 
         await using var named = await StartCallerAsync("A2", "bank", b, o => o.Calls.PeerKey = Key1, calleeService: "B");
         Assert.Equal(200, await PayAsync(named, "op-2"));
-        Assert.Equal(1, TestBehavior.Count("counter:op-2"));
+        Assert.Equal(1, _behavior.Count("counter:op-2"));
     }
 
     /// <summary>
@@ -120,13 +119,13 @@ public sealed class PeerCallTests : IDisposable
         await using var a = await StartCallerAsync("A", "B", b, o => o.Calls.PeerKey = Key1, time: clock);
 
         Assert.Equal(401, await PayAsync(a, "op-ahead"));
-        Assert.Equal(0, TestBehavior.Count("counter:op-ahead"));
+        Assert.Equal(0, _behavior.Count("counter:op-ahead"));
         Assert.Contains(bLog.Messages(1108), m => m.Contains("ahead of this service's clock", StringComparison.Ordinal) &&
                                                   m.Contains("SignatureFutureSkew", StringComparison.Ordinal));
 
         clock.Offset = TimeSpan.FromSeconds(2);
         Assert.Equal(200, await PayAsync(a, "op-near"));
-        Assert.Equal(1, TestBehavior.Count("counter:op-near"));
+        Assert.Equal(1, _behavior.Count("counter:op-near"));
     }
 
     /// <summary>
@@ -151,7 +150,7 @@ public sealed class PeerCallTests : IDisposable
         await using var a = await StartCallerAsync("A", "B", b, o => Keys(o, caller));
 
         Assert.Equal(expected, await PayAsync(a, "op-1"));
-        Assert.Equal(expected == 200 ? 1 : 0, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(expected == 200 ? 1 : 0, _behavior.Count("counter:op-1"));
         var signsWithAccepted = expected == 200 && caller[0] != callee[0];
         Assert.Equal(signsWithAccepted ? 1 : 0, bLog.Messages(1379).Count);
         if (expected == 401)
@@ -181,7 +180,7 @@ public sealed class PeerCallTests : IDisposable
         var session = await a.StartSessionAsync();
         Assert.Equal(expected, await PayAsync(a, "op-1", session));
         Assert.Equal(expected, await PayAsync(a, "op-2", session, sequence: 2));
-        Assert.Equal(expected == 200 ? 1 : 0, TestBehavior.Count("counter:op-1"));
+        Assert.Equal(expected == 200 ? 1 : 0, _behavior.Count("counter:op-1"));
         var v1 = caller == LegacySignatures.SignAndAccept;
         Assert.Equal(v1 && expected == 200 ? 1 : 0, bLog.Messages(1378).Count); // once per caller, not per call
         if (expected == 401)
@@ -242,7 +241,7 @@ public sealed class PeerCallTests : IDisposable
             }
 
             build?.Invoke(builder);
-        }, beforePersistentServices: endpoints);
+        }, beforePersistentServices: endpoints, behavior: _behavior);
         await server.RecoveryCompletion;
         return server;
     }

@@ -17,8 +17,6 @@ public sealed class HealthCheckTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public HealthCheckTests() => TestBehavior.Reset();
-
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
     public void Dispose() => _dir.Dispose();

@@ -11,8 +11,6 @@ public sealed class PersistentServicesMetricsTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public PersistentServicesMetricsTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     [Fact]

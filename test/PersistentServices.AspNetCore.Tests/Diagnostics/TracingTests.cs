@@ -6,7 +6,11 @@ using PersistentServices.Diagnostics;
 
 namespace PersistentServices.AspNetCore.Tests.Diagnostics;
 
-/// <summary>The library's ActivitySource, seen by an <see cref="ActivityListener"/> as an exporter would see it.</summary>
+/// <summary>
+/// The library's ActivitySource, seen by an <see cref="ActivityListener"/> as an exporter would see it. The source is
+/// process-wide, so the listener also hears the servers of tests running in parallel: each test looks only at the
+/// activities of its own session (the session tag, a hash of its random id) and at their children (their trace ids).
+/// </summary>
 public sealed class TracingTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
@@ -15,7 +19,6 @@ public sealed class TracingTests : IDisposable
 
     public TracingTests()
     {
-        TestBehavior.Reset();
         _listener = new ActivityListener
         {
             ShouldListenTo = source => source.Name == PersistentServicesTracing.SourceName,
@@ -40,13 +43,15 @@ public sealed class TracingTests : IDisposable
         Assert.Equal(HttpStatusCode.OK, (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" })).Response.StatusCode);
         Assert.Equal(HttpStatusCode.Conflict, (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 5, new { item = "a" })).Response.StatusCode);
 
-        var requests = _stopped.Where(a => a.OperationName == "persistentservices.request").ToList();
+        var tag = server.Session(session).TraceTag;
+        var requests = _stopped.Where(a => a.OperationName == "persistentservices.request" && Equals(a.GetTagItem(PersistentServicesTracing.SessionTagName), tag)).ToList();
         Assert.Equal(["executed", "duplicate", "refused"], requests.Select(a => a.GetTagItem(PersistentServicesTracing.AdmissionTagName) as string));
         var executed = requests[0];
         Assert.NotNull(executed.GetTagItem(PersistentServicesTracing.LsnTagName));
         Assert.Contains(executed.Events, e => e.Name == "persistentservices.reply.appended");
         Assert.Contains(executed.Events, e => e.Name == "persistentservices.reply.sent");
-        var force = Assert.Single(_stopped, a => a.OperationName == "persistentservices.log.force");
+        var traces = requests.Select(a => a.TraceId).ToHashSet();
+        var force = Assert.Single(_stopped, a => a.OperationName == "persistentservices.log.force" && traces.Contains(a.TraceId));
         Assert.Equal(executed.SpanId, force.ParentSpanId);
 
         // Never the session id itself (a bearer secret for anonymous sessions): a short hash.
@@ -74,9 +79,9 @@ public sealed class TracingTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            var replay = Assert.Single(_stopped, a => a.OperationName == "persistentservices.replay.session");
+            var tag = server.Session(session).TraceTag;
+            var replay = Assert.Single(_stopped, a => a.OperationName == "persistentservices.replay.session" && Equals(a.GetTagItem(PersistentServicesTracing.SessionTagName), tag));
             Assert.Equal(2L, replay.GetTagItem("persistentservices.replay.requests"));
-            Assert.Equal(server.Session(session).TraceTag, replay.GetTagItem(PersistentServicesTracing.SessionTagName));
         }
     }
 }

@@ -104,12 +104,9 @@ public sealed class DistributedFlushTests : IDisposable
     [Fact]
     public async Task MemberOutOfReach_TheFlushGivesUpAfterTheFlushTimeout()
     {
-        // A port nobody listens on: every attempt is refused.
-        using var probe = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
-        probe.Start();
-        var port = ((System.Net.IPEndPoint)probe.LocalEndpoint).Port;
-        probe.Stop();
-        await using var server = await StartServiceAsync(new Uri($"http://127.0.0.1:{port}/"), TimeSpan.FromMilliseconds(500));
+        // A port nobody listens on: every attempt is refused. Port 1 (privileged, as the other unreachable members here), not a
+        // free port probed and released: tests running in parallel start servers on ephemeral ports, and one could get it.
+        await using var server = await StartServiceAsync(new Uri("http://127.0.0.1:1/"), TimeSpan.FromMilliseconds(500));
 
         var error = await Assert.ThrowsAsync<DomainUnavailableException>(() =>
             server.Runtime.Domain.FlushAsync(DependencyVector.Empty.With("B", new StateId(1, 4096)), TestContext.Current.CancellationToken));

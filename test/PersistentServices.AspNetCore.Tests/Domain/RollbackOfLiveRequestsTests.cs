@@ -25,8 +25,7 @@ public sealed class RollbackOfLiveRequestsTests : IDisposable
     private static readonly RecoveredStateNumber Lost = new("B", new StateId(1, 4096));
 
     private readonly TempDirectory _dir = new();
-
-    public RollbackOfLiveRequestsTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
@@ -35,7 +34,7 @@ public sealed class RollbackOfLiveRequestsTests : IDisposable
     [Fact]
     public async Task Rollback_LastRequestRanLive_IsReplayedNotRunLiveAgain_ItsReplyLoggedOnce()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         await server.RecoveryCompletion;
         var id = await server.StartSessionAsync();
         await server.SendAsync(HttpMethod.Post, "/cart/add", id, 1, new { item = "a" });
@@ -58,7 +57,7 @@ public sealed class RollbackOfLiveRequestsTests : IDisposable
     [Fact]
     public async Task Rollback_ReplayOfLiveRequestsAnswersDifferently_IsADivergence_TheHashesWereCompared()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         await server.RecoveryCompletion;
         var id = await server.StartSessionAsync();
         await server.SendAsync(HttpMethod.Post, "/cart/add", id, 1, new { item = "a" });
@@ -66,7 +65,7 @@ public sealed class RollbackOfLiveRequestsTests : IDisposable
         var session = server.Session(id);
 
         // The endpoint now answers differently (as code that reads the clock would): its replay's replies differ from the logged ones.
-        TestBehavior.Salt = "-changed";
+        _behavior.Salt = "-changed";
         await RollBackAsync(server, session);
 
         var failure = await Assert.ThrowsAnyAsync<Exception>(() => session.Ready);

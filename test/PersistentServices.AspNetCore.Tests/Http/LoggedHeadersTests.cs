@@ -13,8 +13,6 @@ public sealed class LoggedHeadersTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public LoggedHeadersTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;

@@ -9,19 +9,19 @@ namespace PersistentServices.AspNetCore.Tests.Http;
 public sealed class PersistenceMiddlewareTests : IAsyncLifetime
 {
     private readonly TempDirectory _dir = new();
+    private readonly TestBehavior _behavior = new();
     private TestServer _server = null!;
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
     public async ValueTask InitializeAsync()
     {
-        TestBehavior.Reset();
-        _server = await TestServer.StartAsync(_dir.Path);
+        _server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
     }
 
     public async ValueTask DisposeAsync()
     {
-        TestBehavior.Gate.TrySetResult();
+        _behavior.Gate.TrySetResult();
         await _server.DisposeAsync();
         _dir.Dispose();
     }
@@ -53,7 +53,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         var (response, _) = await sending;
 
         Assert.Equal(HttpStatusCode.OK, response.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("counter:drain-1"));
+        Assert.Equal(1, _behavior.Count("counter:drain-1"));
 
         // A request that arrives after the drain began is refused, as before.
         var (late, _) = await _server.SendAsync(HttpMethod.Post, "/counter/add", session, 2, new { opId = "drain-2", amount = 5 });
@@ -72,7 +72,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         Assert.Equal(session, response.Headers.GetValues("PS-Session").Single());
         Assert.Equal("1", response.Headers.GetValues("PS-Seq").Single());
         Assert.False(response.Headers.Contains("PS-Replayed"));
-        Assert.Equal(1, TestBehavior.Count("cart/add:apple"));
+        Assert.Equal(1, _behavior.Count("cart/add:apple"));
     }
 
     [Fact]
@@ -87,7 +87,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         Assert.Equal(first.StatusCode, again.StatusCode);
         Assert.Equal(firstBody.GetRawText(), againBody.GetRawText());
         Assert.Equal("true", again.Headers.GetValues("PS-Replayed").Single());
-        Assert.Equal(1, TestBehavior.Count("cart/add:pear"));
+        Assert.Equal(1, _behavior.Count("cart/add:pear"));
         Assert.Equal(tail, _server.Runtime.Log.TailAddress);
     }
 
@@ -96,7 +96,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     {
         var session = await _server.StartSessionAsync();
         var original = _server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
-        while (TestBehavior.Count("cart/slow") == 0)
+        while (_behavior.Count("cart/slow") == 0)
         {
             await Task.Delay(10, Ct);
         }
@@ -104,13 +104,13 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         var duplicate = _server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
         await Task.Delay(100, Ct);
         Assert.False(duplicate.IsCompleted, "the duplicate waits for the original");
-        TestBehavior.Gate.SetResult();
+        _behavior.Gate.SetResult();
 
         var (a, aBody) = await original;
         var (b, bBody) = await duplicate;
         Assert.Equal(HttpStatusCode.OK, a.StatusCode);
         Assert.Equal(aBody.GetRawText(), bBody.GetRawText());
-        Assert.Equal(1, TestBehavior.Count("cart/slow"));
+        Assert.Equal(1, _behavior.Count("cart/slow"));
     }
 
     [Fact]
@@ -118,18 +118,18 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     {
         var session = await _server.StartSessionAsync();
         var original = _server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
-        while (TestBehavior.Count("cart/slow") == 0)
+        while (_behavior.Count("cart/slow") == 0)
         {
             await Task.Delay(10, Ct);
         }
 
         var (busy, body) = await _server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "x" });
-        TestBehavior.Gate.SetResult();
+        _behavior.Gate.SetResult();
         await original;
 
         Assert.Equal(HttpStatusCode.Conflict, busy.StatusCode);
         Assert.Equal("urn:persistentservices:problem:session-busy", body.GetProperty("type").GetString());
-        Assert.Equal(0, TestBehavior.Count("cart/add:x"));
+        Assert.Equal(0, _behavior.Count("cart/add:x"));
     }
 
     [Fact]
@@ -144,7 +144,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.Gone, response.StatusCode);
         Assert.Equal("urn:persistentservices:problem:stale-sequence", body.GetProperty("type").GetString());
         Assert.Equal("3", response.Headers.GetValues("PS-Expected-Seq").Single());
-        Assert.Equal(1, TestBehavior.Count("cart/add:a"));
+        Assert.Equal(1, _behavior.Count("cart/add:a"));
     }
 
     [Fact]
@@ -157,7 +157,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.Conflict, response.StatusCode);
         Assert.Equal("urn:persistentservices:problem:sequence-gap", body.GetProperty("type").GetString());
         Assert.Equal(1, body.GetProperty("expectedSequence").GetInt64());
-        Assert.Equal(0, TestBehavior.Count("cart/add:a"));
+        Assert.Equal(0, _behavior.Count("cart/add:a"));
     }
 
     [Fact]
@@ -169,7 +169,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         var (response, _) = await _server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "b" });
 
         Assert.Equal(HttpStatusCode.UnprocessableEntity, response.StatusCode);
-        Assert.Equal(0, TestBehavior.Count("cart/add:b"));
+        Assert.Equal(0, _behavior.Count("cart/add:b"));
     }
 
     [Theory]
@@ -198,7 +198,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
         Assert.Equal(tail, _server.Runtime.Log.TailAddress);
-        Assert.Equal(0, TestBehavior.Count("cart/add:z"));
+        Assert.Equal(0, _behavior.Count("cart/add:z"));
     }
 
     [Fact]
@@ -225,7 +225,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.NotFound, mallory.StatusCode);
         Assert.Equal(HttpStatusCode.NotFound, anonymous.StatusCode);
         Assert.Equal(HttpStatusCode.NotFound, readOnly.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("cart/add:secret"));
+        Assert.Equal(1, _behavior.Count("cart/add:secret"));
     }
 
     [Fact]
@@ -246,7 +246,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     public async Task OversizedHeaders_Get431ProblemDetailsBeforeAnythingIsLogged()
     {
         await _server.DisposeAsync();
-        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxLoggedHeaderBytes = 4096);
+        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxLoggedHeaderBytes = 4096, behavior: _behavior);
         var session = await _server.StartSessionAsync();
         var tail = _server.Runtime.Log.TailAddress;
 
@@ -282,7 +282,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.InternalServerError, first.StatusCode);
         Assert.Equal(HttpStatusCode.InternalServerError, retry.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("cart/throw"));
+        Assert.Equal(1, _behavior.Count("cart/throw"));
     }
 
     [Fact]
@@ -375,7 +375,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         {
             using var request = TestServer.Request(HttpMethod.Post, "/cart/slow", session, 1);
             var send = _server.Client.SendAsync(request, cts.Token);
-            while (TestBehavior.Count("cart/slow") == 0)
+            while (_behavior.Count("cart/slow") == 0)
             {
                 await Task.Delay(10, Ct);
             }
@@ -384,12 +384,12 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
             await Assert.ThrowsAnyAsync<OperationCanceledException>(() => send);
         }
 
-        TestBehavior.Gate.SetResult();
+        _behavior.Gate.SetResult();
         var (retry, body) = await _server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
 
         Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
         Assert.Equal(["slow"], Items(body));
-        Assert.Equal(1, TestBehavior.Count("cart/slow"));
+        Assert.Equal(1, _behavior.Count("cart/slow"));
     }
 
     [Fact]
@@ -398,7 +398,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         var first = await _server.StartSessionAsync();
         var second = await _server.StartSessionAsync();
         var slow = _server.SendAsync(HttpMethod.Post, "/cart/slow", first, 1);
-        while (TestBehavior.Count("cart/slow") == 0)
+        while (_behavior.Count("cart/slow") == 0)
         {
             await Task.Delay(10, Ct);
         }
@@ -407,7 +407,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.OK, other.StatusCode);
         Assert.False(slow.IsCompleted);
-        TestBehavior.Gate.SetResult();
+        _behavior.Gate.SetResult();
         await slow;
     }
 
@@ -425,7 +425,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     public async Task TooManySessions_Gets429()
     {
         await _server.DisposeAsync();
-        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxSessions = 2);
+        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxSessions = 2, behavior: _behavior);
         await _server.StartSessionAsync();
         await _server.StartSessionAsync();
 

@@ -9,8 +9,6 @@ public sealed class CheckpointRecoveryTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public CheckpointRecoveryTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;

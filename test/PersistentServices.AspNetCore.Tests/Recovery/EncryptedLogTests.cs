@@ -22,9 +22,8 @@ public sealed class EncryptedLogTests : IDisposable
     private static readonly string KeyB = Convert.ToBase64String([.. Enumerable.Range(0, 32).Select(i => (byte)(5 * i + 2))]);
 
     private readonly TempDirectory _dir = new();
+    private readonly TestBehavior _behavior = new();
     private readonly TempDirectory _secrets = new();
-
-    public EncryptedLogTests() => TestBehavior.Reset();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
@@ -61,7 +60,7 @@ public sealed class EncryptedLogTests : IDisposable
         ];
         string session;
         string lastReply;
-        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(MountedSecret(KeyA))))
+        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(MountedSecret(KeyA)), behavior: _behavior))
         {
             Assert.NotNull(server.Runtime.Log.EncryptionKeyId);
             session = await server.StartSessionAsync();
@@ -95,11 +94,11 @@ public sealed class EncryptedLogTests : IDisposable
         Assert.Equal(verification.Inventory.Records, verification.Inventory.ByLogKey.Values.Sum());
         Assert.True(verification.Inventory.Records > 10, $"only {verification.Inventory.Records} records");
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(MountedSecret(KeyA))))
+        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(MountedSecret(KeyA)), behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
-            var executions = TestBehavior.Count("cart/add:after-page");
+            var executions = _behavior.Count("cart/add:after-page");
             var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
             Assert.Equal(HttpStatusCode.OK, cart.StatusCode);
             Assert.Equal(["body-secret-item-1", "body-secret-item-2", "body-secret-item-3", "after-page"], Items(cartBody));
@@ -108,7 +107,7 @@ public sealed class EncryptedLogTests : IDisposable
             var (duplicate, duplicateBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 6, new { item = "after-page" });
             Assert.Equal("true", duplicate.Headers.GetValues("PS-Replayed").Single());
             Assert.Equal(lastReply, duplicateBody.GetRawText());
-            Assert.Equal(executions, TestBehavior.Count("cart/add:after-page"));
+            Assert.Equal(executions, _behavior.Count("cart/add:after-page"));
         }
     }
 
@@ -116,7 +115,7 @@ public sealed class EncryptedLogTests : IDisposable
     public async Task EncryptedLog_WithoutTheKey_OrWithAnotherKey_RefusesToStart_NamingTheKeyId_ThenStartsWithTheKeyAndRotates()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(InMemory(("PersistentServices:Log:Encryption:Key", KeyA)))))
+        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(InMemory(("PersistentServices:Log:Encryption:Key", KeyA))), behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "kept" });
@@ -124,17 +123,17 @@ public sealed class EncryptedLogTests : IDisposable
         }
 
         var idA = LogKey.Format(LogKey.IdOf(Convert.FromBase64String(KeyA)));
-        var missing = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(_dir.Path));
+        var missing = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(_dir.Path, behavior: _behavior));
         var error = Assert.IsType<LogEncryptionKeyException>(missing);
         Assert.Equal(idA, error.KeyId);
         Assert.Contains("PersistentServicesOptions.Log.Encryption", error.Message, StringComparison.Ordinal);
 
-        var wrong = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(_dir.Path, BindFrom(InMemory(("PersistentServices:Log:Encryption:Key", KeyB)))));
+        var wrong = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(_dir.Path, BindFrom(InMemory(("PersistentServices:Log:Encryption:Key", KeyB))), behavior: _behavior));
         Assert.Contains($"key id {idA}, which is not among the configured log keys", wrong.Message, StringComparison.Ordinal);
 
         // Rotation: the new key writes, the old one (a previous key) reads what it sealed.
         var rotated = InMemory(("PersistentServices:Log:Encryption:Key", KeyB), ("PersistentServices:Log:Encryption:PreviousKeys:0", KeyA));
-        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(rotated)))
+        await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(rotated), behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(LogKey.Format(LogKey.IdOf(Convert.FromBase64String(KeyB))), server.Runtime.Log.EncryptionKeyId);
@@ -148,7 +147,7 @@ public sealed class EncryptedLogTests : IDisposable
     [InlineData("c2hvcnQ=", "PersistentServicesOptions.Log.Encryption.Key must be a 256-bit AES key")]
     public async Task BadKey_FailsOptionsValidation_NamingTheOption_NeverTheValue(string key, string expected)
     {
-        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => TestServer.StartAsync(_dir.Path, o => o.Log.Encryption.Key = key));
+        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => TestServer.StartAsync(_dir.Path, o => o.Log.Encryption.Key = key, behavior: _behavior));
 
         Assert.Contains(expected, error.Message, StringComparison.Ordinal);
         Assert.DoesNotContain(key, error.Message, StringComparison.Ordinal);

@@ -19,12 +19,10 @@ public sealed class QuarantineTests : IDisposable
 {
     private static readonly DateTimeOffset Start = new(2026, 11, 27, 12, 0, 0, TimeSpan.Zero);
     private readonly TempDirectory _dir = new();
-
-    public QuarantineTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     public void Dispose()
     {
-        TestBehavior.Reset();
         _dir.Dispose();
     }
 
@@ -34,15 +32,15 @@ public sealed class QuarantineTests : IDisposable
     public async Task QuarantinedSession_IsMarked_StaysQuarantinedWithoutReplay_LetsTheLogGo_AndItsOwnerCanEndIt()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed";
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        _behavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
@@ -51,13 +49,13 @@ public sealed class QuarantineTests : IDisposable
         }
 
         // The marker: quarantined again at the next start, nothing replayed (the old build's salt does not matter any more).
-        TestBehavior.Salt = "";
-        TestBehavior.Executions.Clear();
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1))
+        _behavior.Salt = "";
+        _behavior.Executions.Clear();
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.IdleCheckpointAfter = 1, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
-            Assert.Equal(0, TestBehavior.Count("cart/add:a"));
+            Assert.Equal(0, _behavior.Count("cart/add:a"));
             var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
             Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
@@ -86,7 +84,7 @@ public sealed class QuarantineTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(0, server.Runtime.QuarantinedSessions);
@@ -98,7 +96,7 @@ public sealed class QuarantineTests : IDisposable
     {
         var time = new FakeTimeProvider(Start);
         Action<PersistentServicesOptions> options = o => o.IdempotencyKeys.Retention = TimeSpan.FromMinutes(10);
-        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time, behavior: _behavior))
         {
             using var first = KeyRequest("k-1");
             using var reply = await server.Client.SendAsync(first, Ct);
@@ -106,8 +104,8 @@ public sealed class QuarantineTests : IDisposable
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed";
-        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        _behavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
@@ -128,18 +126,18 @@ public sealed class QuarantineTests : IDisposable
             using var gone = await server.Client.SendAsync(later, Ct);
             Assert.Equal(HttpStatusCode.Gone, gone.StatusCode);
             Assert.Contains("idempotency-key-expired", await gone.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
-            Assert.Equal(2, TestBehavior.Count("cart/add:keyed")); // its one execution, and its replay at the restart
+            Assert.Equal(2, _behavior.Count("cart/add:keyed")); // its one execution, and its replay at the restart
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, options, time))
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, time, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(0, server.Runtime.QuarantinedSessions);
             using var again = KeyRequest("k-1");
             using var stillGone = await server.Client.SendAsync(again, Ct);
             Assert.Equal(HttpStatusCode.Gone, stillGone.StatusCode);
-            Assert.Equal(2, TestBehavior.Count("cart/add:keyed")); // nothing replayed: the key recovers from its expired-key checkpoint
+            Assert.Equal(2, _behavior.Count("cart/add:keyed")); // nothing replayed: the key recovers from its expired-key checkpoint
         }
 
         static HttpRequestMessage KeyRequest(string key)

@@ -15,8 +15,7 @@ namespace PersistentServices.AspNetCore.Tests.Recovery;
 public sealed class RecoveryTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
-
-    public RecoveryTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
@@ -29,7 +28,7 @@ public sealed class RecoveryTests : IDisposable
     {
         string session;
         string lastReply;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
@@ -38,11 +37,11 @@ public sealed class RecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
-            var executions = TestBehavior.Count("cart/add:b");
+            var executions = _behavior.Count("cart/add:b");
 
             var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
             var (duplicate, duplicateBody) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
@@ -52,7 +51,7 @@ public sealed class RecoveryTests : IDisposable
             Assert.Equal(["a", "b"], Items(cartBody));
             Assert.Equal(lastReply, duplicateBody.GetRawText());
             Assert.Equal("true", duplicate.Headers.GetValues("PS-Replayed").Single());
-            Assert.Equal(executions, TestBehavior.Count("cart/add:b"));
+            Assert.Equal(executions, _behavior.Count("cart/add:b"));
             Assert.Equal(HttpStatusCode.Gone, stale.StatusCode);
             Assert.Equal(["a", "b", "c"], Items(nextBody));
         }
@@ -62,7 +61,7 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_MinimalApiEndpoint_ReplaysWithItsBody()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a", amount = 5 });
@@ -71,7 +70,7 @@ public sealed class RecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
@@ -89,7 +88,7 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_RequestsDuringTheAnalysis_AreHeldUntilItIsDone_ThenServedExactly()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "a", amount = 5 });
@@ -102,7 +101,7 @@ public sealed class RecoveryTests : IDisposable
         {
             open.Task.Wait(TimeSpan.FromSeconds(30));
             return DurableLog.CreateDefaultDevice(basePath, io);
-        });
+        }, behavior: _behavior);
         await using (restarted)
         {
             var plain = restarted.SendAsync(HttpMethod.Get, "/plain", null, null);
@@ -131,7 +130,7 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_ManySessions_ReplayInParallelToTheirOwnState()
     {
         var expected = new Dictionary<string, string[]>();
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             var sessions = await Task.WhenAll(Enumerable.Range(0, 40).Select(_ => server.StartSessionAsync()));
             await Task.WhenAll(sessions.Select(async (session, s) =>
@@ -154,7 +153,7 @@ public sealed class RecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.ReplayParallelism = 4))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.ReplayParallelism = 4, behavior: _behavior))
         {
             Assert.Equal(40, server.Runtime.Analysis!.Sessions);
             Assert.Equal(600, server.Runtime.Analysis.Requests);
@@ -171,19 +170,19 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_RequestOfAReplayingSession_WaitsForIt_WhileNewSessionsAreServed()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
-            TestBehavior.Gate.SetResult();
+            _behavior.Gate.SetResult();
             await server.SendAsync(HttpMethod.Post, "/cart/slow", session, 1);
 
             await server.CrashAsync();
         }
 
-        TestBehavior.Reset(); // the replay of /cart/slow now blocks on a fresh gate
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        _behavior.Reset(); // the replay of /cart/slow now blocks on a fresh gate
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
-            while (TestBehavior.Count("cart/slow") == 0)
+            while (_behavior.Count("cart/slow") == 0)
             {
                 await Task.Delay(10, Ct);
             }
@@ -197,7 +196,7 @@ public sealed class RecoveryTests : IDisposable
             await Task.Delay(100, Ct);
             Assert.False(waiting.IsCompleted, "a request of a replaying session waits for its replay");
 
-            TestBehavior.Gate.SetResult();
+            _behavior.Gate.SetResult();
             var (reply, body) = await waiting;
             Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
             Assert.Equal(["slow", "after"], Items(body));
@@ -208,7 +207,7 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_ReplayRunsAsTheLoggedPrincipal()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync(user: "alice");
             await server.SendAsync(HttpMethod.Post, "/cart/whoami", session, 1, user: "alice");
@@ -217,7 +216,7 @@ public sealed class RecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
@@ -235,7 +234,7 @@ public sealed class RecoveryTests : IDisposable
     {
         string diverging;
         string healthy;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             diverging = await server.StartSessionAsync();
             healthy = await server.StartSessionAsync();
@@ -244,8 +243,8 @@ public sealed class RecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed"; // /cart/add now answers differently: not deterministic, or its code changed
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        _behavior.Salt = "-changed"; // /cart/add now answers differently: not deterministic, or its code changed
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
 
@@ -269,15 +268,15 @@ public sealed class RecoveryTests : IDisposable
     public async Task Restart_ReplayProducesAnotherReply_WithFailStop_RecoveryStopsNamingSessionAndLsn()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed";
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.OnDivergence = DivergencePolicy.FailStop))
+        _behavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.OnDivergence = DivergencePolicy.FailStop, behavior: _behavior))
         {
             await server.RecoveryCompletion;
 
@@ -300,15 +299,15 @@ public sealed class RecoveryTests : IDisposable
     {
         string session;
         string lastReply;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             lastReply = (await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" })).Body.GetRawText();
         }
 
-        TestBehavior.Salt = "-v2"; // the new version's replies differ
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        _behavior.Salt = "-v2"; // the new version's replies differ
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
@@ -332,7 +331,7 @@ public sealed class RecoveryTests : IDisposable
         var time = new FakeTimeProvider(DateTimeOffset.Parse("2026-01-01T00:00:00Z", System.Globalization.CultureInfo.InvariantCulture));
         string idle;
         string active;
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time, behavior: _behavior))
         {
             idle = await server.StartSessionAsync();
             active = await server.StartSessionAsync();
@@ -348,7 +347,7 @@ public sealed class RecoveryTests : IDisposable
             Assert.Equal(HttpStatusCode.OK, (await server.SendAsync(HttpMethod.Get, "/cart", active, null)).Response.StatusCode);
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SessionIdleRetention = TimeSpan.FromMinutes(10), time, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.Sessions.Count);
@@ -359,7 +358,7 @@ public sealed class RecoveryTests : IDisposable
     [Fact]
     public async Task Start_WithoutALogDirectory_FailsNamingTheOption()
     {
-        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => TestServer.StartAsync(""));
+        var error = await Assert.ThrowsAsync<OptionsValidationException>(() => TestServer.StartAsync("", behavior: _behavior));
 
         Assert.Contains("LogDirectory", error.Message, StringComparison.Ordinal);
     }

@@ -8,8 +8,7 @@ namespace PersistentServices.AspNetCore.Tests.Recovery;
 public sealed class SharedStateRecoveryTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
-
-    public SharedStateRecoveryTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     public void Dispose() => _dir.Dispose();
 
@@ -17,7 +16,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
     public async Task Restart_SharedVariablesRollForward_ReplayedReadsReproduceEveryReply()
     {
         var sessions = new string[6];
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SharedCheckpointInterval = 7))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.SharedCheckpointInterval = 7, behavior: _behavior))
         {
             for (var s = 0; s < sessions.Length; s++)
             {
@@ -36,7 +35,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
@@ -62,9 +61,9 @@ public sealed class SharedStateRecoveryTests : IDisposable
     {
         var dirA = Path.Combine(_dir.Path, "a");
         var dirB = Path.Combine(_dir.Path, "b");
-        await using var b = await TestServer.StartAsync(dirB);
+        await using var b = await TestServer.StartAsync(dirB, behavior: _behavior);
         string sessionA;
-        await using (var a = await TestServer.StartAsync(dirA))
+        await using (var a = await TestServer.StartAsync(dirA, behavior: _behavior))
         {
             sessionA = await a.StartSessionAsync();
             var sessionB = await b.StartSessionAsync();
@@ -86,7 +85,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         }
 
         // A recovers and replays its session while B goes on serving: replay reads A's logged values into A's store.
-        await using (var a = await TestServer.StartAsync(dirA))
+        await using (var a = await TestServer.StartAsync(dirA, behavior: _behavior))
         {
             await a.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, a.Runtime.Stage);
@@ -111,7 +110,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         var crashImage = Path.Combine(_dir.Path, "crash-image");
         var logDir = Path.Combine(_dir.Path, "log");
         string a;
-        await using (var server = await TestServer.StartAsync(logDir))
+        await using (var server = await TestServer.StartAsync(logDir, behavior: _behavior))
         {
             a = await server.StartSessionAsync();
             var b = await server.StartSessionAsync();
@@ -120,13 +119,13 @@ public sealed class SharedStateRecoveryTests : IDisposable
             var (forced, _) = await server.SendAsync(HttpMethod.Post, "/shared/add", b, 1, new { opId = "b-1", amount = 1 });
             Assert.Equal(HttpStatusCode.OK, forced.StatusCode);
             CopyDirectory(logDir, crashImage);
-            TestBehavior.Gate.TrySetResult();
+            _behavior.Gate.TrySetResult();
             await cutShort;
         }
 
-        await WaitUntilAsync(() => TestBehavior.Count("shared/add-gated:completed") == 1); // live: once, after its reply
+        await WaitUntilAsync(() => _behavior.Count("shared/add-gated:completed") == 1); // live: once, after its reply
 
-        await using (var server = await TestServer.StartAsync(crashImage))
+        await using (var server = await TestServer.StartAsync(crashImage, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             var session = server.Session(a);
@@ -135,17 +134,17 @@ public sealed class SharedStateRecoveryTests : IDisposable
             // so a second crash cannot take back what a retry is about to be told.
             Assert.True(session.LoggedReplies.ContainsKey(1), "the reply of the request finished by replay was not logged");
             Assert.True(server.Runtime.Log.DurableUntil > session.StateNumber, "the reply was handed out before it was durable");
-            Assert.Equal(1, TestBehavior.Count("shared/add-gated:completed")); // replay runs no OnCompleted callback
+            Assert.Equal(1, _behavior.Count("shared/add-gated:completed")); // replay runs no OnCompleted callback
             var (retry, body) = await server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 });
             Assert.Equal(HttpStatusCode.OK, retry.StatusCode);
             Assert.Equal("true", retry.Headers.GetValues("PS-Replayed").Single());
             Assert.Equal(5, body.GetProperty("total").GetInt64()); // from the logged read (0), as before the crash
 
             // The reply replay finished reached a client for the first time: its OnCompleted callback runs, once.
-            await WaitUntilAsync(() => TestBehavior.Count("shared/add-gated:completed") == 2);
+            await WaitUntilAsync(() => _behavior.Count("shared/add-gated:completed") == 2);
             Assert.Equal(HttpStatusCode.OK, (await server.SendAsync(HttpMethod.Post, "/shared/add-gated", a, 1, new { opId = "a-1", amount = 5 })).Response.StatusCode);
             await Task.Delay(200, TestContext.Current.CancellationToken);
-            Assert.Equal(2, TestBehavior.Count("shared/add-gated:completed"));
+            Assert.Equal(2, _behavior.Count("shared/add-gated:completed"));
         }
     }
 
@@ -176,7 +175,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
     {
         string session;
         string reply;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await server.SendAsync(HttpMethod.Post, "/shared/stamp", session, 1);
@@ -186,7 +185,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         }
 
         await Task.Delay(50, TestContext.Current.CancellationToken);
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
@@ -200,7 +199,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
     [Fact]
     public async Task ReadOnly_WritingSharedState_Fails()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         var session = await server.StartSessionAsync();
 
         var (response, _) = await server.SendAsync(HttpMethod.Post, "/shared/readonly-write", session, null);

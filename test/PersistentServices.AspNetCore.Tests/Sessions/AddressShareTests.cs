@@ -15,8 +15,6 @@ public sealed class AddressShareTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public AddressShareTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;

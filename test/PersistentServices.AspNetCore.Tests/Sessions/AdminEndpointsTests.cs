@@ -22,13 +22,11 @@ public sealed class AdminEndpointsTests : IDisposable
     private const string Problem = "urn:persistentservices:problem:";
     private const string Operator = "operator";
     private readonly TempDirectory _dir = new();
+    private readonly TestBehavior _behavior = new();
     private readonly CapturingLoggerProvider _logs = new();
-
-    public AdminEndpointsTests() => TestBehavior.Reset();
 
     public void Dispose()
     {
-        TestBehavior.Reset();
         _dir.Dispose();
     }
 
@@ -110,7 +108,7 @@ public sealed class AdminEndpointsTests : IDisposable
             Assert.Equal(HttpStatusCode.NotFound, gone.StatusCode);
         }
 
-        Assert.Equal(2, TestBehavior.Count("cart/add:a")); // its execution and its one replay, none after
+        Assert.Equal(2, _behavior.Count("cart/add:a")); // its execution and its one replay, none after
     }
 
     [Fact]
@@ -132,11 +130,11 @@ public sealed class AdminEndpointsTests : IDisposable
             Assert.Equal(session, shown.GetProperty("id").GetString());
             Assert.Equal(410, shown.GetProperty("lastReply").GetProperty("status").GetInt32());
 
-            var executions = TestBehavior.Count("cart/add:a");
+            var executions = _behavior.Count("cart/add:a");
             var (retry, lost) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 1, new { item = "a" });
             Assert.Equal(HttpStatusCode.Gone, retry.StatusCode);
             Assert.Equal(Problem + "session-released", lost.GetProperty("type").GetString());
-            Assert.Equal(executions, TestBehavior.Count("cart/add:a")); // never executed again
+            Assert.Equal(executions, _behavior.Count("cart/add:a")); // never executed again
 
             var (next, reply) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.OK, next.StatusCode);
@@ -165,7 +163,7 @@ public sealed class AdminEndpointsTests : IDisposable
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed";
+        _behavior.Salt = "-changed";
         await using (var server = await StartAsync())
         {
             await server.RecoveryCompletion;
@@ -197,7 +195,7 @@ public sealed class AdminEndpointsTests : IDisposable
             Assert.Equal(HttpStatusCode.Gone, stillGone.StatusCode);
         }
 
-        Assert.Equal(2, TestBehavior.Count("cart/add:keyed")); // its one execution and its replay at the first restart
+        Assert.Equal(2, _behavior.Count("cart/add:keyed")); // its one execution and its replay at the first restart
 
         static HttpRequestMessage KeyRequest(string key)
         {
@@ -350,7 +348,7 @@ public sealed class AdminEndpointsTests : IDisposable
             await server.CrashAsync();
         }
 
-        TestBehavior.Salt = "-changed";
+        _behavior.Salt = "-changed";
         return session;
     }
 
@@ -367,7 +365,7 @@ public sealed class AdminEndpointsTests : IDisposable
             }
 
             (admin ?? (a => a.MapPersistentServicesAdmin("ops")))(app);
-        });
+        }, behavior: _behavior);
 
     private static async Task<(HttpStatusCode Status, JsonElement Body)> AdminAsync(TestServer server, HttpMethod method, string path, string? user = Operator)
     {

@@ -10,8 +10,6 @@ public sealed class ManySessionsTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
 
-    public ManySessionsTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;

@@ -13,15 +13,12 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
 {
     private const string Problem = "urn:persistentservices:problem:";
     private readonly TempDirectory _dir = new();
+    private readonly TestBehavior _behavior = new();
     private TestServer _server = null!;
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
-    public ValueTask InitializeAsync()
-    {
-        TestBehavior.Reset();
-        return ValueTask.CompletedTask;
-    }
+    public ValueTask InitializeAsync() => ValueTask.CompletedTask;
 
     public async ValueTask DisposeAsync()
     {
@@ -56,7 +53,7 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
     [Fact]
     public async Task UnidentifiedPrincipal_GetsNoSessionAndNoKey_403NamingTheOption()
     {
-        _server = await TestServer.StartAsync(_dir.Path);
+        _server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
 
         var (start, startText) = await SendAsync(_server, HttpMethod.Post, "/ps/sessions", client: "tenant-a");
         Assert.Equal(HttpStatusCode.Forbidden, start);
@@ -66,13 +63,13 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
         var (keyed, keyedText) = await SendAsync(_server, HttpMethod.Post, "/counter/add", client: "tenant-a", key: "\"k-1\"", json: new { opId = "a1", amount = 5 });
         Assert.Equal(HttpStatusCode.Forbidden, keyed);
         Assert.Equal(Problem + "owner-unidentified", Type(keyedText));
-        Assert.Equal(0, TestBehavior.Count("counter:a1"));
+        Assert.Equal(0, _behavior.Count("counter:a1"));
     }
 
     [Fact]
     public async Task TenantsIdentifiedByAConfiguredClaim_NeverShareKeysOrSessions_NorDoAnonymousCallers()
     {
-        _server = await TestServer.StartAsync(_dir.Path, o => o.OwnerClaimType = "client_id");
+        _server = await TestServer.StartAsync(_dir.Path, o => o.OwnerClaimType = "client_id", behavior: _behavior);
 
         // Tenant A's keyed request runs; B and an anonymous caller sending A's key each run their own (never A's reply).
         var (a, _) = await SendAsync(_server, HttpMethod.Post, "/counter/add", client: "tenant-a", key: "\"shared-key\"", json: new { opId = "op", amount = 5 });
@@ -81,10 +78,10 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.OK, b);
         var (anon, _) = await SendAsync(_server, HttpMethod.Post, "/counter/add", key: "\"shared-key\"", json: new { opId = "op", amount = 5 });
         Assert.Equal(HttpStatusCode.OK, anon);
-        Assert.Equal(3, TestBehavior.Count("counter:op")); // three executions: nobody got another's stored reply
+        Assert.Equal(3, _behavior.Count("counter:op")); // three executions: nobody got another's stored reply
         var (againA, _) = await SendAsync(_server, HttpMethod.Post, "/counter/add", client: "tenant-a", key: "\"shared-key\"", json: new { opId = "op", amount = 5 });
         Assert.Equal(HttpStatusCode.OK, againA);
-        Assert.Equal(3, TestBehavior.Count("counter:op")); // A's own repeat: its stored reply
+        Assert.Equal(3, _behavior.Count("counter:op")); // A's own repeat: its stored reply
 
         // A's session: B cannot use it, an anonymous caller cannot end it; A can.
         var (started, startedText) = await SendAsync(_server, HttpMethod.Post, "/ps/sessions", client: "tenant-a");
@@ -104,12 +101,12 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
     [Fact]
     public async Task RequireAuthenticatedOwner_RefusesAnonymousKeys()
     {
-        _server = await TestServer.StartAsync(_dir.Path, o => o.IdempotencyKeys.RequireAuthenticatedOwner = true);
+        _server = await TestServer.StartAsync(_dir.Path, o => o.IdempotencyKeys.RequireAuthenticatedOwner = true, behavior: _behavior);
 
         var (anon, anonText) = await SendAsync(_server, HttpMethod.Post, "/counter/add", key: "\"k\"", json: new { opId = "x", amount = 1 });
         Assert.Equal(HttpStatusCode.Unauthorized, anon);
         Assert.Equal(Problem + "idempotency-key-anonymous", Type(anonText));
-        Assert.Equal(0, TestBehavior.Count("counter:x"));
+        Assert.Equal(0, _behavior.Count("counter:x"));
     }
 
     [Theory]
@@ -117,7 +114,7 @@ public sealed class OwnerIsolationTests : IAsyncLifetime
     [InlineData("a,b")]
     public async Task KeyWithACommaOutsideQuotes_Is400_AsTwoHeaderLinesAre(string value)
     {
-        _server = await TestServer.StartAsync(_dir.Path);
+        _server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         var (status, text) = await SendAsync(_server, HttpMethod.Post, "/counter/add", key: value, json: new { opId = "c", amount = 1 });
         Assert.Equal(HttpStatusCode.BadRequest, status);
         Assert.Equal(Problem + "idempotency-key-malformed", Type(text));

@@ -11,8 +11,7 @@ namespace PersistentServices.AspNetCore.Tests.Sessions;
 public sealed class ReplyMemoryTests : IDisposable
 {
     private readonly TempDirectory _dir = new();
-
-    public ReplyMemoryTests() => TestBehavior.Reset();
+    private readonly TestBehavior _behavior = new();
 
     public void Dispose() => _dir.Dispose();
 
@@ -30,7 +29,7 @@ public sealed class ReplyMemoryTests : IDisposable
     [Fact]
     public async Task LargeReply_IsKeptInTheLog_ARetryGetsTheExactBytesAndHeaders_AndMemoryHoldsNone()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096);
+        await using var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior);
         var session = await server.StartSessionAsync();
 
         var (status, first, response) = await PageAsync(server, session, 1, "a", 40_000);
@@ -43,7 +42,7 @@ public sealed class ReplyMemoryTests : IDisposable
         Assert.Equal("true", Header(retry, "PS-Replayed"));
         Assert.Equal(Header(response, "X-Page"), Header(retry, "X-Page"));
         Assert.Equal("application/octet-stream", retry.Content.Headers.ContentType?.MediaType);
-        Assert.Equal(1, TestBehavior.Count("page:a"));
+        Assert.Equal(1, _behavior.Count("page:a"));
         Assert.True(server.Session(session).LastReply!.InLog);
         Assert.Equal(0, server.Runtime.Sessions.Memory.HeldBytes);
         Assert.Equal(1, server.Runtime.Sessions.Memory.LoggedInFull);
@@ -52,7 +51,7 @@ public sealed class ReplyMemoryTests : IDisposable
     [Fact]
     public async Task SmallReply_IsHeldInMemory_AndCountedAgainstTheBudgetUntilTheNextRequestReplacesIt()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path);
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
         var session = await server.StartSessionAsync();
 
         await PageAsync(server, session, 1, "a", 1000);
@@ -73,7 +72,7 @@ public sealed class ReplyMemoryTests : IDisposable
         {
             o.SessionMemoryBudgetBytes = Budget;
             o.MaxBufferedReplyBytes = 40 << 10;
-        });
+        }, behavior: _behavior);
         var sessions = new List<string>();
         for (var i = 0; i < 40; i++)
         {
@@ -112,7 +111,7 @@ public sealed class ReplyMemoryTests : IDisposable
         // The test server's records hold at most 96 KiB (MaxRequestBodyBytes 64 KiB + MaxLoggedHeaderBytes 32 KiB).
         const int Size = 300_000;
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             var (status, first, _) = await PageAsync(server, session, 1, "big", Size);
@@ -125,7 +124,7 @@ public sealed class ReplyMemoryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path))
+        await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             var (status, retried, retry) = await PageAsync(server, session, 1, "big", Size);
@@ -141,7 +140,7 @@ public sealed class ReplyMemoryTests : IDisposable
     {
         var sessions = new List<string>();
         var headers = new List<string>();
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             for (var i = 0; i < 8; i++)
             {
@@ -155,13 +154,13 @@ public sealed class ReplyMemoryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
             Assert.All(sessions, s => Assert.True(server.Session(s).LastReply!.InLog));
             Assert.Equal(0, server.Runtime.Sessions.Memory.HeldBytes);
-            var executions = TestBehavior.Count("page:y0");
+            var executions = _behavior.Count("page:y0");
             for (var i = 0; i < sessions.Count; i++)
             {
                 var (status, body, retry) = await PageAsync(server, sessions[i], 2, "y" + i, 50_000);
@@ -170,7 +169,7 @@ public sealed class ReplyMemoryTests : IDisposable
                 Assert.Equal(headers[i], Header(retry, "X-Page"));
             }
 
-            Assert.Equal(executions, TestBehavior.Count("page:y0"));
+            Assert.Equal(executions, _behavior.Count("page:y0"));
             var (next, nextBody, _) = await PageAsync(server, sessions[0], 3, "z", 100);
             Assert.Equal(HttpStatusCode.OK, next);
             Assert.Equal(PageRequest.Content("z", 3, 100), nextBody);
@@ -187,7 +186,7 @@ public sealed class ReplyMemoryTests : IDisposable
             o.MaxBufferedReplyBytes = 4096;
             o.SessionCheckpointBytes = 1024;
             o.IdleCheckpointAfter = 100;
-        }))
+        }, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             for (var i = 1; i <= 5; i++)
@@ -218,7 +217,7 @@ public sealed class ReplyMemoryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.True(server.Runtime.Analysis!.SessionsFromCheckpoints >= 1);
@@ -227,7 +226,7 @@ public sealed class ReplyMemoryTests : IDisposable
             Assert.Equal(HttpStatusCode.OK, status);
             Assert.Equal(PageRequest.Content("c5", 5, 20_000), retried);
             Assert.Equal("true", Header(retry, "PS-Replayed"));
-            Assert.Equal(1, TestBehavior.Count("page:c5"));
+            Assert.Equal(1, _behavior.Count("page:c5"));
         }
     }
 
@@ -240,7 +239,7 @@ public sealed class ReplyMemoryTests : IDisposable
         {
             o.MaxBufferedReplyBytes = 4096;
             o.IdleCheckpointAfter = 2;
-        }))
+        }, behavior: _behavior))
         {
             server.Runtime.Sessions.Memory.MinRelocationWindowBytes = 0;
             idle = await server.StartSessionAsync();
@@ -266,13 +265,13 @@ public sealed class ReplyMemoryTests : IDisposable
             await server.CrashAsync();
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             var (status, retried, _) = await PageAsync(server, idle, 1, "idle", 150_000);
             Assert.Equal(HttpStatusCode.OK, status);
             Assert.Equal(PageRequest.Content("idle", 1, 150_000), retried);
-            Assert.Equal(1, TestBehavior.Count("page:idle"));
+            Assert.Equal(1, _behavior.Count("page:idle"));
         }
     }
 
@@ -280,13 +279,13 @@ public sealed class ReplyMemoryTests : IDisposable
     public async Task GracefulStop_CheckpointsReferenceRepliesInTheLog_TheNextStartReplaysNothingAndServesThem()
     {
         string session;
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             session = await server.StartSessionAsync();
             await PageAsync(server, session, 1, "g", 30_000);
         }
 
-        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096))
+        await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             await server.RecoveryCompletion;
             Assert.Equal(0, server.Runtime.Analysis!.Requests);

@@ -18,8 +18,6 @@ public sealed class SessionAdmissionTests : IDisposable
     private static readonly DateTimeOffset Start = new(2026, 11, 24, 12, 0, 0, TimeSpan.Zero);
     private readonly TempDirectory _dir = new();
 
-    public SessionAdmissionTests() => TestBehavior.Reset();
-
     public void Dispose() => _dir.Dispose();
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;

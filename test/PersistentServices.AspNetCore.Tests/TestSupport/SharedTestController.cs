@@ -8,7 +8,7 @@ namespace PersistentServices.AspNetCore.Tests.TestSupport;
 [ApiController]
 [Route("shared")]
 [Persistent]
-public sealed partial class SharedTestController : ControllerBase
+public sealed partial class SharedTestController(TestBehavior behavior) : ControllerBase
 {
     public static readonly SharedVariable<long> Total = new("Tests.Shared.Total");
 
@@ -34,10 +34,10 @@ public sealed partial class SharedTestController : ControllerBase
         var total = Total.Update(t => t + body.Amount);
         Response.OnCompleted(() =>
         {
-            TestBehavior.Executed("shared/add-gated:completed");
+            behavior.Executed("shared/add-gated:completed");
             return Task.CompletedTask;
         });
-        await TestBehavior.Gate.Task;
+        await behavior.Gate.Task;
         return Ok(new { total });
     }
 

@@ -10,28 +10,39 @@ using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using PersistentServices.Sessions;
 
-[assembly: CollectionBehavior(DisableTestParallelization = true)]
-
 namespace PersistentServices.AspNetCore.Tests.TestSupport;
 
-/// <summary>Switches and counters the test endpoints use; reset by each test.</summary>
-internal static class TestBehavior
+/// <summary>
+/// Switches and counters the test endpoints use. One per test: <see cref="TestServer"/> registers it as a singleton in the
+/// container of every app the test starts (a restart over the same log gets the same one), and the endpoints take it
+/// from there, so tests that run in parallel never see each other's counters, salt or gate.
+/// </summary>
+public sealed class TestBehavior
 {
-    public static readonly ConcurrentDictionary<string, int> Executions = new();
-    public static volatile string Salt = "";
-    public static TaskCompletionSource Gate = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private volatile string _salt = "";
+    private volatile TaskCompletionSource _gate = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
-    public static void Reset()
+    public ConcurrentDictionary<string, int> Executions { get; } = new();
+
+    public string Salt
     {
-        Executions.Clear();
-        Salt = "";
-        Gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        get => _salt;
+        set => _salt = value;
     }
 
-    public static int Count(string key) => Executions.TryGetValue(key, out var n) ? n : 0;
+    public TaskCompletionSource Gate => _gate;
+
+    public void Reset()
+    {
+        Executions.Clear();
+        _salt = "";
+        _gate = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+    }
+
+    public int Count(string key) => Executions.TryGetValue(key, out var n) ? n : 0;
 
     [System.Diagnostics.CodeAnalysis.SuppressMessage("PersistentServices", "PS0102", Justification = "The tests' independent execution counter: deliberately outside the log, so that a second execution is visible.")]
-    public static void Executed(string key) => Executions.AddOrUpdate(key, 1, (_, n) => n + 1);
+    public void Executed(string key) => Executions.AddOrUpdate(key, 1, (_, n) => n + 1);
 }
 
 /// <summary>Session state written the way the generator writes it (the runtime contract), so these tests do not need the generator.</summary>
@@ -80,14 +91,14 @@ public sealed record PageRequest(string OpId, int Size)
 [ApiController]
 [Route("cart")]
 [Persistent]
-public sealed class CartController : ControllerBase
+public sealed class CartController(TestBehavior behavior) : ControllerBase
 {
     [HttpPost("add")]
     public IActionResult Add(AddItem body)
     {
-        TestBehavior.Executed("cart/add:" + body.Item);
+        behavior.Executed("cart/add:" + body.Item);
         var items = CartState.Items ??= [];
-        items.Add(body.Item + TestBehavior.Salt);
+        items.Add(body.Item + behavior.Salt);
         return Ok(new { items, count = items.Count });
     }
 
@@ -106,8 +117,8 @@ public sealed class CartController : ControllerBase
     [HttpPost("slow")]
     public async Task<IActionResult> Slow()
     {
-        TestBehavior.Executed("cart/slow");
-        await TestBehavior.Gate.Task;
+        behavior.Executed("cart/slow");
+        await behavior.Gate.Task;
         var items = CartState.Items ??= [];
         items.Add("slow");
         return Ok(new { items });
@@ -116,7 +127,7 @@ public sealed class CartController : ControllerBase
     [HttpPost("throw")]
     public IActionResult Throw()
     {
-        TestBehavior.Executed("cart/throw");
+        behavior.Executed("cart/throw");
         throw new InvalidOperationException("endpoint bug");
     }
 
@@ -160,15 +171,15 @@ internal static class TestApp
         beforePersistentServices?.Invoke(app);
         app.UsePersistentServices(sessionEndpoints);
         app.MapControllers();
-        app.MapPost("/counter/add", [Persistent] (AddAmount body) =>
+        app.MapPost("/counter/add", [Persistent] (AddAmount body, [FromServices] TestBehavior behavior) =>
         {
-            TestBehavior.Executed("counter:" + body.OpId);
+            behavior.Executed("counter:" + body.OpId);
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         });
-        app.MapPost("/counter/add-keyed", [Persistent, RequireIdempotencyKey] (AddAmount body) =>
+        app.MapPost("/counter/add-keyed", [Persistent, RequireIdempotencyKey] (AddAmount body, [FromServices] TestBehavior behavior) =>
         {
-            TestBehavior.Executed("counter:" + body.OpId);
+            behavior.Executed("counter:" + body.OpId);
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         });
@@ -176,26 +187,26 @@ internal static class TestApp
         app.MapGet("/plain", () => Results.Ok(new { plain = true }));
 
         // The same roles by endpoint convention instead of attributes (PersistentEndpointConventionBuilderExtensions).
-        app.MapPost("/convention/add", (AddAmount body) =>
+        app.MapPost("/convention/add", (AddAmount body, [FromServices] TestBehavior behavior) =>
         {
-            TestBehavior.Executed("convention:" + body.OpId);
+            behavior.Executed("convention:" + body.OpId);
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         }).Persistent();
         app.MapGet("/convention", () => Results.Ok(new { total = CartState.Total })).PersistentReadOnly();
         var group = app.MapGroup("/convention-group").Persistent();
-        group.MapPost("/add", (AddAmount body) =>
+        group.MapPost("/add", (AddAmount body, [FromServices] TestBehavior behavior) =>
         {
-            TestBehavior.Executed("convention-group:" + body.OpId);
+            behavior.Executed("convention-group:" + body.OpId);
             CartState.Total += body.Amount;
             return Results.Ok(new { total = CartState.Total });
         });
 
         // A reply of any size (a catalog page): deterministic bytes from the op id and the session's count, so replay
         // reproduces them; a header that a retry must get back too.
-        app.MapPost("/page", [Persistent] (PageRequest body, HttpContext context) =>
+        app.MapPost("/page", [Persistent] (PageRequest body, HttpContext context, [FromServices] TestBehavior behavior) =>
         {
-            TestBehavior.Executed("page:" + body.OpId);
+            behavior.Executed("page:" + body.OpId);
             CartState.Total += 1;
             context.Response.Headers["X-Page"] = body.OpId + "/" + CartState.Total;
             return Results.Bytes(PageRequest.Content(body.OpId, CartState.Total, body.Size), "application/octet-stream");
@@ -203,8 +214,9 @@ internal static class TestApp
         app.MapHealthChecks("/health/ready");
     }
 
-    public static void AddServices(IServiceCollection services)
+    public static void AddServices(IServiceCollection services, TestBehavior behavior)
     {
+        services.AddSingleton(behavior);
         services.AddControllers().AddApplicationPart(typeof(CartController).Assembly);
         services.AddAuthentication("Test").AddScheme<AuthenticationSchemeOptions, TestAuthHandler>("Test", _ => { });
     }

@@ -22,6 +22,7 @@ internal sealed class TestServer : IAsyncDisposable
     private TestServer(WebApplication app, HttpClient client, string logDirectory)
     {
         App = app;
+        Behavior = app.Services.GetRequiredService<TestBehavior>();
         Client = client;
         _logDirectory = logDirectory;
     }
@@ -30,15 +31,18 @@ internal sealed class TestServer : IAsyncDisposable
 
     public HttpClient Client { get; }
 
+    /// <summary>The test endpoints' switches and counters in this app: the one the test passed, or a new one.</summary>
+    public TestBehavior Behavior { get; }
+
     public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
 
     public Task RecoveryCompletion => App.Services.GetRequiredService<RecoveryHostedService>().Completion;
 
     public static async Task<TestServer> StartAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null, TimeProvider? time = null,
         Action<WebApplicationBuilder>? build = null, Action<Microsoft.AspNetCore.Builder.IEndpointConventionBuilder>? sessionEndpoints = null,
-        Action<WebApplication>? beforePersistentServices = null)
+        Action<WebApplication>? beforePersistentServices = null, TestBehavior? behavior = null)
     {
-        var app = Build(logDirectory, configure, time, build, sessionEndpoints, beforePersistentServices);
+        var app = Build(logDirectory, configure, time, build, sessionEndpoints, beforePersistentServices, behavior);
         await app.StartAsync(TestContext.Current.CancellationToken);
         var client = new HttpClient { BaseAddress = new Uri(app.Urls.First()) };
         return new TestServer(app, client, logDirectory);
@@ -48,9 +52,10 @@ internal sealed class TestServer : IAsyncDisposable
     /// Starts the app without waiting for the host's start to finish (it waits for recovery's analysis): returns once the
     /// server listens, with the host's start still running.
     /// </summary>
-    public static async Task<(TestServer Server, Task Started)> StartListeningAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null)
+    public static async Task<(TestServer Server, Task Started)> StartListeningAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null,
+        TestBehavior? behavior = null)
     {
-        var app = Build(logDirectory, configure, time: null, build: null, sessionEndpoints: null, beforePersistentServices: null);
+        var app = Build(logDirectory, configure, time: null, build: null, sessionEndpoints: null, beforePersistentServices: null, behavior);
         var started = app.StartAsync(TestContext.Current.CancellationToken);
         var deadline = DateTime.UtcNow.AddSeconds(30);
         while (app.Urls.All(url => url.EndsWith(":0", StringComparison.Ordinal)))
@@ -70,7 +75,7 @@ internal sealed class TestServer : IAsyncDisposable
 
     private static WebApplication Build(string logDirectory, Action<PersistentServicesOptions>? configure, TimeProvider? time,
         Action<WebApplicationBuilder>? build, Action<Microsoft.AspNetCore.Builder.IEndpointConventionBuilder>? sessionEndpoints,
-        Action<WebApplication>? beforePersistentServices)
+        Action<WebApplication>? beforePersistentServices, TestBehavior? behavior)
     {
         var builder = WebApplication.CreateBuilder();
         builder.WebHost.UseUrls("http://127.0.0.1:0");
@@ -94,7 +99,7 @@ internal sealed class TestServer : IAsyncDisposable
             builder.Services.Replace(ServiceDescriptor.Singleton(time));
         }
 
-        TestApp.AddServices(builder.Services);
+        TestApp.AddServices(builder.Services, behavior ?? new TestBehavior());
         build?.Invoke(builder);
         var app = builder.Build();
         TestApp.Configure(app, sessionEndpoints, beforePersistentServices);

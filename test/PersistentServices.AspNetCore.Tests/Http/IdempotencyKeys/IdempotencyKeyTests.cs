@@ -14,6 +14,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 {
     private const string Problem = "urn:persistentservices:problem:";
     private readonly TempDirectory _dir = new();
+    private readonly TestBehavior _behavior = new();
     private readonly FakeTimeProvider _time = new(new DateTimeOffset(2026, 11, 23, 12, 0, 0, TimeSpan.Zero));
     private TestServer _server = null!;
 
@@ -21,13 +22,12 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
     public async ValueTask InitializeAsync()
     {
-        TestBehavior.Reset();
         _server = await StartAsync();
     }
 
     public async ValueTask DisposeAsync()
     {
-        TestBehavior.Gate.TrySetResult();
+        _behavior.Gate.TrySetResult();
         await _server.DisposeAsync();
         _dir.Dispose();
     }
@@ -36,7 +36,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
     {
         options.IdempotencyKeys.Retention = TimeSpan.FromMinutes(10);
         options.IdempotencyKeys.ExpiredKeyRetention = TimeSpan.FromMinutes(30);
-    }, _time);
+    }, _time, behavior: _behavior);
 
     private static async Task<(HttpResponseMessage Response, string Text)> SendAsync(
         TestServer server, string path, string? key, object? json = null, string? user = null, string? session = null, long? sequence = null)
@@ -63,7 +63,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.False(response.Headers.Contains("PS-Session"));
         Assert.False(response.Headers.Contains("PS-Seq"));
         Assert.False(response.Headers.Contains("PS-Replayed"));
-        Assert.Equal(1, TestBehavior.Count("counter:first"));
+        Assert.Equal(1, _behavior.Count("counter:first"));
     }
 
     [Fact]
@@ -77,7 +77,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(first.StatusCode, again.StatusCode);
         Assert.Equal(firstText, againText);
         Assert.Equal("true", again.Headers.GetValues("PS-Replayed").Single());
-        Assert.Equal(1, TestBehavior.Count("cart/add:apple"));
+        Assert.Equal(1, _behavior.Count("cart/add:apple"));
         Assert.Equal(tail, _server.Runtime.Log.TailAddress);
     }
 
@@ -89,20 +89,20 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         var (again, _) = await SendAsync(_server, "/cart/add", "k-form", new { item = "pear" });
 
         Assert.Equal("true", again.Headers.GetValues("PS-Replayed").Single());
-        Assert.Equal(1, TestBehavior.Count("cart/add:pear"));
+        Assert.Equal(1, _behavior.Count("cart/add:pear"));
     }
 
     [Fact]
     public async Task KeyRequest_RepeatWhileTheFirstRuns_Gets409WithRetryAfter_ThenTheReply()
     {
         var first = SendAsync(_server, "/cart/slow", "k-slow");
-        while (TestBehavior.Count("cart/slow") == 0)
+        while (_behavior.Count("cart/slow") == 0)
         {
             await Task.Delay(10, Ct);
         }
 
         var (busy, busyText) = await SendAsync(_server, "/cart/slow", "k-slow");
-        TestBehavior.Gate.SetResult();
+        _behavior.Gate.SetResult();
         var (done, doneText) = await first;
         var (after, afterText) = await SendAsync(_server, "/cart/slow", "k-slow");
 
@@ -112,7 +112,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(TimeSpan.FromSeconds(1), busy.Headers.RetryAfter?.Delta);
         Assert.Equal(HttpStatusCode.OK, done.StatusCode);
         Assert.Equal(doneText, afterText);
-        Assert.Equal(1, TestBehavior.Count("cart/slow"));
+        Assert.Equal(1, _behavior.Count("cart/slow"));
     }
 
     [Fact]
@@ -126,8 +126,8 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.UnprocessableEntity, otherBody.StatusCode);
         Assert.Equal(Problem + "idempotency-key-reused", ProblemType(otherBodyText));
         Assert.Equal(HttpStatusCode.UnprocessableEntity, otherTarget.StatusCode);
-        Assert.Equal(0, TestBehavior.Count("cart/add:b"));
-        Assert.Equal(0, TestBehavior.Count("counter:x"));
+        Assert.Equal(0, _behavior.Count("cart/add:b"));
+        Assert.Equal(0, _behavior.Count("counter:x"));
     }
 
     [Fact]
@@ -139,7 +139,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
         Assert.Equal(Problem + "idempotency-key-missing", ProblemType(text));
-        Assert.Equal(0, TestBehavior.Count("counter:nokey"));
+        Assert.Equal(0, _behavior.Count("counter:nokey"));
         Assert.Equal(tail, _server.Runtime.Log.TailAddress);
     }
 
@@ -149,7 +149,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         var (response, _) = await SendAsync(_server, "/counter/add-keyed", "k-required", new { opId = "keyed", amount = 1 });
 
         Assert.Equal(HttpStatusCode.OK, response.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("counter:keyed"));
+        Assert.Equal(1, _behavior.Count("counter:keyed"));
     }
 
     [Theory]
@@ -165,7 +165,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
         Assert.Equal(Problem + "idempotency-key-malformed", ProblemType(text));
         Assert.Equal(tail, _server.Runtime.Log.TailAddress);
-        Assert.Equal(0, TestBehavior.Count("cart/add:m"));
+        Assert.Equal(0, _behavior.Count("cart/add:m"));
     }
 
     [Fact]
@@ -177,7 +177,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(HttpStatusCode.OK, atLimit.StatusCode);
         Assert.Equal(HttpStatusCode.BadRequest, overLimit.StatusCode);
         Assert.Equal(Problem + "idempotency-key-malformed", ProblemType(text));
-        Assert.Equal(0, TestBehavior.Count("cart/add:longer"));
+        Assert.Equal(0, _behavior.Count("cart/add:longer"));
     }
 
     [Fact]
@@ -189,7 +189,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
         Assert.Equal(Problem + "idempotency-key-with-session", ProblemType(text));
-        Assert.Equal(0, TestBehavior.Count("cart/add:both"));
+        Assert.Equal(0, _behavior.Count("cart/add:both"));
     }
 
     [Fact]
@@ -220,7 +220,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
         Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
         Assert.Equal(HttpStatusCode.NotFound, end.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("cart/add:hidden"));
+        Assert.Equal(1, _behavior.Count("cart/add:hidden"));
     }
 
     [Fact]
@@ -260,8 +260,8 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         Assert.Equal(Problem + "idempotency-key-expired", ProblemType(goneText));
         Assert.Equal(HttpStatusCode.Gone, goneOther.StatusCode);
         Assert.Equal(HttpStatusCode.Gone, goneAfterRestart.StatusCode);
-        Assert.Equal(1, TestBehavior.Count("cart/add:old"));
-        Assert.Equal(0, TestBehavior.Count("cart/add:other"));
+        Assert.Equal(1, _behavior.Count("cart/add:old"));
+        Assert.Equal(0, _behavior.Count("cart/add:other"));
     }
 
     [Fact]
@@ -277,14 +277,14 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
         Assert.Equal(1, forgotten);
         Assert.Equal(HttpStatusCode.OK, fresh.StatusCode);
-        Assert.Equal(2, TestBehavior.Count("cart/add:once"));
+        Assert.Equal(2, _behavior.Count("cart/add:once"));
     }
 
     [Fact]
     public async Task KeyRequest_WhenKeysAreDisabled_TheHeaderIsIgnoredAndASessionIsNeeded()
     {
         await _server.DisposeAsync();
-        _server = await TestServer.StartAsync(_dir.Path, options => options.IdempotencyKeys.Enabled = false);
+        _server = await TestServer.StartAsync(_dir.Path, options => options.IdempotencyKeys.Enabled = false, behavior: _behavior);
 
         var (response, text) = await SendAsync(_server, "/cart/add", "k-off", new { item = "off" });
 
@@ -300,7 +300,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         await _server.DisposeAsync();
         using var other = new TempDirectory();
 
-        var error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(other.Path, options => options.IdempotencyKeys.MaxKeyLength = length));
+        var error = await Assert.ThrowsAnyAsync<Exception>(() => TestServer.StartAsync(other.Path, options => options.IdempotencyKeys.MaxKeyLength = length, behavior: _behavior));
 
         Assert.Contains("MaxKeyLength", error.Message, StringComparison.Ordinal);
         _server = await StartAsync();
