@@ -12,17 +12,6 @@ using PersistentServices.Sessions;
 namespace PersistentServices.Recovery;
 
 /// <summary>
-/// A replay ran the request the crash (or a rollback) cut short past its log, and its live part was abandoned (a call
-/// refused as an orphan, a member out of reach): the session is ready again with that request unanswered (retries get
-/// 503); whoever replayed it rolls the session back to run it again.
-/// </summary>
-internal sealed class ReplayTailAbandonedException(string sessionTag, long sequence, Exception inner)
-    : Exception($"The replay of session {sessionTag} abandoned request {sequence}, which ran past its log: {inner.Message}", inner);
-
-/// <summary>A logged request and the records it wrote while it ran, read from the log for replay.</summary>
-internal sealed record LoadedRequest(LoggedPosition Position, LoggedRequest Record, IReadOnlyList<LogRecord> Aux);
-
-/// <summary>
 /// Replays one session's logged requests, in order, through the application's own endpoint pipeline (routing, model
 /// binding, filters, a fresh DI scope), in process ([MSP §4.1] "Logged Request Replay"; [Phoenix/App §2.5]), with the
 /// same <see cref="EndpointRunner"/> live execution uses. Replies are discarded except the last, which becomes the
