@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
+using PersistentServices.Recovery;
 using PersistentServices.SharedState;
 
 namespace PersistentServices.Http;
