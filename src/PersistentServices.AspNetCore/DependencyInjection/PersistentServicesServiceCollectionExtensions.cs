@@ -64,7 +64,9 @@ public static class PersistentServicesServiceCollectionExtensions
 
         // Crash points for the kill tests: none armed unless a test program registered its own before (docs/checkpoints.md).
         services.TryAddSingleton(PersistentServices.Checkpoints.CrashPoints.None);
+        services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
+        services.TryAddSingleton<LogOpener>();
 
         // Time, random numbers and new ids for persistent endpoints: logged on first execution, replayed from the log.
         services.TryAddSingleton(sp => new PersistentTimeProvider(sp.GetRequiredService<TimeProvider>()));

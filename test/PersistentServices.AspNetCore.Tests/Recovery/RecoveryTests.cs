@@ -41,7 +41,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var executions = TestBehavior.Count("cart/add:b");
 
             var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
@@ -74,7 +74,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var (_, body) = await server.SendAsync(HttpMethod.Get, "/counter", session, null);
             Assert.Equal(12, body.GetProperty("total").GetInt64());
         }
@@ -110,7 +110,7 @@ public sealed class RecoveryTests : IDisposable
             var read = restarted.SendAsync(HttpMethod.Get, "/counter", session, null);
             await Task.Delay(300, Ct);
             Assert.False(plain.IsCompleted || add.IsCompleted || read.IsCompleted || started.IsCompleted, "a request was answered before the analysis scan");
-            Assert.Equal(RecoveryStage.Scanning, restarted.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Scanning, restarted.Availability.Stage);
 
             open.SetResult();
             await started;
@@ -220,7 +220,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
 
             var (_, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "alice");
             var (other, _) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "mallory");
@@ -249,7 +249,7 @@ public sealed class RecoveryTests : IDisposable
         {
             await server.RecoveryCompletion;
 
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
             var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", diverging, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
@@ -281,8 +281,8 @@ public sealed class RecoveryTests : IDisposable
         {
             await server.RecoveryCompletion;
 
-            Assert.Equal(RecoveryStage.Failed, server.Runtime.Stage);
-            var error = Assert.IsType<ReplayDivergenceException>(server.Runtime.Failure);
+            Assert.Equal(RecoveryStage.Failed, server.Availability.Stage);
+            var error = Assert.IsType<ReplayDivergenceException>(server.Availability.Failure);
 
             // Named by its trace tag (a short hash): an anonymous session's id is a bearer secret and never logged.
             var tag = PersistentServices.Diagnostics.PersistentServicesTracing.SessionTag(SessionId.TryParse(session, out var id) ? id : default);
@@ -311,7 +311,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             Assert.True(server.Runtime.Analysis!.CleanShutdown);
             Assert.Equal(0, server.Runtime.Analysis.Requests); // nothing to replay: every session was checkpointed by the drain
             Assert.Equal(0, server.Runtime.QuarantinedSessions);

@@ -1,0 +1,49 @@
+using Microsoft.Extensions.DependencyInjection;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+
+namespace PersistentServices.AspNetCore.Tests.Hosting;
+
+/// <summary>
+/// <see cref="ServiceAvailability.CanServe"/> gives each kind of asker the test it had before issue 33 split the runtime:
+/// new work not while draining, work the drain waits for (and reads of sessions) also while draining, calls' retries
+/// until the drain's retry time.
+/// </summary>
+public sealed class ServiceAvailabilityTests : IDisposable
+{
+    private static readonly RequestKind[] WhileDraining = [RequestKind.PersistentRequest, RequestKind.AdmittedRequest, RequestKind.SessionInspection, RequestKind.CallRetry];
+
+    private readonly TempDirectory _dir = new();
+
+    public ServiceAvailabilityTests() => TestBehavior.Reset();
+
+    public void Dispose() => _dir.Dispose();
+
+    [Fact]
+    public async Task CanServe_Ready_EveryKind_Draining_OnlyWhatTheDrainWaitsFor()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path);
+        var availability = server.Availability;
+        Assert.Same(availability, server.Runtime.Availability);
+        Assert.Contains(availability.Stage, new[] { RecoveryStage.Replaying, RecoveryStage.Ready }); // nothing to replay: Ready a moment later
+        Assert.All(Enum.GetValues<RequestKind>(), kind => Assert.True(availability.CanServe(kind), kind.ToString()));
+
+        availability.BeginDrain();
+
+        Assert.True(availability.IsDraining);
+        Assert.Null(availability.TryBeginExecution());
+        Assert.All(Enum.GetValues<RequestKind>(), kind => Assert.Equal(WhileDraining.Contains(kind), availability.CanServe(kind)));
+    }
+
+    [Fact]
+    public async Task CanServe_CallRetry_StopsAfterTheDrainRetryTime()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path, o => o.Calls.DrainRetryTime = TimeSpan.FromMilliseconds(50));
+        var availability = server.Availability;
+        availability.BeginDrain();
+        await Task.Delay(200, TestContext.Current.CancellationToken);
+
+        Assert.False(availability.CanServe(RequestKind.CallRetry));
+        Assert.True(availability.CanServe(RequestKind.AdmittedRequest));
+    }
+}
