@@ -17,15 +17,17 @@ namespace PersistentServices.Hosting;
 internal sealed class PersistentRuntime : IAsyncDisposable
 {
     private readonly ILogger _logger;
+    private readonly IHttpClientFactory _httpClients;
     private DurableLog? _log;
 
     public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, PersistentServicesMetrics metrics, Checkpoints.CrashPoints crashPoints,
-        ServiceAvailability availability, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null,
+        ServiceAvailability availability, IHttpClientFactory httpClients, ILogger<PersistentRuntime> logger, Serialization.ValueCodec? codec = null,
         Testing.ReplayCheckRun? replayCheck = null)
     {
         Metrics = metrics;
         CrashPoints = crashPoints;
         Availability = availability;
+        _httpClients = httpClients;
         Options = options.Value;
         replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
@@ -73,7 +75,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     public Exception? Failure => Availability.Failure;
 
     /// <summary>This service's place in its service domain (inactive without members).</summary>
-    public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _logger);
+    public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _httpClients, _logger);
 
     private Domain.ServiceDomain? _domain;
 
