@@ -530,7 +530,7 @@ internal static class DomainComparison
             app.MapGet("/bench/phases", (bool? reset) => reset == true ? Results.Ok(phases.Reset()) : Results.Ok(phases.Summary()));
         }
 
-        app.MapGet("/bench/ready", () => runtime.IsAvailable || !persistent ? Results.Ok() : Results.StatusCode(503));
+        app.MapGet("/bench/ready", () => runtime.Availability.CanServe(RequestKind.SessionResource) || !persistent ? Results.Ok() : Results.StatusCode(503));
         app.MapGet("/bench/stats", [PersistentReadOnly] () => Results.Ok(new { commits = runtime.Log.Commits, credits = persistent ? Credits.Read() : 0 }));
 
         if (persistent)

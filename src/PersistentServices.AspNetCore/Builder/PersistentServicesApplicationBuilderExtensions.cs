@@ -42,7 +42,7 @@ public static class PersistentServicesApplicationBuilderExtensions
 
         // Recovery's first part (verify the log, open it, the analysis scan) starts now, alongside the rest of the
         // application's startup and the server's; requests are served only once it is done (PersistenceMiddleware holds them).
-        _ = app.ApplicationServices.GetRequiredService<global::PersistentServices.Hosting.PersistentRuntime>().StartOpening();
+        _ = app.ApplicationServices.GetRequiredService<global::PersistentServices.Recovery.LogOpener>().StartOpening();
         var sessions = SessionEndpoints.Map(endpoints, options.SessionsPath);
         configureSessionEndpoints?.Invoke(sessions);
         if (options.Domain.Members.Count > 0)

@@ -141,17 +141,17 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         HttpResponseMessage response;
         try
         {
-            response = await base.SendAsync(request, runtime.CallsAbandoned).ConfigureAwait(false);
+            response = await base.SendAsync(request, runtime.Availability.CallsAbandoned).ConfigureAwait(false);
         }
         catch (Exception ex)
         {
             string reason;
             var stopping = true;
-            if (runtime.CallsAbandoned.IsCancellationRequested)
+            if (runtime.Availability.CallsAbandoned.IsCancellationRequested)
             {
                 reason = "The host stopped (its shutdown timeout ended the drain)";
             }
-            else if (runtime.IsDraining && PersistentCallRetries.IsTransient(ex))
+            else if (runtime.Availability.IsDraining && PersistentCallRetries.IsTransient(ex))
             {
                 reason = $"The host is stopping and '{callee}' stayed out of reach for {runtime.Options.Calls.DrainRetryTime.TotalSeconds:0.#} s of the drain";
             }
@@ -167,7 +167,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
                 ex, stopping));
         }
 
-        if (runtime.IsDraining && PersistentCallRetries.IsRetryable(response))
+        if (runtime.Availability.IsDraining && PersistentCallRetries.IsRetryable(response))
         {
             // The drain stopped the retries while the callee still refused (it is stopping too, or recovering): not a reply.
             var status = (int)response.StatusCode;
@@ -372,7 +372,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         {
             try
             {
-                await runtime.Domain.FlushAsync(execution.Session.Dv, runtime.CallsAbandoned).ConfigureAwait(false);
+                await runtime.Domain.FlushAsync(execution.Session.Dv, runtime.Availability.CallsAbandoned).ConfigureAwait(false);
                 return;
             }
             catch (Domain.OrphanException orphan)
@@ -381,7 +381,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             }
             catch (Exception ex) when (ex is Domain.DomainUnavailableException or OperationCanceledException)
             {
-                if (runtime.CallsAbandoned.IsCancellationRequested || !runtime.CallRetriesAllowed)
+                if (runtime.Availability.CallsAbandoned.IsCancellationRequested || !runtime.Availability.CanServe(RequestKind.CallRetry))
                 {
                     throw execution.Abandon(new CallAbandonedException(
                         $"The host is stopping before the distributed flush that a call to '{callee}' needs was confirmed; the request is finished by its next run.", ex, hostStopping: true));

@@ -52,7 +52,7 @@ public static class PersistentCallsHttpClientBuilderExtensions
         builder.Services.TryAddEnumerable(ServiceDescriptor.Singleton<IConfigureOptions<TelemetryOptions>, QuietRetryTelemetry>());
         builder.AddResilienceHandler(PipelineName, static (pipeline, context) =>
         {
-            var runtime = context.ServiceProvider.GetRequiredService<PersistentRuntime>();
+            var availability = context.ServiceProvider.GetRequiredService<ServiceAvailability>();
             var options = context.ServiceProvider.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Calls;
             var logger = context.ServiceProvider.GetRequiredService<ILoggerFactory>().CreateLogger<PersistentCallHandler>();
             var callee = context.BuilderName;
@@ -65,7 +65,7 @@ public static class PersistentCallsHttpClientBuilderExtensions
                 MaxDelay = options.MaxRetryDelay,
 
                 // Not after the drain's DrainRetryTime: the handler then abandons the request (finished after the restart).
-                ShouldHandle = args => ValueTask.FromResult(runtime.CallRetriesAllowed && args.Outcome switch
+                ShouldHandle = args => ValueTask.FromResult(availability.CanServe(RequestKind.CallRetry) && args.Outcome switch
                 {
                     { Exception: { } exception } => exception is HttpRequestException or Polly.Timeout.TimeoutRejectedException,
                     { Result: { } response } => PersistentCallRetries.IsRetryable(response),

@@ -64,7 +64,19 @@ public static class PersistentServicesServiceCollectionExtensions
 
         // Crash points for the kill tests: none armed unless a test program registered its own before (docs/checkpoints.md).
         services.TryAddSingleton(PersistentServices.Checkpoints.CrashPoints.None);
+        services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
+        services.TryAddSingleton<LogOpener>();
+
+        // The client the service domain's messages (flush, recovered state numbers) go out on: created once by ServiceDomain,
+        // so one handler for the service's life, connections idle for a minute closed, each request bounded by the flush
+        // timeout. Only its own retry pipeline (ServiceDomain): no handler the application adds to every client
+        // (ConfigureHttpClientDefaults runs before this), no per-request logging.
+        services.AddHttpClient(PersistentServices.Domain.ServiceDomain.HttpClientName)
+            .ConfigureHttpClient(static (provider, client) => client.Timeout = provider.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Domain.FlushTimeout)
+            .ConfigurePrimaryHttpMessageHandler(static () => new System.Net.Http.SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) })
+            .ConfigureAdditionalHttpMessageHandlers(static (handlers, _) => handlers.Clear())
+            .RemoveAllLoggers();
 
         // Time, random numbers and new ids for persistent endpoints: logged on first execution, replayed from the log.
         services.TryAddSingleton(sp => new PersistentTimeProvider(sp.GetRequiredService<TimeProvider>()));

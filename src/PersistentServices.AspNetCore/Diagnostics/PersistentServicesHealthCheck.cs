@@ -11,7 +11,7 @@ namespace PersistentServices.Diagnostics;
 /// scanning, while draining, when recovery failed, or when the log faulted (the service must restart). Tagged
 /// <c>ready</c>; <see cref="PersistentServicesLivenessCheck"/> (tagged <c>live</c>) is the one for a liveness probe.
 /// </summary>
-internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) : IHealthCheck
+internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime, ServiceAvailability availability) : IHealthCheck
 {
     /// <summary>How close to a cap health turns degraded.</summary>
     public const double NearCapFraction = 0.9;
@@ -25,7 +25,7 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) :
         var budget = sessions.Memory.BudgetBytes;
         var data = new Dictionary<string, object>
         {
-            ["stage"] = runtime.Stage.ToString(),
+            ["stage"] = availability.Stage.ToString(),
             ["sessions"] = live,
             ["maxSessions"] = maxSessions,
             ["neverUsedSessions"] = sessions.NeverUsed,
@@ -37,11 +37,11 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime) :
         };
         var nearMaxSessions = live >= NearCapFraction * maxSessions;
         var nearBudget = held >= NearCapFraction * budget;
-        var result = runtime.Stage switch
+        var result = availability.Stage switch
         {
             // The failure was logged once, with its details; every probe repeating its stack trace would bury that message.
-            RecoveryStage.Failed => HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {runtime.Failure?.Message}", data: data),
-            _ when runtime.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
+            RecoveryStage.Failed => HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {availability.Failure?.Message}", data: data),
+            _ when availability.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
             RecoveryStage.Draining => HealthCheckResult.Unhealthy("Stopping: running requests finish, new ones get 503.", data: data),
             _ when runtime.QuarantinedSessions > 0 => HealthCheckResult.Degraded(
                 $"{runtime.QuarantinedSessions} sessions diverged on replay and are quarantined; every other session serves (docs/upgrades.md).", data: data),

@@ -9,14 +9,14 @@ namespace PersistentServices.Diagnostics;
 /// recovery failed. Healthy while the log is scanned, while sessions replay, near a cap and while draining, when
 /// <see cref="PersistentServicesHealthCheck"/> (readiness) may say otherwise. Tagged <c>live</c>.
 /// </summary>
-internal sealed class PersistentServicesLivenessCheck(PersistentRuntime runtime) : IHealthCheck
+internal sealed class PersistentServicesLivenessCheck(ServiceAvailability availability) : IHealthCheck
 {
     public Task<HealthCheckResult> CheckHealthAsync(HealthCheckContext context, CancellationToken cancellationToken = default)
     {
-        var data = new Dictionary<string, object> { ["stage"] = runtime.Stage.ToString() };
-        var result = runtime.Stage == RecoveryStage.Failed
-            ? HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {runtime.Failure?.Message}", data: data)
-            : runtime.LogFault is { } fault
+        var data = new Dictionary<string, object> { ["stage"] = availability.Stage.ToString() };
+        var result = availability.Stage == RecoveryStage.Failed
+            ? HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {availability.Failure?.Message}", data: data)
+            : availability.LogFault is { } fault
                 ? HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data)
                 : HealthCheckResult.Healthy("The log is usable.", data);
         return Task.FromResult(result);

@@ -62,7 +62,7 @@ internal static class DomainEndpoints
             return;
         }
 
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.DomainMessage))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
@@ -110,7 +110,7 @@ internal static class DomainEndpoints
             return;
         }
 
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.DomainMessage))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;

@@ -23,7 +23,7 @@ internal sealed partial class DomainHostedService(PersistentRuntime runtime, Orp
         runtime.Orphans = orphans;
         domain.OnLearned = orphans.OnLearnedAsync;
         await WhenStartedAsync(stoppingToken).ConfigureAwait(false);
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.BackgroundWork))
         {
             return;
         }

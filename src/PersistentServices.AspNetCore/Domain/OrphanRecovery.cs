@@ -156,7 +156,7 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
             var abandoned = await RollBackAsync(session, lost).ConfigureAwait(false);
             lock (_gate)
             {
-                if ((!abandoned && !run.Again) || session.Ended || !runtime.IsAvailable)
+                if ((!abandoned && !run.Again) || session.Ended || !runtime.Availability.CanServe(RequestKind.BackgroundWork))
                 {
                     _runs.Remove(session.Id);
                     return;

@@ -29,12 +29,18 @@ internal sealed partial class ServiceDomain : IDisposable
     private readonly HttpClient _http;
     private readonly ResiliencePipeline<HttpResponseMessage> _flushPipeline;
 
-    public ServiceDomain(PersistentRuntime runtime, ILogger logger)
+    /// <summary>The named client (<see cref="IHttpClientFactory"/>) the domain's messages go out on, registered by <c>AddPersistentServices</c>.</summary>
+    public const string HttpClientName = "PersistentServices.Domain";
+
+    public ServiceDomain(PersistentRuntime runtime, IHttpClientFactory httpClients, ILogger logger)
     {
         _runtime = runtime;
         _logger = logger;
         var options = runtime.Options;
-        _http = new HttpClient(new SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) }) { Timeout = options.Domain.FlushTimeout };
+
+        // One handler for the service's life (PooledConnectionIdleTimeout 1 min) and the flush timeout: HttpClientName's
+        // registration (PersistentServicesServiceCollectionExtensions).
+        _http = httpClients.CreateClient(HttpClientName);
 
         // A member that restarts is out of reach (connection refused) and then recovering (503) for a moment: the flush asks
         // again until FlushTimeout has passed in all, so the reply that needs it waits instead of failing at once.

@@ -16,13 +16,13 @@ namespace PersistentServices.Hosting;
 /// nothing. All within the host's shutdown timeout (<c>HostOptions.ShutdownTimeout</c>, 30 s by default, like
 /// Kubernetes' default grace period).
 /// </summary>
-internal sealed partial class CheckpointHostedService(PersistentRuntime runtime, IHostApplicationLifetime lifetime, ILogger<CheckpointHostedService> logger) : BackgroundService
+internal sealed partial class CheckpointHostedService(PersistentRuntime runtime, ServiceAvailability availability, IHostApplicationLifetime lifetime, ILogger<CheckpointHostedService> logger) : BackgroundService
 {
     private static readonly TimeSpan Poll = TimeSpan.FromSeconds(1);
 
     public override Task StartAsync(CancellationToken cancellationToken)
     {
-        lifetime.ApplicationStopping.Register(runtime.BeginDrain);
+        lifetime.ApplicationStopping.Register(availability.BeginDrain);
         return base.StartAsync(cancellationToken);
     }
 
@@ -36,16 +36,16 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
 
         // Calls of running requests are retried while the drain waits for them; when the shutdown timeout ends it (or there
         // was nothing to drain), they stop, and their requests are finished after the restart.
-        using var timedOut = cancellationToken.Register(runtime.AbandonCalls);
+        using var timedOut = cancellationToken.Register(availability.AbandonCalls);
         try
         {
-            runtime.BeginDrain();
+            availability.BeginDrain();
             await base.StopAsync(cancellationToken).ConfigureAwait(false);
             await DrainAsync(cancellationToken).ConfigureAwait(false);
         }
         finally
         {
-            runtime.AbandonCalls();
+            availability.AbandonCalls();
         }
     }
 
@@ -59,7 +59,7 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
-                if (!runtime.IsAvailable)
+                if (!availability.CanServe(RequestKind.BackgroundWork))
                 {
                     continue;
                 }
@@ -101,7 +101,7 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
 
     private async Task DrainAsync(CancellationToken cancellationToken)
     {
-        if (runtime.Stage != RecoveryStage.Draining || runtime.LogFault is not null)
+        if (availability.Stage != RecoveryStage.Draining || availability.LogFault is not null)
         {
             return;
         }
@@ -109,7 +109,7 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         var started = Stopwatch.GetTimestamp();
         try
         {
-            while (runtime.Executing > 0)
+            while (availability.Executing > 0)
             {
                 await Task.Delay(10, cancellationToken).ConfigureAwait(false);
             }
@@ -119,7 +119,7 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         }
         catch (OperationCanceledException)
         {
-            DrainTimedOut(logger, runtime.Executing, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+            DrainTimedOut(logger, availability.Executing, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
         {

@@ -11,20 +11,20 @@ namespace PersistentServices.Hosting;
 /// <c>StartAsync</c> throws ends in an abort, exit 134, with the error printed three times).
 /// <para>
 /// The host cannot be stopped while it is still starting (Kestrel's bind is then cancelled, which aborts as well), so the
-/// stop is requested as soon as it has started. In between, nothing is served from the log: the runtime is failed, so
+/// stop is requested as soon as it has started. In between, nothing is served from the log: recovery is failed (ServiceAvailability), so
 /// persistent, read-only and session requests get 503, and the health check reports the failure.
 /// </para>
 /// </summary>
 internal static partial class FailStop
 {
     /// <summary>
-    /// Marks the runtime failed; with an exit code configured, logs the refusal once, sets the exit code, asks the host to
+    /// Marks recovery failed; with an exit code configured, logs the refusal once, sets the exit code, asks the host to
     /// stop once started, and returns true (the caller returns normally). Without one (a test host in process), returns
     /// false and the caller rethrows.
     /// </summary>
     public static bool StopAfterStart(PersistentRuntime runtime, IHostApplicationLifetime lifetime, ILogger logger, Exception error)
     {
-        runtime.Fail(error);
+        runtime.Availability.Fail(error);
         if (runtime.Options.RecoveryFailureExitCode is not { } exitCode)
         {
             return false;

@@ -1,6 +1,7 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
+using PersistentServices.Recovery;
 using PersistentServices.SharedState;
 
 namespace PersistentServices.Http;
@@ -17,16 +18,20 @@ internal sealed class PersistenceMiddleware
 {
     private readonly RequestDelegate _next;
     private readonly PersistentRuntime _runtime;
+    private readonly ServiceAvailability _availability;
+    private readonly LogOpener _opener;
     private readonly bool _useRoles;
     private readonly PersistentRequestHandler _persistent;
     private readonly ReadOnlyRequestHandler _readOnly;
     private readonly RequestDelegate _route; // RouteAsync, made into a delegate once rather than per request
 
-    public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, ReplayPipeline pipeline,
+    public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, LogOpener opener, ReplayPipeline pipeline,
         LoggedRequestPipeline logged, Domain.DomainReplyGate gate, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
         _runtime = runtime;
+        _availability = runtime.Availability;
+        _opener = opener;
         _useRoles = runtime.Options.Calls.UseRoles;
         _persistent = new PersistentRequestHandler(next, runtime, logged, gate, logger);
         _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
@@ -34,7 +39,7 @@ internal sealed class PersistenceMiddleware
         pipeline.Register(router, context => WithSharedState(context, next));
     }
 
-    public Task InvokeAsync(HttpContext context) => _runtime.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
+    public Task InvokeAsync(HttpContext context) => _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
 
     /// <summary>
     /// The server listens while recovery verifies the log and runs the analysis scan (<c>RecoveryHostedService</c>): a
@@ -45,7 +50,7 @@ internal sealed class PersistenceMiddleware
     {
         try
         {
-            await _runtime.StartOpening().WaitAsync(context.RequestAborted).ConfigureAwait(false);
+            await _opener.StartOpening().WaitAsync(context.RequestAborted).ConfigureAwait(false);
         }
         catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
         {

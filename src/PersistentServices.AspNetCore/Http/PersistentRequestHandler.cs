@@ -45,7 +45,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         using var activity = request.Activity = PersistentServicesTracing.Source.StartActivity("persistentservices.request");
 
         // Counted from here on, so a graceful drain waits for this request (and refuses requests that come later).
-        using var executing = runtime.TryBeginExecution();
+        using var executing = runtime.Availability.TryBeginExecution();
         if (executing is null)
         {
             AspNetCoreEvents.PersistentRequestUnavailable(logger, 0, null);
@@ -90,7 +90,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
                 // The last request of the session was abandoned: the log faulted before its reply was durable (the service
                 // must restart, and recovery will finish it), or, in a domain, a call it made was refused as an orphan or a
                 // member was out of reach (the session's rollback runs it again).
-                await UnavailableAsync(request, runtime.LogFault).ConfigureAwait(false);
+                await UnavailableAsync(request, runtime.Availability.LogFault).ConfigureAwait(false);
                 return;
 
             case AdmitOutcome.DuplicateInFlight:
@@ -226,11 +226,11 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         await session.ExecutionLock.WaitAsync(CancellationToken.None).ConfigureAwait(false);
         try
         {
-            if (!runtime.CanRunAdmitted)
+            if (!runtime.Availability.CanServe(RequestKind.AdmittedRequest))
             {
                 // Recovery failed, or the log faulted, while this request waited: nothing may execute any more. (A drain that
                 // began meanwhile waits for this request: it runs.)
-                throw runtime.LogFault ?? (Exception)new ObjectDisposedException(nameof(PersistentRuntime), "The service is unavailable.");
+                throw runtime.Availability.LogFault ?? (Exception)new ObjectDisposedException(nameof(PersistentRuntime), "The service is unavailable.");
             }
 
             if (session.Generation != request.Generation)

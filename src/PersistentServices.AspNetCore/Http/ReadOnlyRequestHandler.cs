@@ -30,9 +30,9 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         var present = false;
         if (context.Request.Headers.ContainsKey(ProtocolHeaders.Caller))
         {
-            if (!runtime.IsAvailable)
+            if (!runtime.Availability.CanServe(RequestKind.ReadOnlyRequest))
             {
-                await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+                await UnavailableAsync(context, runtime.Availability.LogFault ?? runtime.Availability.Failure).ConfigureAwait(false);
                 return;
             }
 
@@ -46,9 +46,9 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
             return;
         }
 
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.ReadOnlyRequest))
         {
-            await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+            await UnavailableAsync(context, runtime.Availability.LogFault ?? runtime.Availability.Failure).ConfigureAwait(false);
             return;
         }
 
@@ -133,9 +133,9 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         }
 
         // The log may have faulted while the endpoint ran: what it read may then never become durable.
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.ReadOnlyRequest))
         {
-            await UnavailableAsync(context, runtime.LogFault ?? runtime.Failure).ConfigureAwait(false);
+            await UnavailableAsync(context, runtime.Availability.LogFault ?? runtime.Availability.Failure).ConfigureAwait(false);
             return;
         }
 

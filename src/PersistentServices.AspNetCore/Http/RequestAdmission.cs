@@ -39,9 +39,9 @@ internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger
             return false;
         }
 
-        if (!runtime.CanRunAdmitted)
+        if (!runtime.Availability.CanServe(RequestKind.PersistentRequest))
         {
-            AspNetCoreEvents.PersistentRequestUnavailable(logger, request.Sequence, runtime.LogFault ?? runtime.Failure);
+            AspNetCoreEvents.PersistentRequestUnavailable(logger, request.Sequence, runtime.Availability.LogFault ?? runtime.Availability.Failure);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return false;
         }

@@ -18,6 +18,8 @@ namespace PersistentServices.Recovery;
 /// </summary>
 internal sealed class RecoveryHostedService(
     PersistentRuntime runtime,
+    ServiceAvailability availability,
+    LogOpener opener,
     ReplayPipeline pipeline,
     SessionReplayer replayer,
     IHostApplicationLifetime lifetime,
@@ -39,7 +41,7 @@ internal sealed class RecoveryHostedService(
     /// </summary>
     public Task StartAsync(CancellationToken cancellationToken)
     {
-        _ = runtime.StartOpening();
+        _ = opener.StartOpening();
         return Task.CompletedTask;
     }
 
@@ -48,7 +50,7 @@ internal sealed class RecoveryHostedService(
     {
         try
         {
-            await runtime.StartOpening().WaitAsync(cancellationToken).ConfigureAwait(false);
+            await opener.StartOpening().WaitAsync(cancellationToken).ConfigureAwait(false);
         }
         catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
         {
@@ -146,7 +148,7 @@ internal sealed class RecoveryHostedService(
         {
             if (Interlocked.CompareExchange(ref failure, error, null) is null)
             {
-                runtime.Fail(error);
+                availability.Fail(error);
                 runtime.Shared.AbortReservations();
                 await run.CancelAsync().ConfigureAwait(false);
             }
@@ -209,14 +211,14 @@ internal sealed class RecoveryHostedService(
             return;
         }
 
-        runtime.MarkReady();
+        availability.MarkReady();
         runtime.Metrics.RecoveryReplayDuration.Record(Stopwatch.GetElapsedTime(started).TotalSeconds);
         AspNetCoreEvents.ReplayDone(logger, sessions.Count, requests, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
     }
 
     private void Stop(Exception error, List<Session> sessions)
     {
-        runtime.Fail(error);
+        availability.Fail(error);
         runtime.Shared.AbortReservations();
         AspNetCoreEvents.RecoveryFailed(logger, error);
         foreach (var session in sessions)

@@ -116,7 +116,7 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
             }
         }
 
-        var failure = runtime.Failure?.Message ?? (unfinished > 0 ? $"the service stopped before {unfinished} session(s) finished their replay" : null);
+        var failure = runtime.Availability.Failure?.Message ?? (unfinished > 0 ? $"the service stopped before {unfinished} session(s) finished their replay" : null);
         var result = failure is not null ? ReplayCheckResult.Failed : divergences.Count > 0 ? ReplayCheckResult.Diverged : ReplayCheckResult.Passed;
         Finish(new ReplayCheckReport(result, sandbox.Source, _sessions.Count - idle, fine, requests, divergences, _notChecked, failure) { SessionsWithNothingToReplay = idle });
     }
@@ -129,9 +129,9 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
             return;
         }
 
-        var result = runtime.Stage == RecoveryStage.Failed && runtime.Analysis is null ? ReplayCheckResult.NotChecked : ReplayCheckResult.Failed;
+        var result = runtime.Availability.Stage == RecoveryStage.Failed && runtime.Analysis is null ? ReplayCheckResult.NotChecked : ReplayCheckResult.Failed;
         Finish(new ReplayCheckReport(result, sandbox.Source, _sessions.Count, 0, 0, [], _notChecked,
-            runtime.Failure?.Message ?? "the service stopped before recovery replayed anything"));
+            runtime.Availability.Failure?.Message ?? "the service stopped before recovery replayed anything"));
     }
 
     private void Finish(ReplayCheckReport report)

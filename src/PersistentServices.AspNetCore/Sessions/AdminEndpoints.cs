@@ -195,7 +195,7 @@ internal static partial class AdminEndpoints
 
         var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
         var logger = Logger(context);
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.Repair))
         {
             await ProtocolProblems.UnavailableAsync(context,
                 "The service cannot log a repair now (recovering, stopping, or its log failed): retry once it serves, or repair the stopped log with psctl.").ConfigureAwait(false);
@@ -311,7 +311,7 @@ internal static partial class AdminEndpoints
     private static async Task<PersistentRuntime?> NotReadableAsync(HttpContext context)
     {
         var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
-        if (runtime.Stage is RecoveryStage.Replaying or RecoveryStage.Ready or RecoveryStage.Draining && runtime.LogFault is null)
+        if (runtime.Availability.CanServe(RequestKind.SessionInspection))
         {
             return runtime;
         }

@@ -34,9 +34,9 @@ internal static partial class SessionEndpoints
     {
         var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
         var logger = Logger(context);
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.SessionResource))
         {
-            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.LogFault ?? runtime.Failure);
+            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.Availability.LogFault ?? runtime.Availability.Failure);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
         }
@@ -121,9 +121,9 @@ internal static partial class SessionEndpoints
             return;
         }
 
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.SessionResource))
         {
-            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.LogFault ?? runtime.Failure);
+            AspNetCoreEvents.SessionResourceUnavailable(logger, runtime.Availability.LogFault ?? runtime.Availability.Failure);
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
         }

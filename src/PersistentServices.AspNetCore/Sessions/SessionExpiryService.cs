@@ -40,7 +40,7 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
     /// <summary>Ends every expired session; returns how many ended.</summary>
     public int ExpireIdleSessions()
     {
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.BackgroundWork))
         {
             return 0;
         }

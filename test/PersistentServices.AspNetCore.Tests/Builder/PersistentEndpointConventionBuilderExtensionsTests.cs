@@ -47,7 +47,7 @@ public sealed class PersistentEndpointConventionBuilderExtensionsTests : IDispos
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
 
             // The session's state came back from the log (replayed, or read from a checkpoint)...
             var executions = _behavior.Count(counter + "b");

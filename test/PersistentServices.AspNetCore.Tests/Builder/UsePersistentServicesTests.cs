@@ -109,7 +109,7 @@ public sealed class UsePersistentServicesTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var (cart, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
             Assert.Equal(HttpStatusCode.OK, cart.StatusCode);
             Assert.Equal("x", body.GetProperty("items")[0].GetString());

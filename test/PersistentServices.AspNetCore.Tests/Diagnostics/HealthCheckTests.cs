@@ -28,7 +28,7 @@ public sealed class HealthCheckTests : IDisposable
         Assert.Equal(HttpStatusCode.OK, await StatusAsync(server, "/health/readiness"));
         Assert.Equal(HttpStatusCode.OK, await StatusAsync(server, "/health/live"));
 
-        server.Runtime.BeginDrain();
+        server.Availability.BeginDrain();
 
         Assert.Equal(HttpStatusCode.ServiceUnavailable, await StatusAsync(server, "/health/readiness"));
         Assert.Equal(HttpStatusCode.OK, await StatusAsync(server, "/health/live"));
@@ -47,7 +47,7 @@ public sealed class HealthCheckTests : IDisposable
         full.IsFull = true;
         var (refused, _) = await server.SendAsync(HttpMethod.Post, "/counter/add", session, 2, new { opId = "b", amount = 1 });
         Assert.Equal(HttpStatusCode.ServiceUnavailable, refused.StatusCode);
-        Assert.NotNull(server.Runtime.LogFault);
+        Assert.NotNull(server.Availability.LogFault);
 
         Assert.Equal(HttpStatusCode.ServiceUnavailable, await StatusAsync(server, "/health/live"));
         Assert.Equal(HttpStatusCode.ServiceUnavailable, await StatusAsync(server, "/health/readiness"));

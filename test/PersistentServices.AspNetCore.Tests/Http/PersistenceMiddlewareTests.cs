@@ -43,12 +43,12 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
         // Hold the session's execution lock, so the request is counted but has not started when the drain begins.
         await state.ExecutionLock.WaitAsync(Ct);
         var sending = _server.SendAsync(HttpMethod.Post, "/counter/add", session, 1, new { opId = "drain-1", amount = 5 });
-        while (_server.Runtime.Executing == 0)
+        while (_server.Availability.Executing == 0)
         {
             await Task.Delay(5, Ct);
         }
 
-        _server.Runtime.BeginDrain();
+        _server.Availability.BeginDrain();
         state.ExecutionLock.Release();
         var (response, _) = await sending;
 

@@ -97,7 +97,7 @@ public sealed class EncryptedLogTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, BindFrom(MountedSecret(KeyA)), behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var executions = _behavior.Count("cart/add:after-page");
             var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
             Assert.Equal(HttpStatusCode.OK, cart.StatusCode);

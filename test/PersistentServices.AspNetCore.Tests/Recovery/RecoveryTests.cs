@@ -40,7 +40,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var executions = _behavior.Count("cart/add:b");
 
             var (cart, cartBody) = await server.SendAsync(HttpMethod.Get, "/cart", session, null);
@@ -73,7 +73,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             var (_, body) = await server.SendAsync(HttpMethod.Get, "/counter", session, null);
             Assert.Equal(12, body.GetProperty("total").GetInt64());
         }
@@ -109,7 +109,7 @@ public sealed class RecoveryTests : IDisposable
             var read = restarted.SendAsync(HttpMethod.Get, "/counter", session, null);
             await Task.Delay(300, Ct);
             Assert.False(plain.IsCompleted || add.IsCompleted || read.IsCompleted || started.IsCompleted, "a request was answered before the analysis scan");
-            Assert.Equal(RecoveryStage.Scanning, restarted.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Scanning, restarted.Availability.Stage);
 
             open.SetResult();
             await started;
@@ -219,7 +219,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
 
             var (_, body) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "alice");
             var (other, _) = await server.SendAsync(HttpMethod.Get, "/cart", session, null, user: "mallory");
@@ -248,7 +248,7 @@ public sealed class RecoveryTests : IDisposable
         {
             await server.RecoveryCompletion;
 
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
             var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", diverging, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
@@ -280,8 +280,8 @@ public sealed class RecoveryTests : IDisposable
         {
             await server.RecoveryCompletion;
 
-            Assert.Equal(RecoveryStage.Failed, server.Runtime.Stage);
-            var error = Assert.IsType<ReplayDivergenceException>(server.Runtime.Failure);
+            Assert.Equal(RecoveryStage.Failed, server.Availability.Stage);
+            var error = Assert.IsType<ReplayDivergenceException>(server.Availability.Failure);
 
             // Named by its trace tag (a short hash): an anonymous session's id is a bearer secret and never logged.
             var tag = PersistentServices.Diagnostics.PersistentServicesTracing.SessionTag(SessionId.TryParse(session, out var id) ? id : default);
@@ -310,7 +310,7 @@ public sealed class RecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             Assert.True(server.Runtime.Analysis!.CleanShutdown);
             Assert.Equal(0, server.Runtime.Analysis.Requests); // nothing to replay: every session was checkpointed by the drain
             Assert.Equal(0, server.Runtime.QuarantinedSessions);

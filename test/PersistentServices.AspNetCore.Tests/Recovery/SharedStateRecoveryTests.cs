@@ -38,7 +38,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
 
             var (_, state) = await server.SendAsync(HttpMethod.Get, "/shared", sessions[0], null);
             Assert.Equal(60, state.GetProperty("total").GetInt64());
@@ -88,7 +88,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         await using (var a = await TestServer.StartAsync(dirA, behavior: _behavior))
         {
             await a.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, a.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, a.Availability.Stage);
             var (stateA, bodyA) = await a.SendAsync(HttpMethod.Get, "/shared", sessionA, null);
             Assert.Equal(HttpStatusCode.OK, stateA.StatusCode);
             Assert.Equal(3, bodyA.GetProperty("total").GetInt64());
@@ -188,7 +188,7 @@ public sealed class SharedStateRecoveryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
 
             var (retry, body) = await server.SendAsync(HttpMethod.Post, "/shared/stamp", session, 2);
             Assert.Equal("true", retry.Headers.GetValues("PS-Replayed").Single());

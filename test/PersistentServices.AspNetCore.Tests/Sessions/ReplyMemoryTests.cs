@@ -157,7 +157,7 @@ public sealed class ReplyMemoryTests : IDisposable
         await using (var server = await TestServer.StartAsync(_dir.Path, o => o.MaxBufferedReplyBytes = 4096, behavior: _behavior))
         {
             await server.RecoveryCompletion;
-            Assert.Equal(RecoveryStage.Ready, server.Runtime.Stage);
+            Assert.Equal(RecoveryStage.Ready, server.Availability.Stage);
             Assert.All(sessions, s => Assert.True(server.Session(s).LastReply!.InLog));
             Assert.Equal(0, server.Runtime.Sessions.Memory.HeldBytes);
             var executions = _behavior.Count("page:y0");

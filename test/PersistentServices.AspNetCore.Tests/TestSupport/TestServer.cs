@@ -36,6 +36,8 @@ internal sealed class TestServer : IAsyncDisposable
 
     public PersistentRuntime Runtime => App.Services.GetRequiredService<PersistentRuntime>();
 
+    public ServiceAvailability Availability => App.Services.GetRequiredService<ServiceAvailability>();
+
     public Task RecoveryCompletion => App.Services.GetRequiredService<RecoveryHostedService>().Completion;
 
     public static async Task<TestServer> StartAsync(string logDirectory, Action<PersistentServicesOptions>? configure = null, TimeProvider? time = null,

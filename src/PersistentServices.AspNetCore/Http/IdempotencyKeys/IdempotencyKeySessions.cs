@@ -129,7 +129,7 @@ internal static class IdempotencyKeySessions
     /// </summary>
     public static async Task<(int Expired, int Forgotten)> ExpireAsync(PersistentRuntime runtime, ILogger logger, CancellationToken cancellationToken)
     {
-        if (!runtime.IsAvailable)
+        if (!runtime.Availability.CanServe(RequestKind.BackgroundWork))
         {
             return (0, 0);
         }

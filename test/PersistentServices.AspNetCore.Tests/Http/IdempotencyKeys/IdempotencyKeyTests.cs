@@ -231,7 +231,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
 
         _server = await StartAsync();
         await _server.RecoveryCompletion;
-        Assert.Equal(RecoveryStage.Ready, _server.Runtime.Stage);
+        Assert.Equal(RecoveryStage.Ready, _server.Availability.Stage);
         var (again, againText) = await SendAsync(_server, "/counter/add", "k-crash", new { opId = "crash", amount = 7 });
         var (reused, _) = await SendAsync(_server, "/counter/add", "k-crash", new { opId = "crash", amount = 8 });
 

@@ -1,0 +1,118 @@
+using Microsoft.Extensions.Options;
+using PersistentServices.Log;
+
+namespace PersistentServices.Hosting;
+
+/// <summary>
+/// Whether the service can serve what asks now (<see cref="CanServe"/>): where recovery stands (<see cref="Stage"/>, the
+/// recovery state machine), the log's fault, the drain (persistent requests counted while they execute,
+/// <see cref="BeginDrain"/>) and the token that stops calls' retries (<see cref="CallsAbandoned"/>). One per service, a
+/// singleton: recovery moves it forward (<c>Recovery/LogOpener</c>, <c>RecoveryHostedService</c>), the host's stop drains it.
+/// </summary>
+[System.Diagnostics.CodeAnalysis.SuppressMessage("Reliability", "CA1001:Types that own disposable fields should be disposable",
+    Justification = "The calls token is never disposed: a handler may still read it after the host stopped, and a CTS without timers holds nothing to free.")]
+internal sealed class ServiceAvailability
+{
+    private readonly PersistentServicesOptions _options;
+    private readonly TimeProvider _time;
+    private readonly CancellationTokenSource _callsAbandoned = new();
+    private DurableLog? _log;
+    private volatile RecoveryStage _stage;
+    private Exception? _failure;
+    private int _executing;
+    private long _drainBegan;
+
+    public ServiceAvailability(IOptions<PersistentServicesOptions> options, TimeProvider time)
+    {
+        _options = options.Value;
+        _time = time;
+    }
+
+    public RecoveryStage Stage => _stage;
+
+    /// <summary>Why recovery failed, once it did.</summary>
+    public Exception? Failure => _failure;
+
+    /// <summary>The log's fault, once it faulted.</summary>
+    public LogFaultedException? LogFault => _log?.Fault;
+
+    /// <summary>Whether <paramref name="kind"/> may go on now (<see cref="RequestKind"/> says which test each kind gets).</summary>
+    public bool CanServe(RequestKind kind) => kind switch
+    {
+        RequestKind.PersistentRequest or RequestKind.AdmittedRequest or RequestKind.SessionInspection
+            => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready or RecoveryStage.Draining,
+        RequestKind.CallRetry
+            => _stage != RecoveryStage.Draining || Volatile.Read(ref _drainBegan) is var began && (began == 0 || _time.GetElapsedTime(began) < _options.Calls.DrainRetryTime),
+        _ => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready,
+    };
+
+    /// <summary>Whether the host is draining (it stops: running requests finish, new ones get 503).</summary>
+    public bool IsDraining => _stage == RecoveryStage.Draining;
+
+    /// <summary>Persistent requests executing now (a drain waits for them).</summary>
+    public int Executing => Volatile.Read(ref _executing);
+
+    /// <summary>Counts a persistent request as executing until the returned value is disposed; null while draining (refuse it).</summary>
+    public ExecutingRequest? TryBeginExecution()
+    {
+        Interlocked.Increment(ref _executing);
+        if (_stage == RecoveryStage.Draining)
+        {
+            Interlocked.Decrement(ref _executing);
+            return null;
+        }
+
+        return new ExecutingRequest(this);
+    }
+
+    /// <summary>A persistent request counted as executing (<see cref="TryBeginExecution"/>) until disposed.</summary>
+    public readonly struct ExecutingRequest(ServiceAvailability availability) : IDisposable
+    {
+        public void Dispose() => Interlocked.Decrement(ref availability._executing);
+    }
+
+    /// <summary>The host is stopping: new persistent, read-only and session requests get 503; running ones finish.</summary>
+    public void BeginDrain()
+    {
+        if (_stage is RecoveryStage.Replaying or RecoveryStage.Ready)
+        {
+            Interlocked.CompareExchange(ref _drainBegan, _time.GetTimestamp(), 0);
+            _stage = RecoveryStage.Draining;
+        }
+    }
+
+    /// <summary>
+    /// Fires when calls to other services should stop being retried: the host's shutdown timeout ended the drain, or the
+    /// host stopped with nothing to drain (recovering). Until then a call of a running request is retried while the
+    /// service drains, so the request finishes and its reply goes out (docs/calls.md, condition 4).
+    /// </summary>
+    public CancellationToken CallsAbandoned => _callsAbandoned.Token;
+
+    /// <summary>Stops the retries of every call in flight (<see cref="CallsAbandoned"/>); their requests are abandoned (503).</summary>
+    public void AbandonCalls() => _callsAbandoned.Cancel(); // never disposed: a handler may still read its token (a CTS without timers holds nothing to free)
+
+    /// <summary>Recovery began opening the log.</summary>
+    public void BeginOpening() => _stage = RecoveryStage.Scanning;
+
+    /// <summary>The log is open: its fault, from now on, is the service's.</summary>
+    public void LogOpened(DurableLog log) => _log = log;
+
+    /// <summary>The analysis scan is done and the new epoch durable: requests are served while recovered sessions replay.</summary>
+    public void Opened() => _stage = RecoveryStage.Replaying;
+
+    /// <summary>Every recovered session has replayed.</summary>
+    public void MarkReady()
+    {
+        if (_stage == RecoveryStage.Replaying)
+        {
+            _stage = RecoveryStage.Ready;
+        }
+    }
+
+    /// <summary>Recovery failed: nothing is served from the log any more.</summary>
+    public void Fail(Exception error)
+    {
+        _failure ??= error;
+        _stage = RecoveryStage.Failed;
+    }
+}

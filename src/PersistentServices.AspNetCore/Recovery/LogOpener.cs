@@ -1,0 +1,127 @@
+using Microsoft.Extensions.Logging;
+using PersistentServices.Hosting;
+using PersistentServices.Log;
+using PersistentServices.Log.Records;
+using PersistentServices.SharedState;
+
+namespace PersistentServices.Recovery;
+
+/// <summary>
+/// Recovery's first half ([MSP Fig. 12]): opens the log (verifying it), creates the shared state store, runs the analysis
+/// scan, starts and forces a new epoch and takes the checkpoint after the scan; what it opens it hands to the
+/// <see cref="PersistentRuntime"/>, which holds it, and it moves <see cref="ServiceAvailability"/> from
+/// <see cref="RecoveryStage.Scanning"/> to <see cref="RecoveryStage.Replaying"/> (or <see cref="RecoveryStage.Failed"/>).
+/// A singleton; disposed before the runtime (it is created after it), so an open still running ends before the log closes.
+/// </summary>
+internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability availability, ILogger<PersistentRuntime> logger) : IAsyncDisposable
+{
+    // The logger keeps the category the log's, the store's and the checkpointer's messages have always had (PersistentRuntime).
+    private readonly Lock _openingLock = new();
+    private readonly CancellationTokenSource _disposing = new();
+    private Task? _opening;
+    private int _disposed;
+
+    /// <summary>
+    /// Opens the log and runs the analysis scan, once, on the thread pool: started by <c>UsePersistentServices()</c>, so the
+    /// log's verification and scan overlap the rest of the application's startup (mapping endpoints, starting the host),
+    /// and awaited by the recovery host before the server accepts traffic. Every caller gets the same task.
+    /// </summary>
+    public Task StartOpening()
+    {
+        lock (_openingLock)
+        {
+            return _opening ??= Task.Run(() => OpenAndAnalyzeAsync(_disposing.Token));
+        }
+    }
+
+    private async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
+    {
+        availability.BeginOpening();
+        try
+        {
+            var options = runtime.Options;
+            var domain = runtime.Domain;
+
+            // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
+            var logOptions = options.BuildLogOptions();
+            var captured = AnalysisScan.CaptureFor(logOptions, readAtRest: !domain.Enabled);
+            var log = await DurableLog.OpenAsync(logOptions, logger, captured, runtime.Metrics, runtime.CrashPoints, cancellationToken).ConfigureAwait(false);
+            runtime.LogOpened(log);
+            var shared = new SharedStateStore(log, options.ServiceName, options.SharedCheckpointInterval, logger, runtime.Codec);
+            runtime.SharedOpened(shared);
+            var directory = Path.GetFullPath(options.LogDirectory);
+            var durableAtOpen = log.DurableUntil;
+
+            // Outside a domain, sessions at rest are read directly and the scan starts after them (docs/checkpoints.md); in a
+            // domain the scan also relearns members' recovered states from the log, so it starts where it always did.
+            var analysis = await AnalysisScan.RunAsync(log, directory, runtime.Sessions, shared, cancellationToken, recovered: domain.Recovered, readAtRest: !domain.Enabled, captured: captured)
+                .ConfigureAwait(false);
+            var checkpointer = new Checkpoints.ServiceCheckpointer(log, directory, runtime.Sessions, shared, options.IdleCheckpointAfter, logger, atRest: !domain.Enabled)
+            {
+                BeforeSessionCheckpoint = runtime.BeforeSessionCheckpointAsync,
+            };
+            runtime.Analyzed(analysis, checkpointer);
+            if (domain.IsMember(options.ServiceName))
+            {
+                // A shared variable's checkpoint must never be an orphan either (MSP §3.3): its DV is flushed first.
+                shared.DistributedFlush = domain.FlushAsync;
+                shared.Recovered = domain.Recovered;
+                shared.OrphanError = static lost => new Domain.OrphanException(lost);
+            }
+
+            // A new epoch starts with every recovery; it is forced so no two failure-free periods share one (LSNs of a
+            // lost period are reused by the next).
+            var epoch = analysis.LastEpoch + 1;
+            runtime.Epoch = epoch;
+
+            // In a domain, this recovery's recovered state number for the epoch that ended (MSP §4.3): everything it logged
+            // is durable up to the last record before durableAtOpen; members learn it from the broadcast.
+            if (domain.Enabled && analysis.LastEpoch > 0)
+            {
+                var own = new Domain.RecoveredStateNumber(options.ServiceName, new Domain.StateId(analysis.LastEpoch, durableAtOpen - 1));
+                if (domain.Recovered.Learn(own))
+                {
+                    log.Append(RecordKind.RecoveredState, new RecoveredState { Service = own.Service, Epoch = own.State.Epoch, Lsn = own.State.Lsn });
+                }
+            }
+
+            var epochLsn = log.Append(RecordKind.EpochStarted, new EpochStarted { Epoch = epoch, Service = options.ServiceName });
+            await log.WaitUntilDurableAsync(epochLsn, cancellationToken).ConfigureAwait(false);
+            shared.Epoch = epoch;
+            checkpointer.Epoch = epoch;
+            runtime.ServeShared();
+
+            // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
+            await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+            availability.Opened();
+        }
+        catch (Exception ex)
+        {
+            availability.Fail(ex);
+            throw;
+        }
+    }
+
+    /// <summary>An open still running (a host built and never started, or stopped while recovering) ends first: it owns the log.</summary>
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        await _disposing.CancelAsync().ConfigureAwait(false);
+        Task? opening;
+        lock (_openingLock)
+        {
+            opening = _opening;
+        }
+
+        if (opening is not null)
+        {
+            await opening.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        }
+
+        _disposing.Dispose();
+    }
+}
