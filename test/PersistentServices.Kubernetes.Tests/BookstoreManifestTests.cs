@@ -26,6 +26,24 @@ public sealed class BookstoreManifestTests
             objects.Select(o => $"{o.Kind} {o.Name()}").Order(StringComparer.Ordinal));
     }
 
+    [Theory]
+    [InlineData("local")]
+    [InlineData("production")]
+    public async Task Services_BelieveTheGatewaysForwardedAddresses_FromThePodNetwork(string overlay)
+    {
+        // The gateway's pods are not on loopback: without a trusted network every client behind the gateway would share one
+        // MaxSessionsPerAddress share (docs/gateway.md, "Client addresses").
+        var objects = StrictManifestReader.Read(await Kustomize.BuildAsync(Kustomize.InRepository($"{Bookstore.Overlays}/{overlay}")));
+        var map = objects.OfType<V1ConfigMap>().Single(m => m.Name() == "bookstore");
+
+        Assert.True(map.Data.TryGetValue("Bookstore__TrustedProxyNetworks", out var networks));
+        Assert.All(networks.Split(','), entry => Assert.True(System.Net.IPNetwork.TryParse(entry.Trim(), out var network) && network.PrefixLength > 0, entry));
+        var services = objects.OfType<V1StatefulSet>().Select(s => s.Spec.Template).Concat(objects.OfType<V1Deployment>().Where(d => d.Name() != "gateway").Select(d => d.Spec.Template))
+            .SelectMany(t => t.Spec.Containers).ToList();
+        Assert.Equal(4, services.Count);
+        Assert.All(services, c => Assert.Contains(c.EnvFrom ?? [], source => source.ConfigMapRef?.Name == "bookstore"));
+    }
+
     [Fact]
     public async Task LocalOverlay_RunsTheLoadedImage_AndNeverPullsIt()
     {

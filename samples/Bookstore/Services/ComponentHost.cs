@@ -71,9 +71,16 @@ internal static class ComponentHost
         var app = builder.Build();
 
         // Behind the gateway (--gateway) every client has the gateway's address; the gateway sets X-Forwarded-For, and
-        // this trusts it from loopback only (ForwardedHeadersOptions' default known proxies), so per-address shares
-        // (MaxSessionsPerAddress) count each client on its own (docs/gateway.md, "Client addresses").
-        app.UseForwardedHeaders(new ForwardedHeadersOptions { ForwardedHeaders = ForwardedHeaders.XForwardedFor | ForwardedHeaders.XForwardedProto });
+        // this trusts it from loopback (ForwardedHeadersOptions' default known proxies) and from the networks the
+        // deployment names (Bookstore:TrustedProxyNetworks: the pod network in k8s/base/config.yaml), so per-address
+        // shares (MaxSessionsPerAddress) count each client on its own (docs/gateway.md, "Client addresses").
+        var forwarded = new ForwardedHeadersOptions { ForwardedHeaders = ForwardedHeaders.XForwardedFor | ForwardedHeaders.XForwardedProto };
+        foreach (var network in settings.ParseTrustedProxyNetworks())
+        {
+            forwarded.KnownIPNetworks.Add(network);
+        }
+
+        app.UseForwardedHeaders(forwarded);
         app.UsePersistentServices();
         var service = app.Services.GetRequiredService<Microsoft.Extensions.Options.IOptions<PersistentServicesOptions>>().Value.ServiceName;
         var forces = app.Services.GetRequiredService<ForceCounter>();

@@ -22,6 +22,23 @@ internal sealed class ComponentSettings
     /// </summary>
     public int Build { get; set; } = 1;
 
+    /// <summary>
+    /// Networks whose proxies' <c>X-Forwarded-For</c> this service believes, as CIDRs separated by commas
+    /// (<c>10.0.0.0/8</c>); empty: loopback only. Behind the gateway in a cluster the gateway's pods are not on loopback:
+    /// without this every client would have a gateway pod's address, and one client's flood would use up the share
+    /// (<c>MaxSessionsPerAddress</c>) of everyone behind that pod. Name only networks nothing but your proxies can
+    /// send from (the pod network, when the services are reachable only inside the cluster).
+    /// </summary>
+    public string TrustedProxyNetworks { get; set; } = "";
+
+    /// <summary>The trusted proxy networks, parsed; a malformed entry stops the start with its text.</summary>
+    public IReadOnlyList<System.Net.IPNetwork> ParseTrustedProxyNetworks()
+        => TrustedProxyNetworks.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
+            .Select(entry => System.Net.IPNetwork.TryParse(entry, out var network)
+                ? network
+                : throw new InvalidOperationException($"Bookstore:TrustedProxyNetworks: '{entry}' is not a network in CIDR notation (10.0.0.0/8)"))
+            .ToList();
+
     /// <summary>The stores as (name, address) pairs.</summary>
     public IReadOnlyList<(string Name, Uri Url)> ParseStores()
         => Stores.Split(';', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
