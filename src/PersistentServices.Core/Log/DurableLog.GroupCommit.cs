@@ -14,9 +14,32 @@ internal sealed partial class DurableLog
 {
     /// <summary>Completes when the record at <paramref name="lsn"/> (and everything before it) is durable.</summary>
     /// <exception cref="LogFaultedException">The log faulted before the record became durable.</exception>
+    /// <remarks>
+    /// With replication (<see cref="RequireReplication"/>), durable means on this disk <b>and</b> on as many replicas as
+    /// the watermark requires: the local group commit first, then the watermark.
+    /// </remarks>
     public ValueTask WaitUntilDurableAsync(long lsn, CancellationToken cancellationToken = default)
     {
-        if (lsn < DurableUntil)
+        var local = WaitUntilLocallyDurableAsync(lsn, cancellationToken);
+        if (_replication is not { } replication || lsn < replication.Until)
+        {
+            return local;
+        }
+
+        return local.IsCompletedSuccessfully ? replication.WaitAsync(lsn, cancellationToken) : ReplicatedAsync(local, replication, lsn, cancellationToken);
+
+        static async ValueTask ReplicatedAsync(ValueTask local, Replication.ReplicationWatermark replication, long lsn, CancellationToken cancellationToken)
+        {
+            await local.ConfigureAwait(false);
+            await replication.WaitAsync(lsn, cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    /// <summary>Completes when the record at <paramref name="lsn"/> (and everything before it) is durable on this disk, whatever the replicas hold.</summary>
+    /// <exception cref="LogFaultedException">The log faulted before the record became durable.</exception>
+    internal ValueTask WaitUntilLocallyDurableAsync(long lsn, CancellationToken cancellationToken = default)
+    {
+        if (lsn < LocalDurableUntil)
         {
             return default;
         }
@@ -30,7 +53,7 @@ internal sealed partial class DurableLog
         bool lead;
         lock (_waitersLock)
         {
-            if (lsn < DurableUntil)
+            if (lsn < LocalDurableUntil)
             {
                 return default;
             }
@@ -76,7 +99,7 @@ internal sealed partial class DurableLog
             lock (_appendLock)
             {
                 // Nothing appended since the last commit (and the begin address unchanged): an idle log costs nothing.
-                issued = _fault is null && (_log.TailAddress > DurableUntil || _log.BeginAddress > _committedBegin);
+                issued = _fault is null && (_log.TailAddress > LocalDurableUntil || _log.BeginAddress > _committedBegin);
                 tail = commitNum = 0;
                 if (issued)
                 {
@@ -164,6 +187,11 @@ internal sealed partial class DurableLog
         idle?.TrySetResult();
         if (ready is not null)
         {
+            _replication?.LocallyDurable(committed);
+        }
+
+        if (ready is not null)
+        {
             Metrics?.LogCommitBatch.Record(ready.Count);
             foreach (var waiter in ready)
             {
@@ -200,7 +228,7 @@ internal sealed partial class DurableLog
             }
 
             fault = new LogFaultedException(
-                $"The log in '{_directory}' faulted ({what}): nothing at or after LSN {DurableUntil} is durable. " +
+                $"The log in '{_directory}' faulted ({what}): nothing at or after LSN {LocalDurableUntil} is durable. " +
                 $"Appends are refused until the log is reopened. Cause: {error.Message}",
                 error);
             _fault = fault;
@@ -209,7 +237,8 @@ internal sealed partial class DurableLog
             _idle = null;
         }
 
-        LogEvents.Faulted(_logger, _directory, DurableUntil, error);
+        LogEvents.Faulted(_logger, _directory, LocalDurableUntil, error);
+        _replication?.Fence(fault);
         idle?.TrySetResult();
         FailWaiters(fault);
     }

@@ -59,6 +59,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
     private long _commits;
     private long _committedBegin;
     private volatile LogFaultedException? _fault;
+    private Replication.ReplicationWatermark? _replication;
     private volatile bool _closing;
     private int _disposed;
     private int _disposeStarted;
@@ -110,6 +111,12 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// <summary>The crash points of the service the log belongs to, for the engine code that works on it (checkpoints, the analysis scan); none armed unless its tests armed one.</summary>
     public Checkpoints.CrashPoints CrashPoints { get; }
 
+    /// <summary>The log's directory (a full path).</summary>
+    public string Directory => _directory;
+
+    /// <summary>The segment files' size, as a power of two (<see cref="LogOptions.SegmentSizeBits"/>): where an address lies in them.</summary>
+    public int SegmentSizeBits => _segmentSizeBits;
+
     /// <summary>First LSN of the log.</summary>
     public long BeginAddress => _log.BeginAddress;
 
@@ -119,8 +126,34 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// <summary>Address the next record will be appended at (or after).</summary>
     public long TailAddress => _log.TailAddress;
 
-    /// <summary>Every record with an LSN below this is durable.</summary>
-    public long DurableUntil => Volatile.Read(ref _durableUntil);
+    /// <summary>
+    /// Every record with an LSN below this is durable: on this disk, and with replication (<see cref="RequireReplication"/>)
+    /// on as many replicas as it requires. What may be acknowledged.
+    /// </summary>
+    public long DurableUntil => _replication is { } replication ? Math.Min(LocalDurableUntil, replication.Until) : LocalDurableUntil;
+
+    /// <summary>Every record with an LSN below this is durable on this disk (and may be read back); replicas may hold less.</summary>
+    public long LocalDurableUntil => Volatile.Read(ref _durableUntil);
+
+    /// <summary>The replication watermark every durable wait also waits for, once <see cref="RequireReplication"/> set it.</summary>
+    internal Replication.ReplicationWatermark? Replication => _replication;
+
+    /// <summary>
+    /// From now on a record is durable only once <paramref name="watermark"/> says the replicas it requires hold it too
+    /// (synchronous replication, docs/replication.md). Set once, before anything is acknowledged; a fault of the log faults
+    /// the watermark, and the watermark's fault (a newer primary fenced this one) faults the log.
+    /// </summary>
+    internal void RequireReplication(Replication.ReplicationWatermark watermark)
+    {
+        ArgumentNullException.ThrowIfNull(watermark);
+        if (Interlocked.CompareExchange(ref _replication, watermark, null) is not null)
+        {
+            throw new InvalidOperationException("The log already requires replication.");
+        }
+
+        watermark.LocallyDurable(LocalDurableUntil);
+        watermark.OnFenced(error => OnFault(error, "fenced by a newer primary"));
+    }
 
     /// <summary>Largest record body <see cref="Append(RecordKind, IMessage, RecordFlags)"/> accepts (<see cref="LogOptions.MaxRecordBytes"/>).</summary>
     public int MaxRecordBytes => _maxRecordBytes;
@@ -359,9 +392,9 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// <summary>Reads and verifies the committed record at <paramref name="lsn"/>.</summary>
     public async ValueTask<LogRecord> ReadAsync(long lsn, CancellationToken cancellationToken = default)
     {
-        if (lsn < BeginAddress || lsn >= DurableUntil)
+        if (lsn < BeginAddress || lsn >= LocalDurableUntil)
         {
-            throw new ArgumentOutOfRangeException(nameof(lsn), lsn, $"Only committed records in [{BeginAddress}, {DurableUntil}) can be read.");
+            throw new ArgumentOutOfRangeException(nameof(lsn), lsn, $"Only committed records in [{BeginAddress}, {LocalDurableUntil}) can be read.");
         }
 
         var (entry, length) = await _log.ReadAsync(lsn, 0, cancellationToken).ConfigureAwait(false);
@@ -379,7 +412,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// </summary>
     public async IAsyncEnumerable<LogRecord> ScanAsync(long fromLsn, long untilLsn = -1, [EnumeratorCancellation] CancellationToken cancellationToken = default)
     {
-        var end = untilLsn < 0 ? DurableUntil : Math.Min(untilLsn, DurableUntil);
+        var end = untilLsn < 0 ? LocalDurableUntil : Math.Min(untilLsn, LocalDurableUntil);
         var begin = Math.Max(fromLsn, BeginAddress);
         if (begin >= end)
         {
@@ -429,12 +462,12 @@ internal sealed partial class DurableLog : IAsyncDisposable
             return;
         }
 
-        if (untilLsn > DurableUntil)
+        if (untilLsn > LocalDurableUntil)
         {
-            throw new ArgumentOutOfRangeException(nameof(untilLsn), untilLsn, $"Only durable records can be truncated (durable until {DurableUntil}).");
+            throw new ArgumentOutOfRangeException(nameof(untilLsn), untilLsn, $"Only durable records can be truncated (durable until {LocalDurableUntil}).");
         }
 
-        if (untilLsn < DurableUntil)
+        if (untilLsn < LocalDurableUntil)
         {
             var record = await ReadAsync(untilLsn, cancellationToken).ConfigureAwait(false);
             Debug.Assert(record.Lsn == untilLsn, "ReadAsync verifies the LSN");
@@ -451,7 +484,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
         // The commit is durable; the metadata records its begin address, flushed, before any segment goes. FASTER's report
         // of the commit writes it too, but only after it has released the commit's waiters (FasterLog's commit worker runs
         // the commit callback, OnCommitted, first), so the wait above can end before that write.
-        _metadataWriter.WriteNow(untilLsn, DurableUntil, LastCommitNum());
+        _metadataWriter.WriteNow(untilLsn, LocalDurableUntil, LastCommitNum());
 
         // FASTER (and StorageDeviceBase) delete the segment files before it from epoch callbacks that may not run before the
         // log closes; delete them here.
@@ -474,11 +507,12 @@ internal sealed partial class DurableLog : IAsyncDisposable
         }
 
         _closing = true;
-        if (_fault is null && TailAddress > DurableUntil)
+        if (_fault is null && TailAddress > LocalDurableUntil)
         {
             try
             {
-                await WaitUntilDurableAsync(TailAddress - 1).ConfigureAwait(false);
+                // This disk only: a replica out of reach does not hold the close (what it lacks, it is sent when it returns).
+                await WaitUntilLocallyDurableAsync(TailAddress - 1).ConfigureAwait(false);
             }
             catch (LogFaultedException)
             {
@@ -497,7 +531,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
             {
                 try
                 {
-                    _metadataWriter.WriteFinal(_committedBegin, DurableUntil, LastCommitNum());
+                    _metadataWriter.WriteFinal(_committedBegin, LocalDurableUntil, LastCommitNum());
                 }
                 catch (IOException)
                 {
@@ -520,7 +554,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
         UnixFileMode fileMode = DurableFile.OwnerOnly)
         => new(new DirectFileDevice(basePath, io, zeroFillBytes, fileMode), fileMode);
 
-    private static FileStream AcquireDirectoryLock(string directory, UnixFileMode mode)
+    internal static FileStream AcquireDirectoryLock(string directory, UnixFileMode mode)
     {
         var path = Path.Combine(directory, LockFileName);
         try

@@ -1,0 +1,412 @@
+using System.Buffers;
+using Microsoft.Extensions.Logging;
+using Microsoft.Win32.SafeHandles;
+using PersistentServices.Checkpoints;
+using PersistentServices.Log;
+
+namespace PersistentServices.Replication;
+
+/// <summary>What a replica did with a shipment (<see cref="ReplicaLog.Append"/>).</summary>
+internal enum ShipmentOutcome
+{
+    /// <summary>The bytes are durable here: <see cref="ShipmentResult.DurableUntil"/> is the new end.</summary>
+    Appended,
+
+    /// <summary>The shipment does not start at this replica's end: send from <see cref="ShipmentResult.DurableUntil"/> (after checking <see cref="ShipmentResult.TailChecksum"/>), or reset.</summary>
+    Position,
+
+    /// <summary>This replica has seen a newer term (<see cref="ShipmentResult.Term"/>): the sender is no longer the primary.</summary>
+    Fenced,
+
+    /// <summary>This replica holds nothing yet: send from the primary's begin with reset.</summary>
+    Empty,
+}
+
+/// <summary>One shipment of a primary's committed log (docs/replication.md).</summary>
+/// <param name="Term">The primary's replication term.</param>
+/// <param name="From">The address of the first byte.</param>
+/// <param name="Begin">The primary's begin address (the replica drops what lies before it).</param>
+/// <param name="Anchor">The primary's anchored service checkpoint (0: none).</param>
+/// <param name="Reset">Discard what this replica holds and start at <paramref name="From"/> (which is <paramref name="Begin"/>).</param>
+/// <param name="Bytes">The log's bytes at [<paramref name="From"/>, <paramref name="From"/> + length); they end at the end of a commit record.</param>
+internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes);
+
+/// <summary>A replica's answer: its term, begin and durable end, and the checksum of its last bytes (for the primary to check that they are its own).</summary>
+internal readonly record struct ShipmentResult(ShipmentOutcome Outcome, long Term, long Begin, long DurableUntil, uint TailChecksum);
+
+/// <summary>
+/// A replica's copy of its primary's log ([Replicated FS]: a replica that leaves and rejoins; [Zero-loss VM]: a standby
+/// that takes over): the primary's bytes at their own addresses in segment files of the same geometry, so the directory
+/// is, at every durable end, the log the primary would have left had it crashed there. Becoming the primary is opening
+/// it (<see cref="DurableLog.OpenAsync(LogOptions, ILogger?, CancellationToken)"/>): recovery's usual verification and
+/// analysis scan, nothing of its own.
+/// <list type="bullet">
+/// <item>A shipment is accepted only at this replica's durable end, of its term or a newer one (the newer term is made
+///   durable first, <see cref="TermFile"/>), and acknowledged only once its bytes are on disk (<c>fdatasync</c>); the
+///   commit metadata follows (its floor never above what is on disk), as does the anchor once the checkpoint it names is
+///   here, and segments before the primary's begin are dropped after both.</item>
+/// <item>A reset (the replica diverged, is behind the primary's begin, or is new) is marked durably before anything is
+///   deleted, so a crash in the middle of one leaves a directory the next open finishes wiping, never half a log.</item>
+/// <item>It holds the directory's lock, as an open log does: one process, one role.</item>
+/// </list>
+/// Not thread-safe across shipments: the replication endpoint serializes them (<see cref="Append"/> locks).
+/// </summary>
+internal sealed class ReplicaLog : IDisposable
+{
+    /// <summary>Marks a reset in progress: the directory's log is being replaced, nothing in it is to be kept.</summary>
+    public const string ResetMarkerFileName = "replica.reset";
+
+    private const int TailChecksumBytes = SegmentFiles.SectorSize;
+
+    private readonly LogOptions _options;
+    private readonly string _directory;
+    private readonly string _basePath;
+    private readonly FileStream _lock;
+    private readonly ILogger _logger;
+    private readonly Lock _gate = new();
+    private readonly Dictionary<int, SafeFileHandle> _handles = [];
+    private CommitMetadataFile? _metadata;
+    private long? _anchor;
+    private bool _disposed;
+
+    private ReplicaLog(LogOptions options, FileStream directoryLock, ILogger logger)
+    {
+        _options = options;
+        _directory = options.Directory;
+        _basePath = SegmentFiles.BasePath(options.Directory);
+        _lock = directoryLock;
+        _logger = logger;
+    }
+
+    /// <summary>The newest term this directory has seen.</summary>
+    public long Term { get; private set; }
+
+    /// <summary>The replica's begin address (its first record); meaningless while <see cref="IsEmpty"/>.</summary>
+    public long Begin { get; private set; }
+
+    /// <summary>Everything below this is durable here; the end of a commit record.</summary>
+    public long DurableUntil { get; private set; }
+
+    /// <summary>Holds nothing yet (new, or wiped by a reset): the next shipment must be a reset.</summary>
+    public bool IsEmpty { get; private set; }
+
+    /// <summary>The directory.</summary>
+    public string Directory => _directory;
+
+    /// <summary>
+    /// Opens (creating when new) the replica directory <see cref="LogOptions.Directory"/>: verifies what it holds as a log
+    /// open would (fail-stop on damage inside committed data; a torn tail after the last commit is cut), finishes a reset a
+    /// crash interrupted, and takes the directory's lock.
+    /// </summary>
+    /// <exception cref="LogCorruptionException">What the directory holds is damaged: nothing was changed.</exception>
+    /// <exception cref="IOException">The directory is in use by another process.</exception>
+    public static ReplicaLog Open(LogOptions options, ILogger logger)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        options.Validate();
+        options = options.Clone();
+        options.Directory = Path.GetFullPath(options.Directory);
+        DurableFile.EnsureDirectory(options.Directory, DurableFile.DirectoryMode(options.FileMode));
+        var directoryLock = DurableLog.AcquireDirectoryLock(options.Directory, options.FileMode);
+        var replica = new ReplicaLog(options, directoryLock, logger);
+        try
+        {
+            DurableFile.ApplyModes(options.Directory, options.FileMode);
+            replica.Load();
+            return replica;
+        }
+        catch
+        {
+            replica.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>The CRC-32C of the last (up to 512) bytes below <see cref="DurableUntil"/>: the primary compares its own.</summary>
+    public uint TailChecksum()
+    {
+        lock (_gate)
+        {
+            return IsEmpty ? 0 : Checksum(Math.Max(Begin, DurableUntil - TailChecksumBytes), DurableUntil);
+        }
+    }
+
+    /// <summary>The range a tail checksum covers when the replica's end is <paramref name="durableUntil"/> and its begin <paramref name="begin"/>.</summary>
+    public static long TailChecksumFrom(long begin, long durableUntil) => Math.Max(begin, durableUntil - TailChecksumBytes);
+
+    /// <summary>Writes a shipment (or refuses it); returns only once what it reports is durable.</summary>
+    public ShipmentResult Append(in Shipment shipment)
+    {
+        lock (_gate)
+        {
+            ObjectDisposedException.ThrowIf(_disposed, this);
+            if (shipment.Term < Term)
+            {
+                return Result(ShipmentOutcome.Fenced);
+            }
+
+            if (shipment.Term > Term)
+            {
+                // The newer term is durable before anything of it is accepted: after a crash this replica still refuses the old primary.
+                TermFile.Write(_directory, shipment.Term, _options.FileMode);
+                ReplicationEvents.TermAdvanced(_logger, _directory, Term, shipment.Term);
+                Term = shipment.Term;
+            }
+
+            if (shipment.Reset)
+            {
+                if (shipment.From != shipment.Begin)
+                {
+                    throw new ArgumentException($"A reset starts at the primary's begin {shipment.Begin}, not at {shipment.From}.", nameof(shipment));
+                }
+
+                ReplicationEvents.Reset(_logger, _directory, IsEmpty ? "nothing" : $"[{Begin}, {DurableUntil})", shipment.Begin);
+                Wipe(markFirst: true);
+                SegmentFiles.CreateDurably(_directory, (int)(shipment.Begin >> _options.SegmentSizeBits), _options.FileMode);
+                var sizes = ((byte)_options.PageSizeBits, (byte)_options.SegmentSizeBits);
+                _metadata = CommitMetadataFile.Create(MetadataPath, new CommitMetadata(0, shipment.Begin, shipment.Begin, 0, sizes.Item1, sizes.Item2), _options.FileMode);
+                DurableFile.Delete(Path.Combine(_directory, ResetMarkerFileName));
+                DurableFile.FsyncDirectory(_directory);
+                Begin = DurableUntil = shipment.Begin;
+                IsEmpty = false;
+            }
+            else if (IsEmpty)
+            {
+                return Result(ShipmentOutcome.Empty);
+            }
+
+            if (shipment.From != DurableUntil)
+            {
+                return Result(ShipmentOutcome.Position);
+            }
+
+            if (!shipment.Bytes.IsEmpty)
+            {
+                WriteDurably(shipment.From, shipment.Bytes.Span);
+                DurableUntil = shipment.From + shipment.Bytes.Length;
+            }
+
+            // The floor follows what is on disk (never above it); made durable with the next begin change or at close.
+            _metadata!.WriteUnflushed(Begin, DurableUntil, 0);
+            if (shipment.Anchor > 0 && shipment.Anchor != _anchor && shipment.Anchor >= Begin && shipment.Anchor < DurableUntil)
+            {
+                AnchorFile.Write(_directory, shipment.Anchor, _options.FileMode);
+                _anchor = shipment.Anchor;
+            }
+
+            // The primary truncated: drop what lies before its begin, once the anchor names a checkpoint at or after it.
+            if (shipment.Begin > Begin && shipment.Begin <= DurableUntil && (_anchor is null || _anchor >= shipment.Begin))
+            {
+                _metadata.Write(shipment.Begin, DurableUntil, 0);
+                Begin = shipment.Begin;
+                var beginSegment = (int)(Begin >> _options.SegmentSizeBits);
+                foreach (var old in _handles.Keys.Where(s => s < beginSegment).ToList())
+                {
+                    _handles.Remove(old, out var handle);
+                    handle?.Dispose();
+                }
+
+                SegmentFiles.DeleteSegmentsBefore(_directory, _options, Begin);
+            }
+
+            return Result(ShipmentOutcome.Appended);
+        }
+    }
+
+    public void Dispose()
+    {
+        lock (_gate)
+        {
+            if (_disposed)
+            {
+                return;
+            }
+
+            _disposed = true;
+            try
+            {
+                if (_metadata is not null && !IsEmpty)
+                {
+                    _metadata.Write(Begin, DurableUntil, 0);
+                }
+            }
+            catch (IOException)
+            {
+                // The floor is a safeguard for the next open; the segments themselves are durable.
+            }
+
+            _metadata?.Dispose();
+            foreach (var handle in _handles.Values)
+            {
+                handle.Dispose();
+            }
+
+            _handles.Clear();
+            _lock.Dispose();
+        }
+    }
+
+    private string MetadataPath => Path.Combine(_directory, CommitMetadataFile.FileName);
+
+    private ShipmentResult Result(ShipmentOutcome outcome)
+        => new(outcome, Term, Begin, IsEmpty ? 0 : DurableUntil,
+            IsEmpty || outcome == ShipmentOutcome.Appended ? 0 : Checksum(TailChecksumFrom(Begin, DurableUntil), DurableUntil));
+
+    private void Load()
+    {
+        Term = TermFile.Read(_directory);
+        if (File.Exists(Path.Combine(_directory, ResetMarkerFileName)))
+        {
+            // A reset was cut short: what is here was being replaced, the primary holds all of it.
+            ReplicationEvents.ResetResumed(_logger, _directory);
+            Wipe(markFirst: false);
+            DurableFile.Delete(Path.Combine(_directory, ResetMarkerFileName));
+            DurableFile.FsyncDirectory(_directory);
+        }
+
+        var (metadata, _) = CommitMetadataFile.Read(MetadataPath);
+        var scan = LogRecoveryScanner.Scan(_directory, _options, metadata);
+        if (scan.Problems.Count > 0)
+        {
+            throw scan.Problems[0].ToException(_directory, scan.Problems.Count - 1);
+        }
+
+        if (scan.IsNew)
+        {
+            IsEmpty = true;
+            return;
+        }
+
+        if (scan.TornTail is not null)
+        {
+            SegmentFiles.TruncateTail(_directory, _options, scan.CommittedUntil);
+        }
+
+        SegmentFiles.DeleteSegmentsBefore(_directory, _options, scan.BeginAddress);
+        Begin = scan.BeginAddress;
+        DurableUntil = scan.CommittedUntil;
+        _anchor = AnchorFile.Read(_directory);
+        var sizes = ((byte)_options.PageSizeBits, (byte)_options.SegmentSizeBits);
+        _metadata = metadata is null
+            ? CommitMetadataFile.Create(MetadataPath, new CommitMetadata(0, Begin, DurableUntil, 0, sizes.Item1, sizes.Item2), _options.FileMode)
+            : CommitMetadataFile.Open(MetadataPath, metadata.Value.Sequence, sizes.Item1, sizes.Item2);
+        _metadata.Write(Begin, DurableUntil, 0);
+        ReplicationEvents.ReplicaOpened(_logger, _directory, Term, Begin, DurableUntil);
+    }
+
+    /// <summary>Deletes the log's files (segments, metadata, anchor), after marking the reset durably when <paramref name="markFirst"/>.</summary>
+    private void Wipe(bool markFirst)
+    {
+        if (markFirst)
+        {
+            DurableFile.WriteAtomically(Path.Combine(_directory, ResetMarkerFileName), "reset"u8, _options.FileMode);
+        }
+
+        _metadata?.Dispose();
+        _metadata = null;
+        foreach (var handle in _handles.Values)
+        {
+            handle.Dispose();
+        }
+
+        _handles.Clear();
+        foreach (var segment in SegmentFiles.List(_directory).Keys)
+        {
+            File.Delete(SegmentFiles.PathOf(_basePath, segment));
+        }
+
+        DurableFile.Delete(MetadataPath);
+        DurableFile.Delete(AnchorFile.PathIn(_directory));
+        DurableFile.FsyncDirectory(_directory);
+        _anchor = null;
+        IsEmpty = true;
+    }
+
+    /// <summary>
+    /// Writes <paramref name="bytes"/> at <paramref name="address"/> (segment by segment), the last piece with zeros to the
+    /// end of its sector in the same write (so a crash leaves a file of whole sectors, as the log's own writes do; the next
+    /// shipment writes over the zeros), then <c>fdatasync</c>s each file written.
+    /// </summary>
+    private void WriteDurably(long address, ReadOnlySpan<byte> bytes)
+    {
+        var segmentSize = 1L << _options.SegmentSizeBits;
+        var written = new List<SafeFileHandle>(2);
+        while (!bytes.IsEmpty)
+        {
+            var segment = (int)(address >> _options.SegmentSizeBits);
+            var offset = address & (segmentSize - 1);
+            var chunk = (int)Math.Min(bytes.Length, segmentSize - offset);
+            var handle = Segment(segment);
+            var pad = chunk == bytes.Length ? (int)(SegmentFiles.CeilSector(address + chunk) - (address + chunk)) : 0;
+            if (pad == 0)
+            {
+                RandomAccess.Write(handle, bytes[..chunk], offset);
+            }
+            else
+            {
+                var buffer = ArrayPool<byte>.Shared.Rent(chunk + pad);
+                try
+                {
+                    bytes[..chunk].CopyTo(buffer);
+                    buffer.AsSpan(chunk, pad).Clear();
+                    RandomAccess.Write(handle, buffer.AsSpan(0, chunk + pad), offset);
+                }
+                finally
+                {
+                    ArrayPool<byte>.Shared.Return(buffer);
+                }
+            }
+
+            if (!written.Contains(handle))
+            {
+                written.Add(handle);
+            }
+
+            bytes = bytes[chunk..];
+            address += chunk;
+        }
+
+        foreach (var handle in written)
+        {
+            DurableFile.FlushData(handle);
+        }
+    }
+
+    private SafeFileHandle Segment(int segment)
+    {
+        if (_handles.TryGetValue(segment, out var handle))
+        {
+            return handle;
+        }
+
+        var path = SegmentFiles.PathOf(_basePath, segment);
+        if (!File.Exists(path))
+        {
+            SegmentFiles.CreateDurably(_directory, segment, _options.FileMode);
+        }
+
+        handle = File.OpenHandle(path, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite);
+        _handles[segment] = handle;
+        return handle;
+    }
+
+    private uint Checksum(long from, long until)
+    {
+        if (until <= from)
+        {
+            return 0;
+        }
+
+        var length = (int)(until - from);
+        var buffer = ArrayPool<byte>.Shared.Rent(length);
+        try
+        {
+            using var reader = new CommittedLogReader(_directory, _options.SegmentSizeBits);
+            return reader.TryRead(from, buffer.AsSpan(0, length)) ? Crc32C.Compute(buffer.AsSpan(0, length)) : 0;
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(buffer);
+        }
+    }
+}
