@@ -219,13 +219,14 @@ internal static partial class AdminEndpoints
 
         var reason = session.QuarantineReason ?? divergence.Message;
         var outcome = QuarantineRepair.OutcomeOf(session, action);
+        var quarantines = context.RequestServices.GetRequiredService<Quarantines>();
         var why = $"{verb} by {principal}";
         bool done;
         try
         {
             done = outcome == RepairOutcome.Ended
-                ? Quarantines.End(runtime, session, SessionEndReason.OperatorDiscarded, logger)
-                : Quarantines.Release(runtime, session, QuarantineRepair.StandInFor(session), why, logger);
+                ? quarantines.End(session, SessionEndReason.OperatorDiscarded, logger)
+                : quarantines.Release(session, QuarantineRepair.StandInFor(session), why, logger);
             if (done)
             {
                 // Answered once durable: a repair the operator was told about is not undone by a crash.

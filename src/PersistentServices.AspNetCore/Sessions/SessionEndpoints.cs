@@ -42,13 +42,14 @@ internal static partial class SessionEndpoints
         }
 
         var options = runtime.Options;
-        if (SessionOwners.Of(runtime, context.User) is not { } owner)
+        var owners = context.RequestServices.GetRequiredService<SessionOwners>();
+        if (owners.Of(context.User) is not { } owner)
         {
-            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+            await owners.UnidentifiedAsync(context).ConfigureAwait(false);
             return;
         }
 
-        var (bucket, share, byAddress) = SessionOwners.AdmissionBucket(runtime, context, owner);
+        var (bucket, share, byAddress) = owners.AdmissionBucket(context, owner);
         var refusal = runtime.Sessions.TryReserve(bucket, options.MaxSessions, share);
         if (refusal != StartRefusal.None)
         {
@@ -57,7 +58,7 @@ internal static partial class SessionEndpoints
         }
 
         var session = new Session(SessionId.NewRandom((byte?)options.InstanceOrdinal), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
-        if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
+        if (!await context.RequestServices.GetRequiredService<SessionStarter>().StartAsync(session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
@@ -115,7 +116,8 @@ internal static partial class SessionEndpoints
             return;
         }
 
-        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        var lookup = context.RequestServices.GetRequiredService<SessionLookup>();
+        if (!lookup.TryFindOwned(context, sessionId, out var session))
         {
             await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
             return;
@@ -129,13 +131,13 @@ internal static partial class SessionEndpoints
         }
 
         // A quarantined session (its replay diverged) can be ended by its owner: its slot and records are let go.
-        if (session.Diverged is not null && Quarantines.End(runtime, session, SessionEndReason.ClientEnded, logger))
+        if (session.Diverged is not null && context.RequestServices.GetRequiredService<Quarantines>().End(session, SessionEndReason.ClientEnded, logger))
         {
             context.Response.StatusCode = StatusCodes.Status204NoContent;
             return;
         }
 
-        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+        if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
         {
             return;
         }

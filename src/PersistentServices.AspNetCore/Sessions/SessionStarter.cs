@@ -1,5 +1,4 @@
 using Microsoft.AspNetCore.Http;
-using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
@@ -8,15 +7,18 @@ using PersistentServices.Log;
 
 namespace PersistentServices.Sessions;
 
-/// <summary>Starting a session: its start is logged and forced before anyone learns of it, then it joins the table.</summary>
-internal static class SessionStart
+/// <summary>
+/// Starting a session: its start is logged and forced before anyone learns of it, then it joins the table (a DI
+/// singleton; the session endpoints start a client's sessions with it, the header resolver a calling service's).
+/// </summary>
+internal sealed class SessionStarter(PersistentRuntime runtime, SessionLookup lookup, SessionOwners owners, SessionExpiryService expiry)
 {
     /// <summary>
     /// Logs and forces <paramref name="session"/>'s start and adds it; false when the log could not make it durable. With
     /// <paramref name="reserved"/>, its slot was taken by <see cref="SessionTable.TryReserve"/> and is given back unless
     /// the session joins the table.
     /// </summary>
-    public static async ValueTask<bool> StartAsync(PersistentRuntime runtime, Session session, ILogger logger, bool reserved = false)
+    public async ValueTask<bool> StartAsync(Session session, ILogger logger, bool reserved = false)
     {
         var added = false;
         var starting = runtime.Sessions.BeginStart(runtime.Log.TailAddress);
@@ -49,25 +51,24 @@ internal static class SessionStart
     /// that caller's session use (docs/calls.md), owned by the calling service, numbered from the call's number. Null
     /// (with the refusal written) when it cannot be started; the existing session when a concurrent attempt won.
     /// </summary>
-    public static async ValueTask<Session?> StartForCallerAsync(PersistentRuntime runtime, HttpContext context, SessionId id, long firstSequence, ILogger logger)
+    public async ValueTask<Session?> StartForCallerAsync(HttpContext context, SessionId id, long firstSequence, ILogger logger)
     {
         if (runtime.Sessions.TryGet(id, out var existing))
         {
-            return SessionLookup.TryFindOwned(runtime, context, id, out existing) ? existing : null;
+            return lookup.TryFindOwned(context, id, out existing) ? existing : null;
         }
 
         // A calling service counts against MaxSessions like any client (not against MaxSessionsPerOwner: one caller
         // session per session of the calling service is its normal use).
-        if (SessionOwners.Of(runtime, context.User) is not { } owner)
+        if (owners.Of(context.User) is not { } owner)
         {
-            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+            await owners.UnidentifiedAsync(context).ConfigureAwait(false);
             return null;
         }
 
         var session = new Session(id, owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
         if (runtime.Sessions.TryReserve(session.Owner, runtime.Options.MaxSessions, maxPerOwner: null) != StartRefusal.None)
         {
-            var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
             context.Response.Headers.RetryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), null).ToString(System.Globalization.CultureInfo.InvariantCulture);
             runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", "max_sessions"));
             await ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
@@ -76,14 +77,14 @@ internal static class SessionStart
         }
 
         session.StartNumberingAt(firstSequence);
-        if (!await StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
+        if (!await StartAsync(session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return null;
         }
 
-        context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);
+        expiry.NoteStarted(session);
 
-        return SessionLookup.TryFindOwned(runtime, context, id, out var owned) ? owned : null;
+        return lookup.TryFindOwned(context, id, out var owned) ? owned : null;
     }
 }
