@@ -11,7 +11,7 @@ namespace PersistentServices.Sessions;
 /// Starting a session: its start is logged and forced before anyone learns of it, then it joins the table (a DI
 /// singleton; the session endpoints start a client's sessions with it, the header resolver a calling service's).
 /// </summary>
-internal sealed class SessionStarter(PersistentRuntime runtime, SessionLookup lookup, SessionOwners owners, SessionExpiryService expiry)
+internal sealed partial class SessionStarter(PersistentRuntime runtime, SessionLookup lookup, SessionOwners owners, SessionExpiryService expiry)
 {
     /// <summary>
     /// Logs and forces <paramref name="session"/>'s start and adds it; false when the log could not make it durable. With
@@ -87,4 +87,31 @@ internal sealed class SessionStarter(PersistentRuntime runtime, SessionLookup lo
 
         return lookup.TryFindOwned(context, id, out var owned) ? owned : null;
     }
+
+    /// <summary>
+    /// 429 at a cap (docs/protocol.md, "Limits"), with a <c>Retry-After</c> that says when a slot really frees: when the
+    /// earliest-expiring session or remembered key (the caller's own, at its share) expires.
+    /// </summary>
+    public Task RefuseAsync(HttpContext context, StartRefusal refusal, byte[] bucket, bool byAddress, ILogger logger, string what = "live sessions")
+    {
+        var options = runtime.Options;
+        var shareFull = refusal == StartRefusal.OwnerFull;
+        var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), shareFull ? bucket : null);
+        context.Response.Headers.RetryAfter = retryAfter.ToString(System.Globalization.CultureInfo.InvariantCulture);
+        var option = !shareFull ? "MaxSessions" : byAddress ? "MaxSessionsPerAddress" : "MaxSessionsPerOwner";
+        runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason",
+            !shareFull ? "max_sessions" : byAddress ? "max_sessions_per_address" : "max_sessions_per_owner"));
+        SessionRefused(logger, option, retryAfter);
+        return shareFull
+            ? ProtocolProblems.WriteAsync(context, 429, "too-many-owner-sessions", byAddress ? "Too many sessions for this client address" : "Too many sessions for this principal",
+                $"You hold the maximum of {(byAddress ? options.EffectiveMaxSessionsPerAddress : options.EffectiveMaxSessionsPerOwner)} {what} per " +
+                $"{(byAddress ? "anonymous client address" : "principal")} ({option}), sessions and remembered Idempotency-Keys together: end a session " +
+                $"(DELETE {options.SessionsPath}/{{id}}) or retry in {retryAfter} s, when your earliest one expires.")
+            : ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
+                $"The service holds its maximum of {options.MaxSessions} {what} (sessions and remembered Idempotency-Keys together); a slot frees in " +
+                $"{retryAfter} s, when the next one expires (or sooner, when a client ends its session).");
+    }
+
+    [LoggerMessage(1112, LogLevel.Debug, "Refused a session start: {Cap} reached; Retry-After {RetryAfterSeconds} s")]
+    private static partial void SessionRefused(ILogger logger, string cap, long retryAfterSeconds);
 }

@@ -25,7 +25,7 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// first is being forgotten. A DI singleton: the key resolver finds or starts key sessions with it, key expiry expires
 /// and forgets them.
 /// </summary>
-internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionOwners owners, Quarantines quarantines, ILoggerFactory loggers)
+internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionOwners owners, SessionStarter starter, Quarantines quarantines, ILoggerFactory loggers)
 {
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = KeySessions.StateHeader;
@@ -90,7 +90,7 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
         switch (refusal)
         {
             case Refusal.Full:
-                await Sessions.SessionEndpoints.RefuseAsync(context, runtime, startRefusal, bucket, byAddress, _refusals, "live sessions and remembered keys").ConfigureAwait(false);
+                await starter.RefuseAsync(context, startRefusal, bucket, byAddress, _refusals, "live sessions and remembered keys").ConfigureAwait(false);
                 return null;
             case Refusal.Unavailable:
                 await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
