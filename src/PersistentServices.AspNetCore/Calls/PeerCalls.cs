@@ -8,9 +8,10 @@ namespace PersistentServices.Calls;
 /// <summary>
 /// The callee's side of calls between the deployment's services (docs/calls.md): recognizes a request another service's
 /// persistent request sent (<c>PS-Caller</c>), verifies its signature, and makes the calling service the request's
-/// principal, so the session it calls on (derived from the caller's session) belongs to that service only.
+/// principal, so the session it calls on (derived from the caller's session) belongs to that service only. A DI singleton
+/// (<see cref="RequestAdmission"/> verifies with it); the principal is a function of the caller's name only, so static.
 /// </summary>
-internal static class PeerCalls
+internal sealed class PeerCalls(PersistentRuntime runtime)
 {
     public const string AuthenticationType = "PersistentServices.Peer";
     public const string Issuer = "PersistentServices.Peer";
@@ -24,7 +25,7 @@ internal static class PeerCalls
     /// (<see cref="PeerAuthentication"/>). Returns the caller's name, or null for a request from a client (no
     /// <c>PS-Caller</c>). <paramref name="error"/> says why a signed call is refused.
     /// </summary>
-    public static string? Verify(PersistentRuntime runtime, HttpContext context, ReadOnlySpan<byte> body, out string? error)
+    public string? Verify(HttpContext context, ReadOnlySpan<byte> body, out string? error)
     {
         error = null;
         var request = context.Request;

@@ -91,6 +91,16 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<SessionReplayer>();
         services.TryAddSingleton<RecoveryHostedService>();
         services.TryAddSingleton<SessionExpiryService>();
+
+        // The session services the request handlers, the session and admin endpoints, recovery and key expiry share: each
+        // over the log host, one per service.
+        services.TryAddSingleton<SessionOwners>();
+        services.TryAddSingleton<PersistentServices.Http.SessionLookup>();
+        services.TryAddSingleton<SessionStarter>();
+        services.TryAddSingleton<Quarantines>();
+        services.TryAddSingleton<PersistentServices.Http.IdempotencyKeys.IdempotencyKeyAdmission>();
+        services.TryAddSingleton<PersistentServices.Http.IdempotencyKeys.IdempotencyKeySessions>();
+        services.TryAddSingleton<PersistentServices.Calls.PeerCalls>();
         services.TryAddSingleton<CheckpointHostedService>();
         PersistentServices.Testing.ReplayCheckMode.AddIfRequested(services); // only for psctl replay-check / ReplayCheck.RunAsync (before recovery)
         services.AddHostedService(sp => sp.GetRequiredService<RecoveryHostedService>());

@@ -22,7 +22,7 @@ namespace PersistentServices.Domain;
 /// call as an orphan because its own rollback has not finished, or was out of reach), the request stays unanswered (503)
 /// and the rollback runs again after a pause, doubling up to <see cref="MaxRetryDelay"/>, until it completes.
 /// </remarks>
-internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionReplayer replayer, ReplayPipeline pipeline, ILogger<OrphanRecovery> logger)
+internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionReplayer replayer, ReplayPipeline pipeline, Quarantines quarantines, ILogger<OrphanRecovery> logger)
 {
     /// <summary>The first pause before a rollback runs an abandoned request again.</summary>
     public static readonly TimeSpan FirstRetryDelay = TimeSpan.FromMilliseconds(200);
@@ -81,7 +81,7 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
             $"again after each of {rollbacks} rollbacks: orphan recovery does not converge for it, so it is quarantined (its requests get session-diverged) " +
             "instead of rolling back without end. The other sessions go on. This is a defect: please report it with the service's log.",
             session.TraceTag, session.RecoveryLsn);
-        Quarantines.Quarantine(runtime, session, error, logger);
+        quarantines.Quarantine(session, error, logger);
         GaveUp(logger, session.TraceTag, lost.Service, lost.State.Epoch, lost.State.Lsn, rollbacks);
     }
 

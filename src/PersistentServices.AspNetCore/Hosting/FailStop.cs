@@ -22,10 +22,10 @@ internal static partial class FailStop
     /// stop once started, and returns true (the caller returns normally). Without one (a test host in process), returns
     /// false and the caller rethrows.
     /// </summary>
-    public static bool StopAfterStart(PersistentRuntime runtime, IHostApplicationLifetime lifetime, ILogger logger, Exception error)
+    public static bool StopAfterStart(ServiceAvailability availability, PersistentServicesOptions options, IHostApplicationLifetime lifetime, ILogger logger, Exception error)
     {
-        runtime.Availability.Fail(error);
-        if (runtime.Options.RecoveryFailureExitCode is not { } exitCode)
+        availability.Fail(error);
+        if (options.RecoveryFailureExitCode is not { } exitCode)
         {
             return false;
         }

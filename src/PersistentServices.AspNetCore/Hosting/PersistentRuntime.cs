@@ -119,11 +119,6 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     public SessionTable Sessions { get; }
 
-    /// <summary>True the first time this service refuses an unidentified principal (warned once per service, then at debug level).</summary>
-    public bool FirstUnidentifiedOwner() => Interlocked.Exchange(ref _unidentifiedOwnerWarned, 1) == 0;
-
-    private int _unidentifiedOwnerWarned;
-
     /// <summary>What the analysis scan found (set by <see cref="LogOpener"/> once it ran).</summary>
     public AnalysisResult? Analysis { get; private set; }
 

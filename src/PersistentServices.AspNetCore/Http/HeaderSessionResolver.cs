@@ -1,5 +1,4 @@
 using Microsoft.Extensions.Logging;
-using PersistentServices.Hosting;
 using PersistentServices.Sessions;
 
 namespace PersistentServices.Http;
@@ -7,9 +6,9 @@ namespace PersistentServices.Http;
 /// <summary>
 /// The session protocol (docs/protocol.md): <c>PS-Session</c> names a session the caller owns, <c>PS-Seq</c> the
 /// request's number in it. A verified call from another service may name a session this service does not have yet: its
-/// first call on behalf of one of its sessions starts it (<see cref="SessionStart.StartForCallerAsync"/>).
+/// first call on behalf of one of its sessions starts it (<see cref="SessionStarter.StartForCallerAsync"/>).
 /// </summary>
-internal sealed class HeaderSessionResolver(PersistentRuntime runtime, ILogger logger) : ISessionResolver
+internal sealed class HeaderSessionResolver(PersistentServicesOptions options, SessionLookup lookup, SessionStarter starter, ILogger logger) : ISessionResolver
 {
     public async ValueTask<bool> IdentifyAsync(PersistentRequest request)
     {
@@ -17,7 +16,7 @@ internal sealed class HeaderSessionResolver(PersistentRuntime runtime, ILogger l
         if (!ProtocolHeaders.TryGetSession(context.Request, out var sessionId, out _, out var error))
         {
             await ProtocolProblems.WriteAsync(context, 400, "session-header", "Session header missing or malformed",
-                error ?? IdempotencyKeys.IdempotencyKeyAdmission.SessionHeaderDetail(runtime)).ConfigureAwait(false);
+                error ?? IdempotencyKeys.IdempotencyKeyAdmission.SessionHeaderDetail(options)).ConfigureAwait(false);
             return false;
         }
 
@@ -35,13 +34,13 @@ internal sealed class HeaderSessionResolver(PersistentRuntime runtime, ILogger l
     public async ValueTask<Session?> ResolveAsync(PersistentRequest request)
     {
         var context = request.HttpContext;
-        if (SessionLookup.TryFindOwned(runtime, context, request.SessionId, out var session))
+        if (lookup.TryFindOwned(context, request.SessionId, out var session))
         {
             return session;
         }
 
         // A service's first call on behalf of one of its sessions opens the session it calls on (its last-call table entry).
-        if (request.Caller is not null && await SessionStart.StartForCallerAsync(runtime, context, request.SessionId, request.Sequence, logger).ConfigureAwait(false) is { } started)
+        if (request.Caller is not null && await starter.StartForCallerAsync(context, request.SessionId, request.Sequence, logger).ConfigureAwait(false) is { } started)
         {
             return started;
         }

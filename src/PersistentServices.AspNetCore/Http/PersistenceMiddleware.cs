@@ -2,6 +2,7 @@ using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
 using PersistentServices.Recovery;
+using PersistentServices.Sessions;
 using PersistentServices.SharedState;
 
 namespace PersistentServices.Http;
@@ -26,15 +27,18 @@ internal sealed class PersistenceMiddleware
     private readonly RequestDelegate _route; // RouteAsync, made into a delegate once rather than per request
 
     public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, LogOpener opener, ReplayPipeline pipeline,
-        LoggedRequestPipeline logged, Domain.DomainReplyGate gate, ILogger<PersistenceMiddleware> logger)
+        LoggedRequestPipeline logged, Domain.DomainReplyGate gate, SessionLookup lookup, SessionStarter starter, IdempotencyKeys.IdempotencyKeyAdmission keyAdmission,
+        IdempotencyKeys.IdempotencyKeySessions keySessions, Calls.PeerCalls peers, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
         _runtime = runtime;
         _availability = runtime.Availability;
         _opener = opener;
         _useRoles = runtime.Options.Calls.UseRoles;
-        _persistent = new PersistentRequestHandler(next, runtime, logged, gate, logger);
-        _readOnly = new ReadOnlyRequestHandler(next, runtime, logger);
+        // The handlers, their admission and the session services they use are made once here, never per request.
+        var admission = new RequestAdmission(runtime, lookup, starter, keyAdmission, keySessions, peers, logger);
+        _persistent = new PersistentRequestHandler(next, runtime, admission, logged, gate, logger);
+        _readOnly = new ReadOnlyRequestHandler(next, runtime, lookup, logger);
         _route = RouteAsync;
         pipeline.Register(router, context => WithSharedState(context, next));
     }

@@ -23,7 +23,7 @@ namespace PersistentServices.Http;
 /// A duplicate gets the held reply, once the gate lets it leave. Only a log fault (or shutdown) before the reply is safe
 /// abandons a request (503, retry the same request); anything the endpoint does wrong is its 500 reply, logged like any reply.
 /// </summary>
-internal sealed partial class PersistentRequestHandler(RequestDelegate next, PersistentRuntime runtime, LoggedRequestPipeline pipeline, Domain.DomainReplyGate gate, ILogger logger)
+internal sealed partial class PersistentRequestHandler(RequestDelegate next, PersistentRuntime runtime, RequestAdmission requestAdmission, LoggedRequestPipeline pipeline, Domain.DomainReplyGate gate, ILogger logger)
 {
     private static readonly KeyValuePair<string, object?> Executed = new("outcome", "executed");
     private static readonly KeyValuePair<string, object?> Duplicate = new("outcome", "duplicate");
@@ -31,7 +31,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     private static readonly KeyValuePair<string, object?> Refused = new("outcome", "refused");
     private static readonly KeyValuePair<string, object?> Abandoned = new("outcome", "abandoned");
 
-    private readonly RequestAdmission _admission = new(runtime, logger);
+    private readonly RequestAdmission _admission = requestAdmission;
     private readonly LiveRequestHooks _hooks = new(runtime, gate);
 
     public async Task InvokeAsync(HttpContext context)

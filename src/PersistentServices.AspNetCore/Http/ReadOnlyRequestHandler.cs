@@ -16,7 +16,7 @@ namespace PersistentServices.Http;
 /// (memory may then hold effects of requests that were never made durable) and when recovery failed, every read-only
 /// request gets 503, with or without a session. A restart recovers from the durable log.</para>
 /// </summary>
-internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRuntime runtime, ILogger logger)
+internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRuntime runtime, SessionLookup lookup, ILogger logger)
 {
     public async Task InvokeAsync(HttpContext context)
     {
@@ -58,13 +58,13 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
             return;
         }
 
-        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        if (!lookup.TryFindOwned(context, sessionId, out var session))
         {
             await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
             return;
         }
 
-        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+        if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
         {
             return;
         }

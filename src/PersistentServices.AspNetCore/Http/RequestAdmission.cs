@@ -14,10 +14,17 @@ namespace PersistentServices.Http;
 /// signature, a domain member's DV, the session (found or started) and its replay, the record within its limit, then
 /// <see cref="Session.Admit"/> (duplicate, stale, gap, busy, reused, or execute).
 /// </summary>
-internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger)
+internal sealed class RequestAdmission(
+    PersistentRuntime runtime,
+    SessionLookup lookup,
+    SessionStarter starter,
+    IdempotencyKeys.IdempotencyKeyAdmission keyAdmission,
+    IdempotencyKeys.IdempotencyKeySessions keySessions,
+    Calls.PeerCalls peers,
+    ILogger logger)
 {
-    private readonly HeaderSessionResolver _headers = new(runtime, logger);
-    private readonly IdempotencyKeys.KeySessionResolver _keys = new(runtime, logger);
+    private readonly HeaderSessionResolver _headers = new(runtime.Options, lookup, starter, logger);
+    private readonly IdempotencyKeys.KeySessionResolver _keys = new(keySessions, logger);
 
     /// <summary>True when admitted (<see cref="PersistentRequest.Admission"/> holds the decision); false when refused (the refusal was written).</summary>
     public async ValueTask<bool> AdmitAsync(PersistentRequest request)
@@ -26,7 +33,7 @@ internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger
         var http = context.Request;
 
         // A generic client's Idempotency-Key instead of a session: its key session's request 1 (Http/IdempotencyKeys/).
-        var (admitted, key) = await IdempotencyKeys.IdempotencyKeyAdmission.ClassifyAsync(context, runtime).ConfigureAwait(false);
+        var (admitted, key) = await keyAdmission.ClassifyAsync(context).ConfigureAwait(false);
         if (!admitted)
         {
             return false;
@@ -54,7 +61,7 @@ internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger
         request.Body = body;
 
         // A call from another of the deployment's services: signed, and the calling service becomes the principal.
-        var caller = Calls.PeerCalls.Verify(runtime, context, body, out var peerError);
+        var caller = peers.Verify(context, body, out var peerError);
         if (peerError is not null)
         {
             AspNetCoreEvents.PeerCallRefused(logger, http.Headers[ProtocolHeaders.Caller].ToString(), peerError);
@@ -84,7 +91,7 @@ internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger
         }
 
         request.Session = session;
-        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+        if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
         {
             return false;
         }
@@ -126,7 +133,7 @@ internal sealed class RequestAdmission(PersistentRuntime runtime, ILogger logger
                 return false;
             }
 
-            if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+            if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
             {
                 return false;
             }

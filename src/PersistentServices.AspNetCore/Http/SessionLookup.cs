@@ -4,23 +4,23 @@ using PersistentServices.Sessions;
 
 namespace PersistentServices.Http;
 
-/// <summary>Finds the session a request names, as its owner sees it, and waits until it has replayed.</summary>
-internal static class SessionLookup
+/// <summary>Finds the session a request names, as its owner sees it, and waits until it has replayed (a DI singleton).</summary>
+internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners owners)
 {
     /// <summary>
     /// The live session <paramref name="id"/> when the caller may use it. A session bound to a principal answers only that
     /// principal; to anyone else it does not exist (its buffered reply never leaks). A key session (Idempotency-Key) is
     /// never found this way: only its key reaches it, so no session-protocol request, read or <c>DELETE</c> can use or end it.
     /// </summary>
-    public static bool TryFindOwned(PersistentRuntime runtime, HttpContext context, SessionId id, out Session session)
+    public bool TryFindOwned(HttpContext context, SessionId id, out Session session)
         => runtime.Sessions.TryGet(id, out session) && !session.Ended && !IdempotencyKeys.IdempotencyKey.IsKeySession(session) &&
-           SessionOwners.Owns(runtime, context.User, session);
+           owners.Owns(context.User, session);
 
     /// <summary>
     /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when
     /// the client went away, or the replay failed (then 503 was written).
     /// </summary>
-    public static async ValueTask<bool> WaitUntilReplayedAsync(PersistentRuntime runtime, HttpContext context, Session session)
+    public async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session)
     {
         var ready = session.Ready;
         if (ready.IsCompletedSuccessfully)

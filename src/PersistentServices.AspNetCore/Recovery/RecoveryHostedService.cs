@@ -22,6 +22,7 @@ internal sealed class RecoveryHostedService(
     LogOpener opener,
     ReplayPipeline pipeline,
     SessionReplayer replayer,
+    Quarantines quarantines,
     IHostApplicationLifetime lifetime,
     ILogger<RecoveryHostedService> logger,
     Testing.ReplayCheckRun? replayCheck = null) : IHostedLifecycleService, IDisposable
@@ -54,7 +55,7 @@ internal sealed class RecoveryHostedService(
         }
         catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
         {
-            if (FailStop.StopAfterStart(runtime, lifetime, logger, ex))
+            if (FailStop.StopAfterStart(availability, runtime.Options, lifetime, logger, ex))
             {
                 return;
             }
@@ -116,7 +117,7 @@ internal sealed class RecoveryHostedService(
             if (session.QuarantineReason is not null)
             {
                 // Marked quarantined before the restart: nothing of it is replayed (its records were let go).
-                Quarantines.Quarantine(runtime, session, Quarantines.FromMarker(session), logger, logMarker: false);
+                quarantines.Quarantine(session, Quarantines.FromMarker(session), logger, logMarker: false);
                 return;
             }
 
@@ -139,7 +140,7 @@ internal sealed class RecoveryHostedService(
             {
                 // Only this session: its requests get session-diverged; every other session and the shared state go on. Its
                 // marker lets the log go past it (not in the replay check, whose sandbox keeps nothing).
-                Quarantines.Quarantine(runtime, session, divergence, logger, logMarker: replayCheck is null);
+                quarantines.Quarantine(session, divergence, logger, logMarker: replayCheck is null);
                 AspNetCoreEvents.SessionQuarantined(logger, session.TraceTag, divergence.Sequence, divergence.Lsn, divergence);
             }
         }

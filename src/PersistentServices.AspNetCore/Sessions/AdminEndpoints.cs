@@ -137,7 +137,7 @@ internal static partial class AdminEndpoints
             return;
         }
 
-        var (session, byId) = await FindAsync(context, runtime).ConfigureAwait(false);
+        var (session, byId) = await FindAsync(context, runtime.Sessions).ConfigureAwait(false);
         if (session is null)
         {
             return;
@@ -202,7 +202,7 @@ internal static partial class AdminEndpoints
             return;
         }
 
-        var (session, _) = await FindAsync(context, runtime).ConfigureAwait(false);
+        var (session, _) = await FindAsync(context, runtime.Sessions).ConfigureAwait(false);
         if (session is null)
         {
             return;
@@ -219,13 +219,14 @@ internal static partial class AdminEndpoints
 
         var reason = session.QuarantineReason ?? divergence.Message;
         var outcome = QuarantineRepair.OutcomeOf(session, action);
+        var quarantines = context.RequestServices.GetRequiredService<Quarantines>();
         var why = $"{verb} by {principal}";
         bool done;
         try
         {
             done = outcome == RepairOutcome.Ended
-                ? Quarantines.End(runtime, session, SessionEndReason.OperatorDiscarded, logger)
-                : Quarantines.Release(runtime, session, QuarantineRepair.StandInFor(session), why, logger);
+                ? quarantines.End(session, SessionEndReason.OperatorDiscarded, logger)
+                : quarantines.Release(session, QuarantineRepair.StandInFor(session), why, logger);
             if (done)
             {
                 // Answered once durable: a repair the operator was told about is not undone by a crash.
@@ -322,10 +323,10 @@ internal static partial class AdminEndpoints
     }
 
     /// <summary>The session the route names, or null when a problem was written (400 malformed or ambiguous, 404).</summary>
-    private static async Task<(Session? Session, bool ById)> FindAsync(HttpContext context, PersistentRuntime runtime)
+    private static async Task<(Session? Session, bool ById)> FindAsync(HttpContext context, SessionTable sessions)
     {
         var reference = context.Request.RouteValues["session"] as string ?? "";
-        switch (SessionInspection.Find(runtime.Sessions, reference, out var session))
+        switch (SessionInspection.Find(sessions, reference, out var session))
         {
             case SessionMatch.Found:
                 return (session, reference.Length == SessionId.TextLength);

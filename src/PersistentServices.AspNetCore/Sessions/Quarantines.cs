@@ -21,11 +21,13 @@ namespace PersistentServices.Sessions;
 /// <item>an operator discarding it (ended) or releasing it (it serves again with no state, its last request answered with a
 ///   stand-in reply; a key becomes an expired key).</item>
 /// </list>
+/// A DI singleton: recovery and orphan recovery quarantine with it, a session's owner and an operator end or release with it,
+/// and key expiry releases a quarantined key.
 /// </summary>
-internal static partial class Quarantines
+internal sealed partial class Quarantines(PersistentRuntime runtime)
 {
     /// <summary>Quarantines <paramref name="session"/> and logs its marker (not in the replay check's sandbox, which logs nothing for good).</summary>
-    public static void Quarantine(PersistentRuntime runtime, Session session, ReplayDivergenceException divergence, ILogger logger, bool logMarker = true)
+    public void Quarantine(Session session, ReplayDivergenceException divergence, ILogger logger, bool logMarker = true)
     {
         runtime.Shared.ReleaseReservations(session.Id);
         if (logMarker)
@@ -55,7 +57,7 @@ internal static partial class Quarantines
     /// Ends a quarantined session: its slot and memory are freed, its end logged (not forced: a lost end means it is
     /// quarantined again after a restart and ends again later). False when it is not quarantined or ended already.
     /// </summary>
-    public static bool End(PersistentRuntime runtime, Session session, SessionEndReason reason, ILogger logger)
+    public bool End(Session session, SessionEndReason reason, ILogger logger)
     {
         if (session.Diverged is null || !session.TryEnd())
         {
@@ -80,7 +82,7 @@ internal static partial class Quarantines
     /// Releases a quarantined session: a checkpoint with no state and <paramref name="standIn"/> as the reply of its last
     /// request is logged, and the session serves again from there. False when it is not quarantined.
     /// </summary>
-    public static bool Release(PersistentRuntime runtime, Session session, BufferedReply standIn, string why, ILogger logger)
+    public bool Release(Session session, BufferedReply standIn, string why, ILogger logger)
     {
         if (session.Diverged is null || session.Ended)
         {

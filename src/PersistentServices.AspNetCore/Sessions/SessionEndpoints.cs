@@ -18,7 +18,7 @@ namespace PersistentServices.Sessions;
 /// <c>UsePersistentServices()</c> as one route group, so an application adds conventions to it like to any endpoint
 /// (rate limiting, authorization).
 /// </summary>
-internal static partial class SessionEndpoints
+internal static class SessionEndpoints
 {
     public static RouteGroupBuilder Map(IEndpointRouteBuilder endpoints, string sessionsPath)
     {
@@ -42,22 +42,24 @@ internal static partial class SessionEndpoints
         }
 
         var options = runtime.Options;
-        if (SessionOwners.Of(runtime, context.User) is not { } owner)
+        var owners = context.RequestServices.GetRequiredService<SessionOwners>();
+        var starter = context.RequestServices.GetRequiredService<SessionStarter>();
+        if (owners.Of(context.User) is not { } owner)
         {
-            await SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+            await owners.UnidentifiedAsync(context).ConfigureAwait(false);
             return;
         }
 
-        var (bucket, share, byAddress) = SessionOwners.AdmissionBucket(runtime, context, owner);
+        var (bucket, share, byAddress) = owners.AdmissionBucket(context, owner);
         var refusal = runtime.Sessions.TryReserve(bucket, options.MaxSessions, share);
         if (refusal != StartRefusal.None)
         {
-            await RefuseAsync(context, runtime, refusal, bucket, byAddress, logger).ConfigureAwait(false);
+            await starter.RefuseAsync(context, refusal, bucket, byAddress, logger).ConfigureAwait(false);
             return;
         }
 
         var session = new Session(SessionId.NewRandom((byte?)options.InstanceOrdinal), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
-        if (!await SessionStart.StartAsync(runtime, session, logger, reserved: true).ConfigureAwait(false))
+        if (!await starter.StartAsync(session, logger, reserved: true).ConfigureAwait(false))
         {
             await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
             return;
@@ -79,31 +81,6 @@ internal static partial class SessionEndpoints
         }), CancellationToken.None).ConfigureAwait(false);
     }
 
-    /// <summary>
-    /// 429 at a cap (docs/protocol.md, "Limits"), with a <c>Retry-After</c> that says when a slot really frees: when the
-    /// earliest-expiring session or remembered key (the caller's own, at its share) expires.
-    /// </summary>
-    public static Task RefuseAsync(HttpContext context, PersistentRuntime runtime, StartRefusal refusal, byte[] bucket, bool byAddress, ILogger logger, string what = "live sessions")
-    {
-        var options = runtime.Options;
-        var expiry = context.RequestServices.GetRequiredService<SessionExpiryService>();
-        var shareFull = refusal == StartRefusal.OwnerFull;
-        var retryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), shareFull ? bucket : null);
-        context.Response.Headers.RetryAfter = retryAfter.ToString(System.Globalization.CultureInfo.InvariantCulture);
-        var option = !shareFull ? "MaxSessions" : byAddress ? "MaxSessionsPerAddress" : "MaxSessionsPerOwner";
-        runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason",
-            !shareFull ? "max_sessions" : byAddress ? "max_sessions_per_address" : "max_sessions_per_owner"));
-        SessionRefused(logger, option, retryAfter);
-        return shareFull
-            ? ProtocolProblems.WriteAsync(context, 429, "too-many-owner-sessions", byAddress ? "Too many sessions for this client address" : "Too many sessions for this principal",
-                $"You hold the maximum of {(byAddress ? options.EffectiveMaxSessionsPerAddress : options.EffectiveMaxSessionsPerOwner)} {what} per " +
-                $"{(byAddress ? "anonymous client address" : "principal")} ({option}), sessions and remembered Idempotency-Keys together: end a session " +
-                $"(DELETE {options.SessionsPath}/{{id}}) or retry in {retryAfter} s, when your earliest one expires.")
-            : ProtocolProblems.WriteAsync(context, 429, "too-many-sessions", "Too many sessions",
-                $"The service holds its maximum of {options.MaxSessions} {what} (sessions and remembered Idempotency-Keys together); a slot frees in " +
-                $"{retryAfter} s, when the next one expires (or sooner, when a client ends its session).");
-    }
-
     private static async Task EndAsync(HttpContext context, string id)
     {
         var runtime = context.RequestServices.GetRequiredService<PersistentRuntime>();
@@ -115,7 +92,8 @@ internal static partial class SessionEndpoints
             return;
         }
 
-        if (!SessionLookup.TryFindOwned(runtime, context, sessionId, out var session))
+        var lookup = context.RequestServices.GetRequiredService<SessionLookup>();
+        if (!lookup.TryFindOwned(context, sessionId, out var session))
         {
             await ProtocolProblems.SessionNotFoundAsync(context).ConfigureAwait(false);
             return;
@@ -129,13 +107,13 @@ internal static partial class SessionEndpoints
         }
 
         // A quarantined session (its replay diverged) can be ended by its owner: its slot and records are let go.
-        if (session.Diverged is not null && Quarantines.End(runtime, session, SessionEndReason.ClientEnded, logger))
+        if (session.Diverged is not null && context.RequestServices.GetRequiredService<Quarantines>().End(session, SessionEndReason.ClientEnded, logger))
         {
             context.Response.StatusCode = StatusCodes.Status204NoContent;
             return;
         }
 
-        if (!await SessionLookup.WaitUntilReplayedAsync(runtime, context, session).ConfigureAwait(false))
+        if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
         {
             return;
         }
@@ -172,9 +150,6 @@ internal static partial class SessionEndpoints
         return ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
             $"POST {options.SessionsPath} starts a session; DELETE {options.SessionsPath}/{{id}} ends one.");
     }
-
-    [LoggerMessage(1112, LogLevel.Debug, "Refused a session start: {Cap} reached; Retry-After {RetryAfterSeconds} s")]
-    private static partial void SessionRefused(ILogger logger, string cap, long retryAfterSeconds);
 
     private static ILogger Logger(HttpContext context)
         => context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Sessions");

@@ -1,6 +1,5 @@
 using System.Security.Claims;
 using Microsoft.AspNetCore.Http;
-using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
@@ -10,12 +9,16 @@ namespace PersistentServices.Sessions;
 /// <summary>
 /// Session owners as the application identifies its principals (<see cref="PersistentServicesOptions.OwnerClaimType"/>,
 /// <see cref="PersistentServicesOptions.OwnerIdentity"/>; <see cref="SessionOwner"/> hashes them): who owns what a
-/// request starts, whether a request may use a session, and the refusal of a principal no claim identifies.
+/// request starts, whether a request may use a session, and the refusal of a principal no claim identifies. One per
+/// service (a DI singleton), so "warn once" about an unidentified principal is per service.
 /// </summary>
-internal static partial class SessionOwners
+internal sealed partial class SessionOwners(PersistentRuntime runtime, ILoggerFactory loggers)
 {
+    private readonly ILogger _logger = loggers.CreateLogger("PersistentServices.Sessions");
+    private int _unidentifiedWarned;
+
     /// <summary>The owner of what <paramref name="user"/> starts: empty when anonymous, null when authenticated but unidentified.</summary>
-    public static byte[]? Of(PersistentRuntime runtime, ClaimsPrincipal user)
+    public byte[]? Of(ClaimsPrincipal user)
         => SessionOwner.Of(user, SessionOwner.CurrentVersion, runtime.Options.OwnerIdentityOptions);
 
     /// <summary>
@@ -25,7 +28,7 @@ internal static partial class SessionOwners
     /// usually holds whole). No bucket (only <see cref="PersistentServicesOptions.MaxSessions"/>) when the connection has
     /// no IP address (a Unix socket, an in-memory test server).
     /// </summary>
-    public static (byte[] Bucket, int? Share, bool ByAddress) AdmissionBucket(PersistentRuntime runtime, HttpContext context, byte[] owner)
+    public (byte[] Bucket, int? Share, bool ByAddress) AdmissionBucket(HttpContext context, byte[] owner)
     {
         if (owner.Length > 0)
         {
@@ -51,25 +54,24 @@ internal static partial class SessionOwners
     }
 
     /// <summary>True when <paramref name="user"/> may use <paramref name="session"/> (an anonymous session: whoever holds its id).</summary>
-    public static bool Owns(PersistentRuntime runtime, ClaimsPrincipal user, Session session)
+    public bool Owns(ClaimsPrincipal user, Session session)
         => SessionOwner.Owns(user, session.Owner, Http.IdempotencyKeys.IdempotencyKey.OwnerHashVersion(session), runtime.Options.OwnerIdentityOptions);
 
     /// <summary>
     /// 403 <c>owner-unidentified</c>: an authenticated principal that no claim identifies gets no session and no key (it
     /// would share them with every other such principal). Logged as a warning the first time, at debug level after that.
     /// </summary>
-    public static Task UnidentifiedAsync(HttpContext context, PersistentRuntime runtime)
+    public Task UnidentifiedAsync(HttpContext context)
     {
         var identity = context.User.Identity;
-        var logger = context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Sessions");
         var claims = string.Join(", ", context.User.Claims.Select(c => c.Type).Distinct(StringComparer.Ordinal).Take(8));
-        if (runtime.FirstUnidentifiedOwner())
+        if (Interlocked.Exchange(ref _unidentifiedWarned, 1) == 0)
         {
-            OwnerUnidentified(logger, identity?.AuthenticationType ?? "", claims);
+            OwnerUnidentified(_logger, identity?.AuthenticationType ?? "", claims);
         }
         else
         {
-            OwnerUnidentifiedAgain(logger, identity?.AuthenticationType ?? "", claims);
+            OwnerUnidentifiedAgain(_logger, identity?.AuthenticationType ?? "", claims);
         }
 
         return ProtocolProblems.WriteAsync(context, 403, "owner-unidentified", "Caller not identified",

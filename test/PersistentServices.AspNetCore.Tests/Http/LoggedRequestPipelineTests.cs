@@ -194,7 +194,7 @@ public sealed class LoggedRequestPipelineTests : IDisposable
             context.Request.Headers[ProtocolHeaders.Sequence] = sequence;
         }
 
-        var resolver = new HeaderSessionResolver(server.Runtime, NullLogger.Instance);
+        var resolver = HeaderResolver(server);
         Assert.False(await resolver.IdentifyAsync(new PersistentRequest(context)));
         Assert.Equal(400, context.Response.StatusCode);
         Assert.Contains(problem, System.Text.Encoding.UTF8.GetString(body.ToArray()), StringComparison.Ordinal);
@@ -210,7 +210,7 @@ public sealed class LoggedRequestPipelineTests : IDisposable
         context.Request.Headers[ProtocolHeaders.Session] = id;
         context.Request.Headers[ProtocolHeaders.Sequence] = "5";
         var request = new PersistentRequest(context);
-        var resolver = new HeaderSessionResolver(server.Runtime, NullLogger.Instance);
+        var resolver = HeaderResolver(server);
 
         Assert.True(await resolver.IdentifyAsync(request));
         Assert.Equal(5, request.Sequence);
@@ -232,6 +232,9 @@ public sealed class LoggedRequestPipelineTests : IDisposable
         => new(new ClaimsIdentity([new Claim(ClaimTypes.NameIdentifier, name), new Claim(ClaimTypes.Name, name)], "Test"));
 
     private static LoggedRequestPipeline Pipeline(TestServer server) => server.App.Services.GetRequiredService<LoggedRequestPipeline>();
+
+    private static HeaderSessionResolver HeaderResolver(TestServer server)
+        => new(server.Runtime.Options, server.App.Services.GetRequiredService<SessionLookup>(), server.App.Services.GetRequiredService<SessionStarter>(), NullLogger.Instance);
 
     private sealed class HookedRequest(HttpContext context) : LoggedRequestContext(context);
 

@@ -119,7 +119,7 @@ public sealed class QuarantineTests : IDisposable
 
             // After the key's retention it is an expired key: 410, never a second execution; the quarantine is over.
             time.Advance(TimeSpan.FromMinutes(11));
-            var (expired, _) = await IdempotencyKeySessions.ExpireAsync(server.Runtime, NullLogger.Instance, Ct);
+            var (expired, _) = await server.App.Services.GetRequiredService<IdempotencyKeySessions>().ExpireAsync(NullLogger.Instance, Ct);
             Assert.Equal(1, expired);
             Assert.Equal(0, server.Runtime.QuarantinedSessions);
             using var later = KeyRequest("k-1");

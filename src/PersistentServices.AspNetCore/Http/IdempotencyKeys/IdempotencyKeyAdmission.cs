@@ -18,14 +18,15 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// <item><term>malformed key; key and session together</term><description><c>400 idempotency-key-malformed</c>, <c>400 idempotency-key-with-session</c></description></item>
 /// <item><term>no key and no session on a <see cref="RequireIdempotencyKeyAttribute"/> endpoint</term><description><c>400 idempotency-key-missing</c></description></item>
 /// </list>
+/// A DI singleton (<see cref="RequestAdmission"/> classifies with it); what is a function of its arguments only is static.
 /// </summary>
-internal static class IdempotencyKeyAdmission
+internal sealed class IdempotencyKeyAdmission(PersistentRuntime runtime, SessionOwners owners)
 {
     /// <summary>
     /// Step 0 of admission. Returns false when the request was refused (written). Otherwise the returned key is the
     /// request's key (null: the request speaks the session protocol, checked by the caller as before).
     /// </summary>
-    public static async ValueTask<(bool Admitted, IdempotencyKey? Key)> ClassifyAsync(HttpContext context, PersistentRuntime runtime)
+    public async ValueTask<(bool Admitted, IdempotencyKey? Key)> ClassifyAsync(HttpContext context)
     {
         var options = runtime.Options.IdempotencyKeys;
         IdempotencyKey? key = null;
@@ -41,7 +42,7 @@ internal static class IdempotencyKeyAdmission
                 return (false, null);
 
             case IdempotencyKey.Presence.Unidentified:
-                await Sessions.SessionOwners.UnidentifiedAsync(context, runtime).ConfigureAwait(false);
+                await owners.UnidentifiedAsync(context).ConfigureAwait(false);
                 return (false, null);
 
             case IdempotencyKey.Presence.Valid when options.RequireAuthenticatedOwner && key!.Scope.Length == 0:
@@ -67,10 +68,10 @@ internal static class IdempotencyKeyAdmission
     }
 
     /// <summary>The detail of <c>400 session-header</c> when keys are accepted: both ways of making a request exactly-once.</summary>
-    public static string SessionHeaderDetail(PersistentRuntime runtime)
-        => runtime.Options.IdempotencyKeys.Enabled
-            ? $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header (start a session with POST {runtime.Options.SessionsPath}) or an {IdempotencyKey.HeaderName} header."
-            : $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header: start a session with POST {runtime.Options.SessionsPath}.";
+    public static string SessionHeaderDetail(PersistentServicesOptions options)
+        => options.IdempotencyKeys.Enabled
+            ? $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header (start a session with POST {options.SessionsPath}) or an {IdempotencyKey.HeaderName} header."
+            : $"A [Persistent] endpoint needs the {ProtocolHeaders.Session} header: start a session with POST {options.SessionsPath}.";
 
     /// <summary>
     /// After the session's decision on a key request: true when the handler goes on (execute, or send the stored reply, marked

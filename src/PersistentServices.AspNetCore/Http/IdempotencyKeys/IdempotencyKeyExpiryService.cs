@@ -8,7 +8,7 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// Runs <see cref="IdempotencyKeySessions.ExpireAsync"/> about every tenth of <see cref="IdempotencyKeyOptions.Retention"/>
 /// (at least every second, at most every minute), on the injected <see cref="TimeProvider"/>.
 /// </summary>
-internal sealed class IdempotencyKeyExpiryService(PersistentRuntime runtime, ILogger<IdempotencyKeyExpiryService> logger) : BackgroundService
+internal sealed class IdempotencyKeyExpiryService(PersistentRuntime runtime, IdempotencyKeySessions keySessions, ILogger<IdempotencyKeyExpiryService> logger) : BackgroundService
 {
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
@@ -18,7 +18,7 @@ internal sealed class IdempotencyKeyExpiryService(PersistentRuntime runtime, ILo
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
-                await IdempotencyKeySessions.ExpireAsync(runtime, logger, stoppingToken).ConfigureAwait(false);
+                await keySessions.ExpireAsync(logger, stoppingToken).ConfigureAwait(false);
             }
         }
         catch (OperationCanceledException)

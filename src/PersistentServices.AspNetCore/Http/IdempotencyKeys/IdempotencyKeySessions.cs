@@ -1,6 +1,5 @@
 using System.Text.Json;
 using Microsoft.AspNetCore.Http;
-using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Checkpoints;
 using PersistentServices.Hosting;
@@ -23,27 +22,30 @@ namespace PersistentServices.Http.IdempotencyKeys;
 ///   not forced: a lost end only means the key is remembered and forgotten again later).</item>
 /// </list>
 /// Starting and ending a key session happen under one lock, so a request never starts a second session for a key whose
-/// first is being forgotten.
+/// first is being forgotten. A DI singleton: the key resolver finds or starts key sessions with it, key expiry expires
+/// and forgets them.
 /// </summary>
-internal static class IdempotencyKeySessions
+internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionOwners owners, SessionStarter starter, Quarantines quarantines, ILoggerFactory loggers)
 {
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = KeySessions.StateHeader;
 
+    private readonly ILogger _refusals = loggers.CreateLogger("PersistentServices.IdempotencyKeys");
+
     /// <summary>The key's session, started if it has none. Null when refused (the refusal was written).</summary>
-    public static async ValueTask<Session?> FindOrStartAsync(PersistentRuntime runtime, HttpContext context, IdempotencyKey key, ILogger logger)
+    public async ValueTask<Session?> FindOrStartAsync(HttpContext context, IdempotencyKey key, ILogger logger)
     {
         Session? session = null;
         var refusal = Refusal.None;
         var startRefusal = StartRefusal.None;
-        var (bucket, share, byAddress) = Sessions.SessionOwners.AdmissionBucket(runtime, context, key.Scope);
+        var (bucket, share, byAddress) = owners.AdmissionBucket(context, key.Scope);
         lock (runtime.Sessions.FindOrStartGate)
         {
             if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
                 (key.LegacySessionId is { } legacy && runtime.Sessions.TryGet(legacy, out existing) && existing.OwnerVersion == IdempotencyKey.LegacyKeySessionOwnerVersion))
             {
                 // The id is derived from the principal and the key: another session with it is a hash collision of SHA-256.
-                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && Sessions.SessionOwners.Owns(runtime, context.User, existing) ? existing : null;
+                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && owners.Owns(context.User, existing) ? existing : null;
                 refusal = session is null ? Refusal.Unavailable : Refusal.None;
             }
             else if ((startRefusal = runtime.Sessions.TryReserve(bucket, runtime.Options.MaxSessions, share)) != StartRefusal.None)
@@ -88,8 +90,7 @@ internal static class IdempotencyKeySessions
         switch (refusal)
         {
             case Refusal.Full:
-                await Sessions.SessionEndpoints.RefuseAsync(context, runtime, startRefusal, bucket, byAddress,
-                    context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.IdempotencyKeys"), "live sessions and remembered keys").ConfigureAwait(false);
+                await starter.RefuseAsync(context, startRefusal, bucket, byAddress, _refusals, "live sessions and remembered keys").ConfigureAwait(false);
                 return null;
             case Refusal.Unavailable:
                 await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
@@ -127,7 +128,7 @@ internal static class IdempotencyKeySessions
     /// older than both retentions are forgotten, and key sessions whose first request never got logged (refused before
     /// it) end after the retention. Returns (expired, forgotten).
     /// </summary>
-    public static async Task<(int Expired, int Forgotten)> ExpireAsync(PersistentRuntime runtime, ILogger logger, CancellationToken cancellationToken)
+    public async Task<(int Expired, int Forgotten)> ExpireAsync(ILogger logger, CancellationToken cancellationToken)
     {
         if (!runtime.Availability.CanServe(RequestKind.BackgroundWork))
         {
@@ -150,7 +151,7 @@ internal static class IdempotencyKeySessions
                 // Quarantined (its replay diverged): after the retention the key is remembered as an expired key, whose repeats
                 // get 410 and never run again; the quarantine ends, with its slot in the health count and its hold on the log.
                 if (age >= options.Retention && session.QuarantineReason is not null &&
-                    Sessions.Quarantines.Release(runtime, session, ExpiredReply(options), "the key's retention ended", logger))
+                    quarantines.Release(session, ExpiredReply(options), "the key's retention ended", logger))
                 {
                     IdempotencyKeyEvents.KeyExpired(logger, session.TraceTag);
                     expired++;
@@ -166,20 +167,20 @@ internal static class IdempotencyKeySessions
 
             if (session.LastSequence == 0)
             {
-                if (age >= options.Retention && Forget(runtime, session, now, logger))
+                if (age >= options.Retention && Forget(session, now, logger))
                 {
                     forgotten++;
                 }
             }
             else if (IsExpiredMarker(session.LastReply))
             {
-                if (options.ExpiredKeyRetention != Timeout.InfiniteTimeSpan && age >= options.Retention + options.ExpiredKeyRetention && Forget(runtime, session, now, logger))
+                if (options.ExpiredKeyRetention != Timeout.InfiniteTimeSpan && age >= options.Retention + options.ExpiredKeyRetention && Forget(session, now, logger))
                 {
                     forgotten++;
                 }
             }
             else if (session.LastReply is not null && age >= options.Retention &&
-                     await DropReplyAsync(runtime, session, options, cancellationToken).ConfigureAwait(false))
+                     await DropReplyAsync(session, options, cancellationToken).ConfigureAwait(false))
             {
                 IdempotencyKeyEvents.KeyExpired(logger, session.TraceTag);
                 expired++;
@@ -194,7 +195,7 @@ internal static class IdempotencyKeySessions
     /// recovers from it. Appended, not forced: if a crash loses it, the recovered key holds its real reply again until the
     /// next pass expires it once more.
     /// </summary>
-    private static async Task<bool> DropReplyAsync(PersistentRuntime runtime, Session session, IdempotencyKeyOptions options, CancellationToken cancellationToken)
+    private async Task<bool> DropReplyAsync(Session session, IdempotencyKeyOptions options, CancellationToken cancellationToken)
     {
         if (!await runtime.BeforeSessionCheckpointAsync(session, cancellationToken).ConfigureAwait(false) || !session.ExecutionLock.Wait(0, CancellationToken.None))
         {
@@ -227,7 +228,7 @@ internal static class IdempotencyKeySessions
     }
 
     /// <summary>Ends a key session (the key is forgotten), under the lock that starts them.</summary>
-    private static bool Forget(PersistentRuntime runtime, Session session, DateTimeOffset now, ILogger logger)
+    private bool Forget(Session session, DateTimeOffset now, ILogger logger)
     {
         lock (runtime.Sessions.FindOrStartGate)
         {

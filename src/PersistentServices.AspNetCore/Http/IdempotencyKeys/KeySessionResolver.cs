@@ -1,5 +1,4 @@
 using Microsoft.Extensions.Logging;
-using PersistentServices.Hosting;
 using PersistentServices.Sessions;
 
 namespace PersistentServices.Http.IdempotencyKeys;
@@ -9,7 +8,7 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// one-request key session, found or started under the caller's principal (<see cref="IdempotencyKeySessions"/>); what a
 /// repeat of the key gets is decided in <see cref="IdempotencyKeyAdmission.ContinueAsync"/>.
 /// </summary>
-internal sealed class KeySessionResolver(PersistentRuntime runtime, ILogger logger) : ISessionResolver
+internal sealed class KeySessionResolver(IdempotencyKeySessions keySessions, ILogger logger) : ISessionResolver
 {
     public ValueTask<bool> IdentifyAsync(PersistentRequest request)
     {
@@ -18,7 +17,7 @@ internal sealed class KeySessionResolver(PersistentRuntime runtime, ILogger logg
     }
 
     public ValueTask<Session?> ResolveAsync(PersistentRequest request)
-        => IdempotencyKeySessions.FindOrStartAsync(runtime, request.HttpContext, request.Key!, logger);
+        => keySessions.FindOrStartAsync(request.HttpContext, request.Key!, logger);
 
     public ValueTask<bool> DecidedAsync(PersistentRequest request) => IdempotencyKeyAdmission.ContinueAsync(request, logger);
 }

@@ -2,6 +2,7 @@ using System.Net;
 using System.Net.Http.Headers;
 using System.Net.Http.Json;
 using System.Text.Json;
+using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging.Abstractions;
 using PersistentServices.AspNetCore.Tests.TestSupport;
 using PersistentServices.Http.IdempotencyKeys;
@@ -52,6 +53,8 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
     }
 
     private static string ProblemType(string text) => JsonDocument.Parse(text).RootElement.GetProperty("type").GetString()!;
+
+    private static IdempotencyKeySessions KeySessionsOf(TestServer server) => server.App.Services.GetRequiredService<IdempotencyKeySessions>();
 
     [Fact]
     public async Task KeyRequest_FirstUse_ExecutesOnceAndEchoesNoSessionHeaders()
@@ -247,7 +250,7 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
         await SendAsync(_server, "/cart/add", "k-old", new { item = "old" });
         _time.Advance(TimeSpan.FromMinutes(11));
 
-        var (expired, forgotten) = await IdempotencyKeySessions.ExpireAsync(_server.Runtime, NullLogger.Instance, Ct);
+        var (expired, forgotten) = await KeySessionsOf(_server).ExpireAsync(NullLogger.Instance, Ct);
         var (gone, goneText) = await SendAsync(_server, "/cart/add", "k-old", new { item = "old" });
         var (goneOther, _) = await SendAsync(_server, "/cart/add", "k-old", new { item = "other" });
         await _server.CrashAsync();
@@ -269,10 +272,10 @@ public sealed class IdempotencyKeyTests : IAsyncLifetime
     {
         await SendAsync(_server, "/cart/add", "k-forgotten", new { item = "once" });
         _time.Advance(TimeSpan.FromMinutes(11));
-        await IdempotencyKeySessions.ExpireAsync(_server.Runtime, NullLogger.Instance, Ct);
+        await KeySessionsOf(_server).ExpireAsync(NullLogger.Instance, Ct);
         _time.Advance(TimeSpan.FromMinutes(30));
 
-        var (_, forgotten) = await IdempotencyKeySessions.ExpireAsync(_server.Runtime, NullLogger.Instance, Ct);
+        var (_, forgotten) = await KeySessionsOf(_server).ExpireAsync(NullLogger.Instance, Ct);
         var (fresh, _) = await SendAsync(_server, "/cart/add", "k-forgotten", new { item = "once" });
 
         Assert.Equal(1, forgotten);
