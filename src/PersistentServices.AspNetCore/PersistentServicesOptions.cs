@@ -179,6 +179,9 @@ public sealed class PersistentServicesOptions
     /// <summary>The <c>Idempotency-Key</c> header for clients without sessions: retention of keys and replies (docs/client.md).</summary>
     public IdempotencyKeyOptions IdempotencyKeys { get; } = new();
 
+    /// <summary>Log shipping to replicas that take over when the primary is lost (docs/replication.md); off unless <see cref="ReplicationOptions.Role"/> is set.</summary>
+    public ReplicationOptions Replication { get; } = new();
+
     /// <summary>Advanced settings of the log (page and segment sizes, metadata interval, zeroed space ahead of the tail, encryption of the records at rest: <see cref="LogOptions.Encryption"/>). <see cref="LogOptions.Directory"/> and <see cref="LogOptions.MaxRecordBytes"/> are set from this class.</summary>
     public LogOptions Log { get; } = new();
 

@@ -30,6 +30,8 @@ using PersistentServices.SharedState;
 //   PERSISTENTSERVICES_CRASH_POINT, PERSISTENTSERVICES_CRASH_AFTER   a crash point of the service (CrashPoints) and the hits
 //                            to let pass first: read here and registered, the library reads no environment for it
 //   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
+//   PS_REPLICATION           Replication.Role (Primary | Replica), with PS_REPLICAS (comma-separated base addresses of the
+//                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
 //   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
@@ -137,6 +139,27 @@ builder.Services.AddPersistentServices(options =>
         }
 
         options.Domain.FlushTimeout = TimeSpan.FromSeconds(2);
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_REPLICATION") is { Length: > 0 } role)
+    {
+        options.Replication.Role = Enum.Parse<ReplicationRole>(role, ignoreCase: true);
+        foreach (var replica in (Environment.GetEnvironmentVariable("PS_REPLICAS") ?? "").Split(',', StringSplitOptions.RemoveEmptyEntries))
+        {
+            options.Replication.Replicas.Add(new Uri(replica));
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_TERM") is { Length: > 0 } term)
+        {
+            options.Replication.Term = long.Parse(term, System.Globalization.CultureInfo.InvariantCulture);
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_REQUIRED_REPLICAS") is { Length: > 0 } required)
+        {
+            options.Replication.RequiredReplicas = int.Parse(required, System.Globalization.CultureInfo.InvariantCulture);
+        }
+
+        options.Replication.RetryInterval = TimeSpan.FromMilliseconds(50);
     }
 
     if (Environment.GetEnvironmentVariable("PS_CALL_LOGGING") is { Length: > 0 } callLogging)

@@ -50,6 +50,11 @@ public static class PersistentServicesApplicationBuilderExtensions
             PersistentServices.Domain.DomainEndpoints.Map(endpoints);
         }
 
+        if (options.Replication.Role != ReplicationRole.None)
+        {
+            PersistentServices.Replication.ReplicationEndpoints.Map(endpoints);
+        }
+
         return app.UseMiddleware<PersistenceMiddleware>(new Lazy<RequestDelegate>(() => BuildReplayRouter(app, endpoints)));
     }
 

@@ -66,6 +66,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton(PersistentServices.Checkpoints.CrashPoints.None);
         services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
+        services.TryAddSingleton<PersistentServices.Replication.ReplicationNode>();
         services.TryAddSingleton<LogOpener>();
 
         // The client the service domain's messages (flush, recovered state numbers) go out on: created once by ServiceDomain,
@@ -74,6 +75,14 @@ public static class PersistentServicesServiceCollectionExtensions
         // (ConfigureHttpClientDefaults runs before this), no per-request logging.
         services.AddHttpClient(PersistentServices.Domain.ServiceDomain.HttpClientName)
             .ConfigureHttpClient(static (provider, client) => client.Timeout = provider.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Domain.FlushTimeout)
+            .ConfigurePrimaryHttpMessageHandler(static () => new System.Net.Http.SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) })
+            .ConfigureAdditionalHttpMessageHandlers(static (handlers, _) => handlers.Clear())
+            .RemoveAllLoggers();
+
+        // The client shipments to replicas go out on (docs/replication.md): one handler for the service's life, none of the
+        // application's handlers, no per-request logging; a shipment waits for the replica's fsync, so a generous timeout.
+        services.AddHttpClient(PersistentServices.Replication.ReplicationNode.HttpClientName)
+            .ConfigureHttpClient(static client => client.Timeout = TimeSpan.FromSeconds(30))
             .ConfigurePrimaryHttpMessageHandler(static () => new System.Net.Http.SocketsHttpHandler { PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1) })
             .ConfigureAdditionalHttpMessageHandlers(static (handlers, _) => handlers.Clear())
             .RemoveAllLoggers();

@@ -43,6 +43,7 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime, S
             RecoveryStage.Failed => HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {availability.Failure?.Message}", data: data),
             _ when availability.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
             RecoveryStage.Draining => HealthCheckResult.Unhealthy("Stopping: running requests finish, new ones get 503.", data: data),
+            RecoveryStage.Replica => HealthCheckResult.Unhealthy("A replica: it keeps a copy of the primary's log and serves nothing until promoted (docs/replication.md).", data: data),
             _ when runtime.QuarantinedSessions > 0 => HealthCheckResult.Degraded(
                 $"{runtime.QuarantinedSessions} sessions diverged on replay and are quarantined; every other session serves (docs/upgrades.md).", data: data),
             _ when nearMaxSessions => HealthCheckResult.Degraded(

@@ -29,6 +29,7 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
         }
 
         failures.AddRange(options.IdempotencyKeys.Validate());
+        failures.AddRange(options.Replication.Validate(options));
         if (options.InstanceOrdinal is < 0 or > 255)
         {
             failures.Add($"PersistentServicesOptions.InstanceOrdinal must be between 0 and 255, or null for a service of one instance (was {options.InstanceOrdinal}).");

@@ -91,6 +91,18 @@ internal sealed class ServiceAvailability
     /// <summary>Stops the retries of every call in flight (<see cref="CallsAbandoned"/>); their requests are abandoned (503).</summary>
     public void AbandonCalls() => _callsAbandoned.Cancel(); // never disposed: a handler may still read its token (a CTS without timers holds nothing to free)
 
+    /// <summary>This process is a replica: nothing is served until it is promoted (<see cref="Promoted"/>).</summary>
+    public void BecomeReplica() => _stage = RecoveryStage.Replica;
+
+    /// <summary>The replica was promoted: recovery opens its copy of the log next (requests wait for it, as at a start).</summary>
+    public void Promoted()
+    {
+        if (_stage == RecoveryStage.Replica)
+        {
+            _stage = RecoveryStage.NotStarted;
+        }
+    }
+
     /// <summary>Recovery began opening the log.</summary>
     public void BeginOpening() => _stage = RecoveryStage.Scanning;
 

@@ -43,6 +43,10 @@ internal sealed class PersistenceMiddleware
         pipeline.Register(router, context => WithSharedState(context, next));
     }
 
+    /// <summary>
+    /// Holds a request while recovery's first half runs; on a replica (docs/replication.md) nothing is held: its handlers
+    /// answer 503 with <c>Retry-After</c> until it is promoted, and plain endpoints (health, the replication endpoints) run.
+    /// </summary>
     public Task InvokeAsync(HttpContext context) => _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
 
     /// <summary>

@@ -13,7 +13,8 @@ namespace PersistentServices.Recovery;
 /// <see cref="RecoveryStage.Scanning"/> to <see cref="RecoveryStage.Replaying"/> (or <see cref="RecoveryStage.Failed"/>).
 /// A singleton; disposed before the runtime (it is created after it), so an open still running ends before the log closes.
 /// </summary>
-internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability availability, ILogger<PersistentRuntime> logger) : IAsyncDisposable
+internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability availability, Replication.ReplicationNode replication, ILogger<PersistentRuntime> logger)
+    : IAsyncDisposable
 {
     // The logger keeps the category the log's, the store's and the checkpointer's messages have always had (PersistentRuntime).
     private readonly Lock _openingLock = new();
@@ -24,18 +25,36 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
     /// <summary>
     /// Opens the log and runs the analysis scan, once, on the thread pool: started by <c>UsePersistentServices()</c>, so the
     /// log's verification and scan overlap the rest of the application's startup (mapping endpoints, starting the host),
-    /// and awaited by the recovery host before the server accepts traffic. Every caller gets the same task.
+    /// and awaited by the recovery host before the server accepts traffic. Every caller gets the same task. With
+    /// replication, the role is decided first (<see cref="Replication.ReplicationNode.Resolve"/>): a replica's task waits
+    /// for its promotion, then opens the replica's copy of the log as this service's log.
     /// </summary>
     public Task StartOpening()
     {
         lock (_openingLock)
         {
-            return _opening ??= Task.Run(() => OpenAndAnalyzeAsync(_disposing.Token));
+            if (_opening is null)
+            {
+                try
+                {
+                    replication.Resolve();
+                }
+                catch (Exception ex)
+                {
+                    availability.Fail(ex);
+                    return _opening = Task.FromException(ex);
+                }
+
+                _opening = Task.Run(() => OpenAndAnalyzeAsync(_disposing.Token));
+            }
+
+            return _opening;
         }
     }
 
     private async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
     {
+        await replication.PromotedAsync(cancellationToken).ConfigureAwait(false);
         availability.BeginOpening();
         try
         {
@@ -93,6 +112,9 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
 
             // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
             await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+
+            // A primary with replicas: from here on nothing is durable (so nothing is acknowledged) before they hold it.
+            replication.LogOpened(log);
             availability.Opened();
         }
         catch (Exception ex)

@@ -23,12 +23,14 @@ internal sealed class RecoveryHostedService(
     ReplayPipeline pipeline,
     SessionReplayer replayer,
     Quarantines quarantines,
+    Replication.ReplicationNode replication,
     IHostApplicationLifetime lifetime,
     ILogger<RecoveryHostedService> logger,
     Testing.ReplayCheckRun? replayCheck = null) : IHostedLifecycleService, IDisposable
 {
     private readonly CancellationTokenSource _stopping = new();
     private Task _replay = Task.CompletedTask;
+    private Task _promotion = Task.CompletedTask;
     private int _disposed;
 
     /// <summary>Completes when every recovered session has replayed (or recovery failed).</summary>
@@ -46,8 +48,37 @@ internal sealed class RecoveryHostedService(
         return Task.CompletedTask;
     }
 
-    /// <summary>After every hosted service's start (the server listens): waits for the analysis; the host is started after it.</summary>
-    public async Task StartedAsync(CancellationToken cancellationToken)
+    /// <summary>
+    /// After every hosted service's start (the server listens): waits for the analysis; the host is started after it. A
+    /// replica (docs/replication.md) starts at once and recovers when it is promoted, in the background.
+    /// </summary>
+    public Task StartedAsync(CancellationToken cancellationToken)
+    {
+        if (!replication.WaitsForPromotion)
+        {
+            return RecoverAsync(cancellationToken);
+        }
+
+        _promotion = Task.Run(async () =>
+        {
+            try
+            {
+                await RecoverAsync(_stopping.Token).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (!_stopping.IsCancellationRequested)
+            {
+                // Not fail-stopped (no exit code: a test host): the failure is logged; the service answers 503 until it stops.
+                AspNetCoreEvents.RecoveryFailed(logger, ex);
+            }
+            catch (OperationCanceledException)
+            {
+                // Stopped before a promotion.
+            }
+        }, CancellationToken.None);
+        return Task.CompletedTask;
+    }
+
+    private async Task RecoverAsync(CancellationToken cancellationToken)
     {
         try
         {
@@ -84,6 +115,7 @@ internal sealed class RecoveryHostedService(
         }
 
         await _stopping.CancelAsync().ConfigureAwait(false);
+        await _promotion.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         await _replay.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
     }
 

@@ -84,10 +84,16 @@ internal sealed class LogRecoveryScanner : IDisposable
     /// Walks [<paramref name="from"/>, end of data) read-only, handing every intact record and commit to
     /// <paramref name="visitor"/>; records after the last commit it sees are not committed. Stops at the first damage.
     /// </summary>
-    public static void Visit(string directory, LogOptions options, long from, ILogScanVisitor visitor)
+    public static void Visit(string directory, LogOptions options, long from, ILogScanVisitor visitor) => Visit(directory, options, from, long.MaxValue, visitor);
+
+    /// <summary>
+    /// Walks as <see cref="Visit(string, LogOptions, long, ILogScanVisitor)"/> does, but no entry starting at or after
+    /// <paramref name="until"/> (one starting before it is visited whole).
+    /// </summary>
+    public static void Visit(string directory, LogOptions options, long from, long until, ILogScanVisitor visitor)
     {
         using var scanner = new LogRecoveryScanner(directory, options, visitor);
-        scanner.Walk(from, new WalkResult { CommittedUntil = from });
+        scanner.Walk(from, new WalkResult { CommittedUntil = from }, until);
     }
 
     /// <summary>

@@ -31,8 +31,11 @@ internal enum ShipmentOutcome
 /// <param name="Bytes">The log's bytes at [<paramref name="From"/>, <paramref name="From"/> + length); they end at the end of a commit record.</param>
 internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes);
 
-/// <summary>A replica's answer: its term, begin and durable end, and the checksum of its last bytes (for the primary to check that they are its own).</summary>
-internal readonly record struct ShipmentResult(ShipmentOutcome Outcome, long Term, long Begin, long DurableUntil, uint TailChecksum);
+/// <summary>
+/// A replica's answer: its term, the term of the primary whose bytes it holds last, its begin and durable end, and the
+/// checksum of its last bytes (for the primary to check that they are its own).
+/// </summary>
+internal readonly record struct ShipmentResult(ShipmentOutcome Outcome, long Term, long ContentTerm, long Begin, long DurableUntil, uint TailChecksum);
 
 /// <summary>
 /// A replica's copy of its primary's log ([Replicated FS]: a replica that leaves and rejoins; [Zero-loss VM]: a standby
@@ -80,6 +83,9 @@ internal sealed class ReplicaLog : IDisposable
 
     /// <summary>The newest term this directory has seen.</summary>
     public long Term { get; private set; }
+
+    /// <summary>The term of the primary whose bytes this replica holds last (0 while empty).</summary>
+    public long ContentTerm { get; private set; }
 
     /// <summary>The replica's begin address (its first record); meaningless while <see cref="IsEmpty"/>.</summary>
     public long Begin { get; private set; }
@@ -148,7 +154,7 @@ internal sealed class ReplicaLog : IDisposable
             if (shipment.Term > Term)
             {
                 // The newer term is durable before anything of it is accepted: after a crash this replica still refuses the old primary.
-                TermFile.Write(_directory, shipment.Term, _options.FileMode);
+                TermFile.Write(_directory, new TermRecord(shipment.Term, Primary: false, ContentTerm), _options.FileMode);
                 ReplicationEvents.TermAdvanced(_logger, _directory, Term, shipment.Term);
                 Term = shipment.Term;
             }
@@ -169,6 +175,7 @@ internal sealed class ReplicaLog : IDisposable
                 DurableFile.FsyncDirectory(_directory);
                 Begin = DurableUntil = shipment.Begin;
                 IsEmpty = false;
+                SetContentTerm(shipment.Term);
             }
             else if (IsEmpty)
             {
@@ -182,6 +189,9 @@ internal sealed class ReplicaLog : IDisposable
 
             if (!shipment.Bytes.IsEmpty)
             {
+                // Whose history this log continues, recorded before the bytes: after a crash the replica never claims newer
+                // bytes for an older primary (docs/replication.md, "Which log wins").
+                SetContentTerm(shipment.Term);
                 WriteDurably(shipment.From, shipment.Bytes.Span);
                 DurableUntil = shipment.From + shipment.Bytes.Length;
             }
@@ -248,13 +258,24 @@ internal sealed class ReplicaLog : IDisposable
 
     private string MetadataPath => Path.Combine(_directory, CommitMetadataFile.FileName);
 
+    private void SetContentTerm(long term)
+    {
+        if (term != ContentTerm)
+        {
+            TermFile.Write(_directory, new TermRecord(Term, Primary: false, term), _options.FileMode);
+            ContentTerm = term;
+        }
+    }
+
     private ShipmentResult Result(ShipmentOutcome outcome)
-        => new(outcome, Term, Begin, IsEmpty ? 0 : DurableUntil,
+        => new(outcome, Term, IsEmpty ? 0 : ContentTerm, Begin, IsEmpty ? 0 : DurableUntil,
             IsEmpty || outcome == ShipmentOutcome.Appended ? 0 : Checksum(TailChecksumFrom(Begin, DurableUntil), DurableUntil));
 
     private void Load()
     {
-        Term = TermFile.Read(_directory);
+        var recorded = TermFile.Read(_directory);
+        Term = recorded?.Term ?? 0;
+        ContentTerm = recorded?.ContentTerm ?? 0;
         if (File.Exists(Path.Combine(_directory, ResetMarkerFileName)))
         {
             // A reset was cut short: what is here was being replaced, the primary holds all of it.

@@ -26,7 +26,7 @@ internal readonly record struct PeerMessage(
 ///   session, number, role, DV and <b>Content-Type</b>, each length-prefixed, and a SHA-256 of the body;</item>
 /// <item><c>v1</c> (before issue 32) covers the timestamp, method, path and query, caller, session, number, role and DV,
 ///   length-prefixed, and the body's SHA-256: no callee, no content type, no label. Only sent and accepted when
-///   <see cref="PersistentCallOptions.LegacySignatures"/> says so.</item>
+///   <c>PersistentCallOptions.LegacySignatures</c> says so.</item>
 /// </list>
 /// The two MACs are over different inputs (the label, the added fields), so neither is ever taken for the other.
 /// </summary>

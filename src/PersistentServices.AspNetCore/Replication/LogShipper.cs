@@ -1,0 +1,324 @@
+using System.Buffers;
+using System.Globalization;
+using System.Net;
+using System.Net.Http.Headers;
+using System.Net.Http.Json;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Log;
+
+namespace PersistentServices.Replication;
+
+/// <summary>
+/// Ships a primary's committed log to one replica (docs/replication.md): first asks where the replica stands and decides
+/// how it catches up ([Replicated FS]: partial recovery, the missing suffix, when the replica's last bytes are this log's;
+/// total recovery, the whole log from its begin, when it holds nothing, is behind the begin, or holds an older primary's
+/// history); then sends every new commit as it becomes durable here, in pieces that end at commit records, and reports
+/// each acknowledged end to the <see cref="ReplicationWatermark"/>, which releases the durable waits it holds. One request
+/// in flight at a time; whatever committed meanwhile goes in the next one (a group commit of shipments).
+/// </summary>
+internal sealed class LogShipper : IDisposable
+{
+    private readonly ReplicationNode _node;
+    private readonly int _index;
+    private readonly Uri _replica;
+    private readonly Uri _append;
+    private readonly DurableLog _log;
+    private readonly ReplicationWatermark _watermark;
+    private readonly LogOptions _logOptions;
+    private readonly HttpClient _http;
+    private readonly ReplicationOptions _options;
+    private readonly ILogger _logger;
+    private readonly SemaphoreSlim _wake = new(0, 1);
+    private long _shippedUntil = -1;
+    private long _shipments;
+    private long _bytes;
+    private string _state = "connecting";
+
+    public LogShipper(ReplicationNode node, int index, Uri replica, DurableLog log, ReplicationWatermark watermark, LogOptions logOptions, HttpClient http,
+        ReplicationOptions options, ILogger logger)
+    {
+        _node = node;
+        _index = index;
+        _replica = replica;
+        _append = new Uri(replica, ReplicationEndpoints.AppendPath);
+        _log = log;
+        _watermark = watermark;
+        _logOptions = logOptions;
+        _http = http;
+        _options = options;
+        _logger = logger;
+        watermark.LocalAdvanced += Wake;
+    }
+
+    /// <summary>The replica's address.</summary>
+    public Uri Replica => _replica;
+
+    /// <summary>What the replica holds durably as far as this primary knows (-1 before it answered).</summary>
+    public long ShippedUntil => Volatile.Read(ref _shippedUntil);
+
+    /// <summary>Shipments acknowledged, and their bytes.</summary>
+    public (long Shipments, long Bytes) Shipped => (Interlocked.Read(ref _shipments), Interlocked.Read(ref _bytes));
+
+    /// <summary>What the shipper is doing (connecting, catching up, streaming, unreachable, fenced, refused).</summary>
+    public string State => _state;
+
+    public async Task RunAsync(CancellationToken cancellationToken)
+    {
+        using var reader = new CommittedLogReader(_log.Directory, _log.SegmentSizeBits);
+        var unreachable = false;
+        while (!cancellationToken.IsCancellationRequested && _watermark.Fault is null)
+        {
+            try
+            {
+                var (from, reset) = await HandshakeAsync(reader, cancellationToken).ConfigureAwait(false);
+                if (from < 0)
+                {
+                    return; // fenced or refused: nothing more to ship from here
+                }
+
+                if (unreachable)
+                {
+                    ReplicationServiceEvents.ReplicaReachable(_logger, _replica.ToString(), from);
+                    unreachable = false;
+                }
+
+                await StreamAsync(reader, from, reset, cancellationToken).ConfigureAwait(false);
+            }
+            catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+            {
+                return;
+            }
+            catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException or IOException or ReplicationProtocolException)
+            {
+                if (!unreachable)
+                {
+                    ReplicationServiceEvents.ReplicaUnreachable(_logger, _replica.ToString(), ex.Message);
+                    unreachable = true;
+                }
+
+                _state = "unreachable";
+                await Task.Delay(_options.RetryInterval, cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+            }
+        }
+    }
+
+    /// <summary>
+    /// Asks where the replica stands; returns where shipping starts and whether that is a reset (total recovery), or -1
+    /// when this primary must not ship (fenced, or its log is not the newest of its group).
+    /// </summary>
+    private async Task<(long From, bool Reset)> HandshakeAsync(CommittedLogReader reader, CancellationToken cancellationToken)
+    {
+        var begin = _log.BeginAddress;
+        var answer = await SendAsync(new Shipment(_node.Term, -1, begin, 0, false, ReadOnlyMemory<byte>.Empty), cancellationToken).ConfigureAwait(false);
+        switch (answer.Outcome)
+        {
+            case ShipmentOutcome.Fenced:
+                _state = "fenced";
+                _node.Fence(answer.Term, _replica.ToString());
+                return (-1, false);
+            case ShipmentOutcome.Empty:
+                _state = "catching up (total)";
+                return (begin, true);
+        }
+
+        var end = _log.LocalDurableUntil;
+        var matches = answer.DurableUntil <= end && answer.DurableUntil >= begin && TailMatches(reader, answer, begin);
+        if (matches)
+        {
+            _state = answer.DurableUntil < end ? "catching up (partial)" : "streaming";
+            return (answer.DurableUntil, false);
+        }
+
+        // The replica holds what this log does not. Bytes this primary's own term wrote can only have come from this
+        // primary; if it lacks them, its log is not the newest (a lost or restored directory): refuse, never reset them away.
+        // Likewise a new log never replaces a replica's.
+        if (answer.ContentTerm >= _node.Term || (_node.LogWasNew && answer.DurableUntil > answer.Begin))
+        {
+            _state = "refused";
+            _node.Refuse(
+                $"Replica {_replica} holds log [{answer.Begin}, {answer.DurableUntil}) of term {answer.ContentTerm}, which this primary (term {_node.Term}, " +
+                $"log [{begin}, {end}){(_node.LogWasNew ? ", created at this start" : "")}) does not have: this node's log is not the newest of the group. Nothing is " +
+                "acknowledged here. Promote that replica with a newer term, then start this node as a replica (docs/replication.md, \"Which log wins\").");
+            return (-1, false);
+        }
+
+        // An older primary's history past where this one's began, or a replica behind this log's begin: total recovery.
+        _state = "catching up (total)";
+        return (begin, true);
+    }
+
+    private static bool TailMatches(CommittedLogReader reader, in ShipmentResult answer, long begin)
+    {
+        var from = ReplicaLog.TailChecksumFrom(answer.Begin, answer.DurableUntil);
+        if (from < begin)
+        {
+            return false;
+        }
+
+        var length = (int)(answer.DurableUntil - from);
+        if (length == 0)
+        {
+            return true;
+        }
+
+        var buffer = ArrayPool<byte>.Shared.Rent(length);
+        try
+        {
+            return reader.TryRead(from, buffer.AsSpan(0, length)) && Crc32C.Compute(buffer.AsSpan(0, length)) == answer.TailChecksum;
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(buffer);
+        }
+    }
+
+    private async Task StreamAsync(CommittedLogReader reader, long from, bool reset, CancellationToken cancellationToken)
+    {
+        var buffer = new byte[_options.MaxShipmentBytes];
+        while (!cancellationToken.IsCancellationRequested && _watermark.Fault is null)
+        {
+            var durable = _log.LocalDurableUntil;
+            // The begin is read before the anchor: an anchor read after it is at least as new as the truncation it allowed.
+            var begin = _log.BeginAddress;
+            var anchor = _node.AnchoredLsn;
+            if (!reset && from < begin)
+            {
+                return; // truncated past what the replica holds: the next handshake resets it
+            }
+
+            if (durable <= from && !reset)
+            {
+                _state = "streaming";
+                // Idle: wait for the next commit, or send a heartbeat (learns a newer term; moves the anchor and begin).
+                if (!await _wake.WaitAsync(_options.HeartbeatInterval, cancellationToken).ConfigureAwait(false))
+                {
+                    await ShipAsync(new Shipment(_node.Term, from, begin, anchor, false, ReadOnlyMemory<byte>.Empty), from, cancellationToken).ConfigureAwait(false);
+                }
+
+                continue;
+            }
+
+            var until = PieceEnd(from, durable);
+            if (until - from > buffer.Length)
+            {
+                buffer = new byte[until - from];
+            }
+
+            if (!reader.TryRead(from, buffer.AsSpan(0, (int)(until - from))))
+            {
+                return; // truncated meanwhile: the next handshake decides
+            }
+
+            var shipment = new Shipment(_node.Term, from, reset ? from : begin, anchor, reset, buffer.AsMemory(0, (int)(until - from)));
+            if (!await ShipAsync(shipment, until, cancellationToken).ConfigureAwait(false))
+            {
+                return;
+            }
+
+            from = until;
+            reset = false;
+        }
+    }
+
+    /// <summary>Sends one shipment; true when the replica holds it (and the watermark knows), false to start over with a handshake.</summary>
+    private async Task<bool> ShipAsync(Shipment shipment, long until, CancellationToken cancellationToken)
+    {
+        var answer = await SendAsync(shipment, cancellationToken).ConfigureAwait(false);
+        switch (answer.Outcome)
+        {
+            case ShipmentOutcome.Appended when answer.DurableUntil == until:
+                Volatile.Write(ref _shippedUntil, until);
+                Interlocked.Increment(ref _shipments);
+                Interlocked.Add(ref _bytes, shipment.Bytes.Length);
+                _watermark.Report(_index, until);
+                return true;
+            case ShipmentOutcome.Fenced:
+                _state = "fenced";
+                _node.Fence(answer.Term, _replica.ToString());
+                return false;
+            default:
+                return false; // the replica restarted, or was reset meanwhile: where it stands is asked again
+        }
+    }
+
+    /// <summary>
+    /// Where the next shipment ends: what is durable here when that is within <see cref="ReplicationOptions.MaxShipmentBytes"/>
+    /// (it is the end of a commit record); otherwise the last commit record's end within that size, found by walking the
+    /// log's own files (or the first one past it, for a commit bigger than a shipment).
+    /// </summary>
+    private long PieceEnd(long from, long durable)
+    {
+        if (durable - from <= _options.MaxShipmentBytes)
+        {
+            return durable;
+        }
+
+        var ends = new CommitEnds();
+        LogRecoveryScanner.Visit(_log.Directory, _logOptions, from, Math.Min(durable, from + _options.MaxShipmentBytes), ends);
+        var within = ends.LastAtOrBefore(from + _options.MaxShipmentBytes);
+        if (within > from)
+        {
+            return within;
+        }
+
+        LogRecoveryScanner.Visit(_log.Directory, _logOptions, from, durable, ends);
+        var first = ends.FirstAfter(from);
+        return first > from && first <= durable ? first : durable;
+    }
+
+    private async Task<ShipmentResult> SendAsync(Shipment shipment, CancellationToken cancellationToken)
+    {
+        using var request = ReplicationMessages.Shipment(_append, shipment, _node);
+        using var response = await _http.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode is HttpStatusCode.OK or HttpStatusCode.Conflict)
+        {
+            var answer = await response.Content.ReadFromJsonAsync(ReplicationJson.Default.ShipmentAnswer, cancellationToken).ConfigureAwait(false)
+                ?? throw new ReplicationProtocolException($"{_replica} answered {(int)response.StatusCode} without a body");
+            return answer.ToResult();
+        }
+
+        var detail = await response.Content.ReadAsStringAsync(cancellationToken).ConfigureAwait(false);
+        throw new ReplicationProtocolException(
+            string.Create(CultureInfo.InvariantCulture, $"{_replica} answered {(int)response.StatusCode}: {detail[..Math.Min(detail.Length, 300)]}"));
+    }
+
+    public void Dispose()
+    {
+        _watermark.LocalAdvanced -= Wake;
+        _wake.Dispose();
+    }
+
+    private void Wake()
+    {
+        try
+        {
+            if (_wake.CurrentCount == 0)
+            {
+                _wake.Release();
+            }
+        }
+        catch (Exception ex) when (ex is SemaphoreFullException or ObjectDisposedException)
+        {
+            // Woken already, or stopped.
+        }
+    }
+
+    /// <summary>Collects the ends of the commit records a walk passes.</summary>
+    private sealed class CommitEnds : ILogScanVisitor
+    {
+        private readonly List<long> _ends = [];
+
+        public void Record(RecordHeader header, ReadOnlySpan<byte> body)
+        {
+        }
+
+        public void Committed(long until) => _ends.Add(until);
+
+        public long LastAtOrBefore(long limit) => _ends.Where(e => e <= limit).DefaultIfEmpty(0).Max();
+
+        public long FirstAfter(long from) => _ends.Where(e => e > from).DefaultIfEmpty(0).Min();
+    }
+}
+
+/// <summary>A replica's answer that is not one (a wrong status, no body): the shipper asks again later.</summary>
+internal sealed class ReplicationProtocolException(string message) : Exception(message);

@@ -1,0 +1,165 @@
+using System.Globalization;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Routing;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
+using PersistentServices.Http;
+
+namespace PersistentServices.Replication;
+
+/// <summary>
+/// The replication endpoints (docs/replication.md, "The protocol"), mapped by <c>UsePersistentServices()</c> when
+/// replication is configured:
+/// <list type="bullet">
+/// <item><c>POST /ps/replication/append</c>: a shipment, on a replica (200 with where it now ends; 409 with where it
+///   stands when it is not at that place, is empty, or has seen a newer term); a primary answers 409 with its own term,
+///   or, for a newer term, is fenced and answers 503.</item>
+/// <item><c>POST /ps/replication/promote</c>: makes a replica the primary of a newer term (200; 409 when it cannot).</item>
+/// <item><c>GET /ps/replication/status</c>: role, term, what the node holds or ships (no secrets; unsigned).</item>
+/// </list>
+/// Shipments and promotions must be signed by a node of this same service (<see cref="ReplicationMessages"/>): 401
+/// otherwise; a malformed one is 400, a body larger than allowed 413, all as problem details.
+/// </summary>
+internal static class ReplicationEndpoints
+{
+    public const string AppendPath = "/ps/replication/append";
+    public const string PromotePath = "/ps/replication/promote";
+    public const string StatusPath = "/ps/replication/status";
+
+    public static void Map(IEndpointRouteBuilder endpoints)
+    {
+        endpoints.MapPost(AppendPath, AppendAsync).WithDisplayName("PersistentServices: replication shipment");
+        endpoints.MapPost(PromotePath, PromoteAsync).WithDisplayName("PersistentServices: replication promotion");
+        endpoints.MapGet(StatusPath, StatusAsync).WithDisplayName("PersistentServices: replication status");
+    }
+
+    /// <summary>The largest shipment a replica takes: a shipment ends at a commit, and one commit may exceed MaxShipmentBytes.</summary>
+    internal static long MaxBodyBytes(PersistentServicesOptions options) => Math.Max(options.Replication.MaxShipmentBytes, 64L << 20);
+
+    private static async Task AppendAsync(HttpContext context)
+    {
+        var node = context.RequestServices.GetRequiredService<ReplicationNode>();
+        var options = context.RequestServices.GetRequiredService<Microsoft.Extensions.Options.IOptions<PersistentServicesOptions>>().Value;
+        var header = context.Request.Headers[ReplicationMessages.Header].ToString();
+        if (!ReplicationMessages.TryParse(header, out var shipment))
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed shipment",
+                "A shipment carries PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1 with T >= 1.").ConfigureAwait(false);
+            return;
+        }
+
+        if (context.Request.ContentLength is not { } length || length > MaxBodyBytes(options))
+        {
+            await RefuseAsync(context, 413, "replication-too-large", "Shipment too large",
+                string.Create(CultureInfo.InvariantCulture, $"A shipment gives its Content-Length and has at most {MaxBodyBytes(options)} bytes.")).ConfigureAwait(false);
+            return;
+        }
+
+        var body = new byte[length];
+        await context.Request.Body.ReadExactlyAsync(body, context.RequestAborted).ConfigureAwait(false);
+        if (ReplicationMessages.Verify(context, node, header, body) is { } refused)
+        {
+            await RefuseAsync(context, 401, "replication-peer", "Not a node of this service",
+                $"Shipments are accepted only from this service's own nodes, signed with its peer key: this one had {refused}.").ConfigureAwait(false);
+            return;
+        }
+
+        if (node.Replica is not { } replica)
+        {
+            if (node.Role == ReplicationRole.Primary && shipment.Term > node.Term)
+            {
+                // A primary of a newer term exists: this one is fenced (it acknowledges nothing more) and restarts as a replica.
+                node.Fence(shipment.Term, $"a primary of term {shipment.Term}");
+            }
+
+            context.Response.Headers.RetryAfter = "1";
+            if (node.Role == ReplicationRole.Primary)
+            {
+                await WriteAnswerAsync(context, 409, new ShipmentAnswer("fenced", node.Term, node.Term, 0, 0, 0)).ConfigureAwait(false);
+                return;
+            }
+
+            await RefuseAsync(context, 503, "replication-unavailable", "Not a replica now",
+                "This node is not holding a replica's log now (starting, promoted, or fenced and waiting for its restart): ask again.").ConfigureAwait(false);
+            return;
+        }
+
+        ShipmentResult result;
+        try
+        {
+            result = replica.Append(shipment with { Bytes = body });
+        }
+        catch (ObjectDisposedException)
+        {
+            context.Response.Headers.RetryAfter = "1";
+            await RefuseAsync(context, 503, "replication-unavailable", "Not a replica now", "This replica is being promoted or stopped.").ConfigureAwait(false);
+            return;
+        }
+
+        await WriteAnswerAsync(context, result.Outcome == ShipmentOutcome.Appended ? 200 : 409, ShipmentAnswer.From(result)).ConfigureAwait(false);
+    }
+
+    private static async Task PromoteAsync(HttpContext context)
+    {
+        var node = context.RequestServices.GetRequiredService<ReplicationNode>();
+        var header = context.Request.Headers[ReplicationMessages.Header].ToString();
+        if (!header.StartsWith("term=", StringComparison.Ordinal) ||
+            !long.TryParse(header.AsSpan(5), NumberStyles.None, CultureInfo.InvariantCulture, out var term) || term < 1)
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed promotion", "A promotion carries PS-Replication: term=T, the new term.").ConfigureAwait(false);
+            return;
+        }
+
+        if (context.Request.ContentLength is > 0)
+        {
+            await RefuseAsync(context, 413, "replication-too-large", "Promotion with a body", "A promotion has no body.").ConfigureAwait(false);
+            return;
+        }
+
+        if (ReplicationMessages.Verify(context, node, header, []) is { } refused)
+        {
+            await RefuseAsync(context, 401, "replication-peer", "Not a node of this service",
+                $"Promotions are accepted only from this service's own nodes and operators, signed with its peer key: this one had {refused}.").ConfigureAwait(false);
+            return;
+        }
+
+        if (!node.TryPromote(term, out var why))
+        {
+            await RefuseAsync(context, 409, "replication-not-promoted", "Not promoted", $"This node was not promoted: {why}.").ConfigureAwait(false);
+            return;
+        }
+
+        await context.Response.WriteAsJsonAsync(Status(node), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted).ConfigureAwait(false);
+    }
+
+    private static Task StatusAsync(HttpContext context)
+        => context.Response.WriteAsJsonAsync(Status(context.RequestServices.GetRequiredService<ReplicationNode>()), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted);
+
+    internal static ReplicationStatus Status(ReplicationNode node)
+    {
+        ReplicaStatus? replica = node.Replica is { } r ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm) : null;
+        PrimaryStatus? primary = null;
+        if (node.Watermark is { } watermark)
+        {
+            var local = watermark.LocalUntil;
+            primary = new PrimaryStatus(local, Math.Min(local, watermark.Until), watermark.Required,
+                [.. node.Shippers.Select(s => new ShipperStatus(s.Replica.ToString(), s.State, s.ShippedUntil, Math.Max(0, local - Math.Max(0, s.ShippedUntil)), s.Shipped.Shipments, s.Shipped.Bytes))]);
+        }
+
+        return new ReplicationStatus(node.Role.ToString(), node.Term, replica, primary);
+    }
+
+    private static Task WriteAnswerAsync(HttpContext context, int status, ShipmentAnswer answer)
+    {
+        context.Response.StatusCode = status;
+        return context.Response.WriteAsJsonAsync(answer, ReplicationJson.Default.ShipmentAnswer, contentType: null, context.RequestAborted);
+    }
+
+    private static Task RefuseAsync(HttpContext context, int status, string type, string title, string detail)
+    {
+        var logger = context.RequestServices.GetRequiredService<ILoggerFactory>().CreateLogger("PersistentServices.Replication");
+        ReplicationServiceEvents.MessageRefused(logger, context.Request.Path.Value ?? "", detail);
+        return ProtocolProblems.WriteAsync(context, status, type, title, detail);
+    }
+}

@@ -1,0 +1,133 @@
+using System.Globalization;
+using System.Net.Http.Headers;
+using System.Text.Json;
+using System.Text.Json.Serialization;
+using Microsoft.AspNetCore.Http;
+using PersistentServices.Calls;
+using PersistentServices.Http;
+
+namespace PersistentServices.Replication;
+
+/// <summary>
+/// The replication messages on the wire (docs/replication.md, "The protocol"): a shipment is <c>POST</c>
+/// <see cref="ReplicationEndpoints.AppendPath"/> with the log's bytes as the body and header
+/// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1</c>; a promotion is <c>POST</c>
+/// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c>. Both are signed with the peer key
+/// (<see cref="PeerSignature"/>, role <c>replication</c>, the header as the signed DV field) by and for the service of
+/// the same name: only the deployment's own nodes of this service ship to it or promote it.
+/// </summary>
+internal static class ReplicationMessages
+{
+    public const string Header = "PS-Replication";
+    public const string Role = "replication";
+    public const string ContentType = "application/octet-stream";
+
+    public static string Describe(in Shipment shipment)
+        => string.Create(CultureInfo.InvariantCulture,
+            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)}");
+
+    public static HttpRequestMessage Shipment(Uri append, in Shipment shipment, ReplicationNode node)
+    {
+        var header = Describe(shipment);
+        var request = new HttpRequestMessage(HttpMethod.Post, append) { Content = new ReadOnlyMemoryContent(shipment.Bytes) };
+        request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
+        Sign(request, header, node, shipment.Bytes.Span);
+        return request;
+    }
+
+    public static HttpRequestMessage Promotion(Uri promote, long term, ReplicationNode node)
+    {
+        var header = string.Create(CultureInfo.InvariantCulture, $"term={term}");
+        var request = new HttpRequestMessage(HttpMethod.Post, promote) { Content = new ByteArrayContent([]) };
+        request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
+        Sign(request, header, node, []);
+        return request;
+    }
+
+    /// <summary>Signs <paramref name="request"/> as a replication message of this service (what a test or an operator's tool does too).</summary>
+    public static void Sign(HttpRequestMessage request, string header, ReplicationNode node, ReadOnlySpan<byte> body)
+    {
+        request.Headers.Add(Header, header);
+        request.Headers.Add(ProtocolHeaders.Caller, node.ServiceName);
+        request.Headers.Add(ProtocolHeaders.Callee, node.ServiceName);
+        var message = new PeerMessage("POST", request.RequestUri!.PathAndQuery, node.ServiceName, node.ServiceName, "", "", Role, header, ContentType);
+        request.Headers.Add(ProtocolHeaders.Signature, node.Peers.Sign(message, body));
+    }
+
+    /// <summary>Null when <paramref name="context"/>'s request is a replication message signed by this service's own nodes; otherwise why not.</summary>
+    public static string? Verify(HttpContext context, ReplicationNode node, string header, ReadOnlySpan<byte> body)
+    {
+        var caller = context.Request.Headers[ProtocolHeaders.Caller].ToString();
+        if (!string.Equals(caller, node.ServiceName, StringComparison.Ordinal))
+        {
+            return caller.Length == 0 ? "no PS-Caller header" : "a sender that is not a node of this service (PS-Caller names another service)";
+        }
+
+        var message = new PeerMessage(context.Request.Method, context.Request.Path + context.Request.QueryString, caller,
+            context.Request.Headers[ProtocolHeaders.Callee].ToString(), "", "", Role, header, context.Request.ContentType ?? "");
+        return node.Peers.Verify(context.Request.Headers[ProtocolHeaders.Signature].ToString(), message, body);
+    }
+
+    /// <summary>Parses <c>term=T;from=F;begin=B;anchor=A;reset=0|1</c> (every field but term optional: -1, 0, 0, 0, 0).</summary>
+    public static bool TryParse(string header, out Shipment shipment)
+    {
+        shipment = default;
+        long term = -1, from = -1, begin = 0, anchor = 0, reset = 0;
+        if (header.Length is 0 or > 200)
+        {
+            return false;
+        }
+
+        foreach (var part in header.Split(';'))
+        {
+            var eq = part.IndexOf('=', StringComparison.Ordinal);
+            if (eq <= 0 || !long.TryParse(part.AsSpan(eq + 1), NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out var value))
+            {
+                return false;
+            }
+
+            switch (part[..eq])
+            {
+                case "term": term = value; break;
+                case "from": from = value; break;
+                case "begin": begin = value; break;
+                case "anchor": anchor = value; break;
+                case "reset": reset = value; break;
+                default: return false;
+            }
+        }
+
+        if (term < 1 || from < -1 || begin < 0 || anchor < 0 || reset is not (0 or 1) || (reset == 1 && from != begin))
+        {
+            return false;
+        }
+
+        shipment = new Shipment(term, from, begin, anchor, reset == 1, ReadOnlyMemory<byte>.Empty);
+        return true;
+    }
+}
+
+/// <summary>A replica's answer to a shipment, as JSON.</summary>
+internal sealed record ShipmentAnswer(string Outcome, long Term, long ContentTerm, long Begin, long DurableUntil, uint TailChecksum)
+{
+    public static ShipmentAnswer From(in ShipmentResult result)
+        => new(result.Outcome.ToString().ToLowerInvariant(), result.Term, result.ContentTerm, result.Begin, result.DurableUntil, result.TailChecksum);
+
+    public ShipmentResult ToResult()
+        => new(Enum.TryParse<ShipmentOutcome>(Outcome, ignoreCase: true, out var outcome) ? outcome : throw new ReplicationProtocolException($"unknown outcome '{Outcome}'"),
+            Term, ContentTerm, Begin, DurableUntil, TailChecksum);
+}
+
+/// <summary>What <c>GET</c> <see cref="ReplicationEndpoints.StatusPath"/> shows: this node's role and term, and what it holds or ships.</summary>
+internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? Replica, PrimaryStatus? Primary);
+
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm);
+
+internal sealed record PrimaryStatus(long LocalDurableUntil, long ReplicatedUntil, int RequiredReplicas, IReadOnlyList<ShipperStatus> Replicas);
+
+internal sealed record ShipperStatus(string Address, string State, long ShippedUntil, long LagBytes, long Shipments, long Bytes);
+
+[JsonSourceGenerationOptions(JsonSerializerDefaults.Web)]
+[JsonSerializable(typeof(ShipmentAnswer))]
+[JsonSerializable(typeof(ReplicationStatus))]
+internal sealed partial class ReplicationJson : JsonSerializerContext;

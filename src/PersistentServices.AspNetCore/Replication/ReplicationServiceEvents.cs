@@ -1,0 +1,29 @@
+using Microsoft.Extensions.Logging;
+
+namespace PersistentServices.Replication;
+
+/// <summary>Log messages of a replicated service (event ids 1430–1449; the engine's, <see cref="ReplicationEvents"/>, are 1420–1429).</summary>
+internal static partial class ReplicationServiceEvents
+{
+    [LoggerMessage(1430, LogLevel.Information, "Replication: this process starts as the {Role} of term {Term} (log directory '{Directory}', which recorded {Recorded})")]
+    public static partial void Started(ILogger logger, string role, long term, string directory, string recorded);
+
+    [LoggerMessage(1431, LogLevel.Warning, "Replication: promoted to the primary of term {Term}; recovery opens the replica's log [{Begin}, {DurableUntil}) as this service's log")]
+    public static partial void Promoted(ILogger logger, long term, long begin, long durableUntil);
+
+    [LoggerMessage(1432, LogLevel.Error,
+        "Replication: this primary (term {Term}) is fenced: replica {Replica} has seen term {NewerTerm}. Nothing more is acknowledged here; restart the process to rejoin as a replica")]
+    public static partial void Fenced(ILogger logger, long term, long newerTerm, string replica);
+
+    [LoggerMessage(1433, LogLevel.Critical, "Replication: {Why}")]
+    public static partial void Refused(ILogger logger, string why);
+
+    [LoggerMessage(1434, LogLevel.Warning, "Replication: replica {Replica} is out of reach ({Reason}); asking again. Synchronous replication acknowledges nothing it is required for meanwhile")]
+    public static partial void ReplicaUnreachable(ILogger logger, string replica, string reason);
+
+    [LoggerMessage(1435, LogLevel.Information, "Replication: replica {Replica} answers again; shipping from {From}")]
+    public static partial void ReplicaReachable(ILogger logger, string replica, long from);
+
+    [LoggerMessage(1436, LogLevel.Warning, "Replication: refused a message on {Path}: {Reason}")]
+    public static partial void MessageRefused(ILogger logger, string path, string reason);
+}

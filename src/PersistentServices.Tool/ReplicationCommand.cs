@@ -1,0 +1,136 @@
+using System.Globalization;
+using System.Net.Http.Headers;
+using System.Text;
+using PersistentServices.Calls;
+
+namespace PersistentServices.Tool;
+
+/// <summary>
+/// <c>psctl replication status|promote</c>: an operator's view of a replicated service's node, and the promotion of a
+/// replica to the primary of a newer term (docs/replication.md, "Failover"). A promotion is signed with the service's
+/// peer key, as the nodes sign their shipments: only whoever holds that key promotes.
+/// </summary>
+internal static class ReplicationCommand
+{
+    public const string Usage = """
+          psctl replication status <node-url>
+          psctl replication promote <node-url> --service <ServiceName> --term <T>
+
+        status   the node's role, term, and what it holds (a replica: its log's begin and durable end) or ships (a
+                 primary: its durable end, what its replicas hold, each shipper's state and lag in bytes), as JSON.
+        promote  makes a replica the primary of term T, which must be newer than every term it has seen (status shows
+                 its term: give one more). Promote a replica only once the old primary is gone or fenced; in synchronous
+                 mode every replica holds everything acknowledged. The old primary, when it comes back, is fenced by the
+                 new term and restarts as a replica.
+                 The peer key (PersistentServicesOptions.Calls.PeerKey) is read from PSCTL_PEER_KEY, or --peer-key-file.
+
+        Exit status: 0 done; 1 refused (the node answered why); 2 the node could not be asked (usage, unreachable).
+        """;
+
+    public static int Run(string[] args, TextWriter output, TextWriter error, Func<string, string?> environment)
+    {
+        if (args is [] or ["-h" or "--help" or "help", ..])
+        {
+            output.WriteLine(Usage);
+            return args.Length == 0 ? Cli.CannotCheck : Cli.Clean;
+        }
+
+        if (args.Length < 2 || !Uri.TryCreate(args[1], UriKind.Absolute, out var node) || node.Scheme is not ("http" or "https"))
+        {
+            error.WriteLine("psctl replication: give the command and the node's base address (http://host:port).");
+            error.WriteLine(Usage);
+            return Cli.CannotCheck;
+        }
+
+        string? service = null, keyFile = null;
+        long term = 0;
+        for (var i = 2; i < args.Length; i++)
+        {
+            switch (args[i])
+            {
+                case "--service" when i + 1 < args.Length:
+                    service = args[++i];
+                    break;
+                case "--term" when i + 1 < args.Length && long.TryParse(args[i + 1], NumberStyles.None, CultureInfo.InvariantCulture, out var t) && t >= 1:
+                    term = t;
+                    i++;
+                    break;
+                case "--peer-key-file" when i + 1 < args.Length:
+                    keyFile = args[++i];
+                    break;
+                default:
+                    error.WriteLine($"psctl replication: unknown or incomplete option '{args[i]}'.");
+                    error.WriteLine(Usage);
+                    return Cli.CannotCheck;
+            }
+        }
+
+        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(30) };
+        try
+        {
+            switch (args[0])
+            {
+                case "status":
+                    return Print(http.GetAsync(new Uri(node, "/ps/replication/status")).GetAwaiter().GetResult(), output, error);
+                case "promote":
+                    if (service is null || term == 0)
+                    {
+                        error.WriteLine("psctl replication promote: give --service <ServiceName> and --term <T>.");
+                        return Cli.CannotCheck;
+                    }
+
+                    var key = keyFile is not null ? File.ReadAllText(keyFile).Trim() : environment("PSCTL_PEER_KEY");
+                    if (string.IsNullOrEmpty(key))
+                    {
+                        error.WriteLine("psctl replication promote: the service's peer key is needed: PSCTL_PEER_KEY=<key>, or --peer-key-file <file>.");
+                        return Cli.CannotCheck;
+                    }
+
+                    using (var request = Promotion(new Uri(node, "/ps/replication/promote"), service, term, key))
+                    {
+                        return Print(http.SendAsync(request).GetAwaiter().GetResult(), output, error);
+                    }
+
+                default:
+                    error.WriteLine($"psctl replication: unknown command '{args[0]}'.");
+                    error.WriteLine(Usage);
+                    return Cli.CannotCheck;
+            }
+        }
+        catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException or IOException)
+        {
+            error.WriteLine($"psctl replication: {node} could not be asked: {ex.Message}");
+            return Cli.CannotCheck;
+        }
+    }
+
+    /// <summary>A promotion signed as the nodes sign replication messages (PS-Signature v2, role "replication").</summary>
+    internal static HttpRequestMessage Promotion(Uri promote, string service, long term, string peerKey)
+    {
+        var header = string.Create(CultureInfo.InvariantCulture, $"term={term}");
+        var request = new HttpRequestMessage(HttpMethod.Post, promote) { Content = new ByteArrayContent([]) };
+        request.Content.Headers.ContentType = new MediaTypeHeaderValue("application/octet-stream");
+        request.Headers.Add("PS-Replication", header);
+        request.Headers.Add("PS-Caller", service);
+        request.Headers.Add("PS-Callee", service);
+        var message = new PeerMessage("POST", promote.PathAndQuery, service, service, "", "", "replication", header, "application/octet-stream");
+        request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(peerKey), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, []));
+        return request;
+    }
+
+    private static int Print(HttpResponseMessage response, TextWriter output, TextWriter error)
+    {
+        using (response)
+        {
+            var body = response.Content.ReadAsStringAsync().GetAwaiter().GetResult();
+            if (response.IsSuccessStatusCode)
+            {
+                output.WriteLine(body);
+                return Cli.Clean;
+            }
+
+            error.WriteLine($"psctl replication: {(int)response.StatusCode} {body}");
+            return (int)response.StatusCode is >= 400 and < 500 ? Cli.Refused : Cli.CannotCheck;
+        }
+    }
+}

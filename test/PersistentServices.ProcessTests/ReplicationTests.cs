@@ -1,0 +1,190 @@
+using System.Diagnostics;
+using System.Net;
+using System.Reflection;
+using System.Text.Json;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>
+/// Log shipping with real processes (docs/replication.md): a primary and two replicas of one service, each its own log
+/// directory, eight clients under load. The primary is SIGKILLed and its whole log directory deleted; the replica with
+/// the longest log is promoted (psctl, signed with the peer key) and serves every session with every acknowledged
+/// request exactly once. The old primary, started again on an empty directory with its old configuration, is fenced by
+/// the new term and acknowledges nothing; restarted, it rejoins as a replica and catches up.
+/// </summary>
+[Trait("Category", "Process")]
+public sealed class ReplicationTests : IDisposable
+{
+    private const string PeerKey = "replication-test-peer-key-0123456789";
+    private static readonly string PsctlPath = typeof(ReplicationTests).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
+        .Single(a => a.Key == "PsctlPath").Value!;
+
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    private Dictionary<string, string> Node(string name, string role, IEnumerable<int> others) => new()
+    {
+        ["PS_LOG_DIR"] = _dir.File(name),
+        ["PS_SERVICE_NAME"] = "orders",
+        ["PS_PEER_KEY"] = PeerKey,
+        ["PS_REPLICATION"] = role,
+        ["PS_REPLICAS"] = string.Join(',', others.Select(p => $"http://127.0.0.1:{p}")),
+        ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1",
+    };
+
+    [Fact]
+    public async Task PrimaryKilledAndItsLogDeleted_TheLongestReplicaIsPromoted_NothingAcknowledgedIsLost_TheOldPrimaryIsFencedAndRejoins()
+    {
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        var a = Node("a", "Primary", [ports[1], ports[2]]);
+        var b = Node("b", "Replica", [ports[0], ports[2]]);
+        var c = Node("c", "Replica", [ports[0], ports[1]]);
+        await using var replicaB = await ServiceProcess.StartAsync(b, ports[1], waitUntilReady: false);
+        await using var replicaC = await ServiceProcess.StartAsync(c, ports[2], waitUntilReady: false);
+        var primary = await ServiceProcess.StartAsync(a, ports[0]);
+
+        // Eight clients, each its own session, tally (session state) and deposit (shared state) in turn, until the kill.
+        const int clients = 8;
+        var sessions = new string[clients];
+        for (var i = 0; i < clients; i++)
+        {
+            sessions[i] = await primary.StartSessionAsync();
+        }
+
+        var acknowledged = new long[clients];
+        using var stop = new CancellationTokenSource();
+        var load = Enumerable.Range(0, clients).Select(i => Task.Run(async () =>
+        {
+            for (long seq = 1; seq <= 400 && !stop.IsCancellationRequested; seq++)
+            {
+                try
+                {
+                    var (status, _, _) = await primary.SendAsync(HttpMethod.Post, Path(seq), sessions[i], seq, Body(i));
+                    if (status != HttpStatusCode.OK)
+                    {
+                        return;
+                    }
+
+                    acknowledged[i] = seq;
+                }
+                catch (HttpRequestException)
+                {
+                    return; // the primary is gone: this request may or may not have run; it is resent below
+                }
+            }
+        }, ct)).ToArray();
+
+        await Task.Delay(TimeSpan.FromSeconds(2), ct);
+        await primary.KillAsync();
+        await stop.CancelAsync();
+        await Task.WhenAll(load);
+        await primary.DisposeAsync();
+        Assert.True(acknowledged.Sum() > 40, $"the load ran: {string.Join(", ", acknowledged)}");
+
+        // The primary's node is lost: its whole log directory.
+        Directory.Delete(_dir.File("a"), recursive: true);
+
+        // Promote the replica that holds the most (each holds a prefix of the primary's log).
+        var statusB = await StatusAsync(replicaB);
+        var statusC = await StatusAsync(replicaC);
+        Assert.Equal("Replica", statusB.GetProperty("role").GetString());
+        var endB = statusB.GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var endC = statusC.GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var (promoted, other) = endB >= endC ? (replicaB, replicaC) : (replicaC, replicaB);
+        var promotedAt = Stopwatch.GetTimestamp();
+        var (exit, output) = await RunPsctlAsync("replication", "promote", $"http://127.0.0.1:{promoted.Port}", "--service", "orders", "--term", "2");
+        Assert.True(exit == 0, output);
+        await promoted.WaitUntilReadyAsync();
+        var readyAfter = Stopwatch.GetElapsedTime(promotedAt);
+
+        // Every client resends what it had not seen answered (the same number): it runs once, or is answered from the log.
+        for (var i = 0; i < clients; i++)
+        {
+            var next = acknowledged[i] + 1;
+            var (status, _, _) = await promoted.SendUntilAnsweredAsync(Path(next), sessions[i], next, Body(i));
+            Assert.Equal(HttpStatusCode.OK, status);
+            acknowledged[i] = next;
+        }
+
+        // Exactly once: each session's tally counts its tally requests, each account's balance its deposits.
+        var (_, balances, _) = await promoted.SendAsync(HttpMethod.Get, "/balances", null, null);
+        for (var i = 0; i < clients; i++)
+        {
+            var (status, tally, _) = await promoted.SendAsync(HttpMethod.Get, "/tally", sessions[i], null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
+            Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
+        }
+
+        // The old primary comes back on an empty directory with its old configuration: the new term fences it at its first
+        // shipment; it acknowledges nothing (a session start needs its record durable, which it never is there).
+        await using (var old = await ServiceProcess.StartAsync(a, ports[0], waitUntilReady: false))
+        {
+            await WaitAsync(async () => (await StatusAsync(old)).ValueKind == JsonValueKind.Object, old);
+            using var start = await old.Client.PostAsync("/ps/sessions", null, ct);
+            Assert.NotEqual(HttpStatusCode.Created, start.StatusCode);
+            await WaitAsync(async () => (await StatusAsync(old)).GetProperty("role").GetString() == "Replica", old);
+            Assert.Contains("fenced", old.Output, StringComparison.OrdinalIgnoreCase);
+            await old.KillAsync();
+        }
+
+        // Restarted, its directory says replica of term 2: the new primary resets it (it held another history) and ships.
+        await using var rejoined = await ServiceProcess.StartAsync(a, ports[0], waitUntilReady: false);
+        await WaitAsync(async () =>
+        {
+            var primaryStatus = await StatusAsync(promoted);
+            var end = primaryStatus.GetProperty("primary").GetProperty("localDurableUntil").GetInt64();
+            var replica = (await StatusAsync(rejoined)).GetProperty("replica");
+            return replica.ValueKind == JsonValueKind.Object && replica.GetProperty("durableUntil").GetInt64() == end && replica.GetProperty("contentTerm").GetInt64() == 2;
+        }, rejoined);
+        var otherStatus = await StatusAsync(other);
+        Assert.Equal(2, otherStatus.GetProperty("term").GetInt64());
+        TestContext.Current.TestOutputHelper?.WriteLine($"acknowledged {acknowledged.Sum()} requests; promoted replica ready {readyAfter.TotalMilliseconds:F0} ms after the promotion");
+    }
+
+    private static string Path(long seq) => seq % 2 == 1 ? "/tally" : "/deposit";
+
+    private static object Body(int client) => new { account = $"c{client}", amount = 1 };
+
+    private static async Task<JsonElement> StatusAsync(ServiceProcess node)
+    {
+        using var response = await node.Client.GetAsync("/ps/replication/status", TestContext.Current.CancellationToken);
+        response.EnsureSuccessStatusCode();
+        return JsonDocument.Parse(await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken)).RootElement.Clone();
+    }
+
+    private static async Task WaitAsync(Func<Task<bool>> condition, ServiceProcess node)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (DateTime.UtcNow < deadline)
+        {
+            try
+            {
+                if (await condition())
+                {
+                    return;
+                }
+            }
+            catch (HttpRequestException)
+            {
+            }
+
+            await Task.Delay(100, TestContext.Current.CancellationToken);
+        }
+
+        Assert.Fail($"not within 30 s:\n{node.RecentOutput()}");
+    }
+
+    private static async Task<(int Exit, string Output)> RunPsctlAsync(params string[] args)
+    {
+        var start = new ProcessStartInfo("dotnet", [PsctlPath, .. args]) { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
+        start.Environment["PSCTL_PEER_KEY"] = PeerKey;
+        using var process = Process.Start(start)!;
+        var stdout = process.StandardOutput.ReadToEndAsync(TestContext.Current.CancellationToken);
+        var stderr = process.StandardError.ReadToEndAsync(TestContext.Current.CancellationToken);
+        await process.WaitForExitAsync(TestContext.Current.CancellationToken);
+        return (process.ExitCode, await stdout + await stderr);
+    }
+}
