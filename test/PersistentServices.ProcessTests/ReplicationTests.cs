@@ -10,7 +10,9 @@ namespace PersistentServices.ProcessTests;
 /// directory, eight clients under load. The primary is SIGKILLed and its whole log directory deleted; the replica with
 /// the longest log is promoted (psctl, signed with the peer key) and serves every session with every acknowledged
 /// request exactly once. The old primary, started again on an empty directory with its old configuration, is fenced by
-/// the new term and acknowledges nothing; restarted, it rejoins as a replica and catches up.
+/// the new term and acknowledges nothing; restarted, it rejoins as a replica and catches up. And a replica promoted while
+/// the old primary still serves: the new term is claimed at a majority first, so nothing the old primary acknowledged is
+/// lost and it acknowledges nothing after.
 /// </summary>
 [Trait("Category", "Process")]
 public sealed class ReplicationTests : IDisposable
@@ -99,24 +101,9 @@ public sealed class ReplicationTests : IDisposable
         await promoted.WaitUntilReadyAsync();
         var readyAfter = Stopwatch.GetElapsedTime(promotedAt);
 
-        // Every client resends what it had not seen answered (the same number): it runs once, or is answered from the log.
-        for (var i = 0; i < clients; i++)
-        {
-            var next = acknowledged[i] + 1;
-            var (status, _, _) = await promoted.SendUntilAnsweredAsync(Path(next), sessions[i], next, Body(i));
-            Assert.Equal(HttpStatusCode.OK, status);
-            acknowledged[i] = next;
-        }
-
-        // Exactly once: each session's tally counts its tally requests, each account's balance its deposits.
-        var (_, balances, _) = await promoted.SendAsync(HttpMethod.Get, "/balances", null, null);
-        for (var i = 0; i < clients; i++)
-        {
-            var (status, tally, _) = await promoted.SendAsync(HttpMethod.Get, "/tally", sessions[i], null);
-            Assert.Equal(HttpStatusCode.OK, status);
-            Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
-            Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
-        }
+        // Every client resends what it had not seen answered (the same number): it runs once, or is answered from the log;
+        // then each session's tally counts its tally requests, each account's balance its deposits: exactly once.
+        await AssertExactlyOnceAsync(promoted, sessions, acknowledged);
 
         // The old primary comes back on an empty directory with its old configuration: the new term fences it at its first
         // shipment; it acknowledges nothing (a session start needs its record durable, which it never is there).
@@ -142,6 +129,96 @@ public sealed class ReplicationTests : IDisposable
         var otherStatus = await StatusAsync(other);
         Assert.Equal(2, otherStatus.GetProperty("term").GetInt64());
         TestContext.Current.TestOutputHelper?.WriteLine($"acknowledged {acknowledged.Sum()} requests; promoted replica ready {readyAfter.TotalMilliseconds:F0} ms after the promotion");
+    }
+
+    [Fact]
+    public async Task PromotedWhileTheOldPrimaryServes_TheOldPrimaryIsFenced_AndNothingItAcknowledgedIsLost()
+    {
+        // The old primary is alive (as when it is cut off from the operator, not from every node): the promotion claims the
+        // new term at a majority first, so the old primary gets nothing more acknowledged, and is fenced.
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
+        await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
+        await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);
+        const int clients = 8;
+        var sessions = new string[clients];
+        for (var i = 0; i < clients; i++)
+        {
+            sessions[i] = await primary.StartSessionAsync();
+        }
+
+        var acknowledged = new long[clients];
+        var load = Enumerable.Range(0, clients).Select(i => Task.Run(async () =>
+        {
+            for (long seq = 1; seq <= 2000; seq++)
+            {
+                try
+                {
+                    var (status, _, _) = await primary.SendAsync(HttpMethod.Post, Path(seq), sessions[i], seq, Body(i));
+                    if (status != HttpStatusCode.OK)
+                    {
+                        return; // fenced: 503, nothing acknowledged
+                    }
+
+                    acknowledged[i] = seq;
+                }
+                catch (HttpRequestException)
+                {
+                    return;
+                }
+            }
+        }, ct)).ToArray();
+
+        await Task.Delay(TimeSpan.FromSeconds(1.5), ct);
+        ServiceProcess? promoted = null;
+        var attempts = new List<string>();
+        for (var term = 2; term < 8 && promoted is null; term++)
+        {
+            var endB = (await StatusAsync(replicaB)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+            var endC = (await StatusAsync(replicaC)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+            var candidate = endB >= endC ? replicaB : replicaC;
+            var (exit, output) = await RunPsctlAsync("replication", "promote", $"http://127.0.0.1:{candidate.Port}", "--service", "orders", "--term", $"{term}");
+            attempts.Add($"term {term} at {candidate.Port}: exit {exit} {output.Trim()}");
+            if (exit == 0)
+            {
+                promoted = candidate;
+            }
+        }
+
+        Assert.True(promoted is not null, string.Join("\n", attempts));
+        await Task.WhenAll(load);
+        await WaitAsync(async () => (await StatusAsync(primary)).GetProperty("role").GetString() == "Replica", primary);
+        Assert.True(acknowledged.Sum() > 40, $"the load ran: {string.Join(", ", acknowledged)}");
+
+        // The old primary answers nothing from its log any more.
+        var (afterFence, _, _) = await primary.SendAsync(HttpMethod.Post, Path(acknowledged[0] + 1), sessions[0], acknowledged[0] + 1, Body(0));
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, afterFence);
+
+        await promoted.WaitUntilReadyAsync();
+        await AssertExactlyOnceAsync(promoted, sessions, acknowledged);
+        TestContext.Current.TestOutputHelper?.WriteLine($"acknowledged {acknowledged.Sum()} requests; promotions: {string.Join(" | ", attempts)}");
+    }
+
+    /// <summary>Each client resends what it had not seen answered (the same number); then each session's tally and account hold exactly its requests.</summary>
+    private static async Task AssertExactlyOnceAsync(ServiceProcess primary, string[] sessions, long[] acknowledged)
+    {
+        for (var i = 0; i < sessions.Length; i++)
+        {
+            var next = acknowledged[i] + 1;
+            var (status, _, _) = await primary.SendUntilAnsweredAsync(Path(next), sessions[i], next, Body(i));
+            Assert.Equal(HttpStatusCode.OK, status);
+            acknowledged[i] = next;
+        }
+
+        var (_, balances, _) = await primary.SendAsync(HttpMethod.Get, "/balances", null, null);
+        for (var i = 0; i < sessions.Length; i++)
+        {
+            var (status, tally, _) = await primary.SendAsync(HttpMethod.Get, "/tally", sessions[i], null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
+            Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
+        }
     }
 
     private static string Path(long seq) => seq % 2 == 1 ? "/tally" : "/deposit";

@@ -266,21 +266,8 @@ internal sealed class LogShipper : IDisposable
         return first > from && first <= durable ? first : durable;
     }
 
-    private async Task<ShipmentResult> SendAsync(Shipment shipment, CancellationToken cancellationToken)
-    {
-        using var request = ReplicationMessages.Shipment(_append, shipment, _node);
-        using var response = await _http.SendAsync(request, cancellationToken).ConfigureAwait(false);
-        if (response.StatusCode is HttpStatusCode.OK or HttpStatusCode.Conflict)
-        {
-            var answer = await response.Content.ReadFromJsonAsync(ReplicationJson.Default.ShipmentAnswer, cancellationToken).ConfigureAwait(false)
-                ?? throw new ReplicationProtocolException($"{_replica} answered {(int)response.StatusCode} without a body");
-            return answer.ToResult();
-        }
-
-        var detail = await response.Content.ReadAsStringAsync(cancellationToken).ConfigureAwait(false);
-        throw new ReplicationProtocolException(
-            string.Create(CultureInfo.InvariantCulture, $"{_replica} answered {(int)response.StatusCode}: {detail[..Math.Min(detail.Length, 300)]}"));
-    }
+    private Task<ShipmentResult> SendAsync(Shipment shipment, CancellationToken cancellationToken)
+        => ReplicationMessages.SendAsync(_http, _append, shipment, _node, cancellationToken);
 
     public void Dispose()
     {

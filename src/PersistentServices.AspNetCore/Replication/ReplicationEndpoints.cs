@@ -124,7 +124,8 @@ internal static class ReplicationEndpoints
             return;
         }
 
-        if (!node.TryPromote(term, out var why))
+        var (promoted, why) = await node.PromoteAsync(term, context.RequestAborted).ConfigureAwait(false);
+        if (!promoted)
         {
             await RefuseAsync(context, 409, "replication-not-promoted", "Not promoted", $"This node was not promoted: {why}.").ConfigureAwait(false);
             return;

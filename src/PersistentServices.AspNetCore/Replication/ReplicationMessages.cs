@@ -1,5 +1,6 @@
 using System.Globalization;
 using System.Net.Http.Headers;
+using System.Net.Http.Json;
 using System.Text.Json;
 using System.Text.Json.Serialization;
 using Microsoft.AspNetCore.Http;
@@ -42,6 +43,24 @@ internal static class ReplicationMessages
         request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
         Sign(request, header, node, []);
         return request;
+    }
+
+    /// <summary>Sends a shipment (or a probe: no bytes, from -1) and reads the replica's answer.</summary>
+    /// <exception cref="ReplicationProtocolException">The node answered something that is not a replica's answer (503 while it is not a replica, a refusal).</exception>
+    public static async Task<ShipmentResult> SendAsync(HttpClient http, Uri append, Shipment shipment, ReplicationNode node, CancellationToken cancellationToken)
+    {
+        using var request = Shipment(append, shipment, node);
+        using var response = await http.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        if (response.StatusCode is System.Net.HttpStatusCode.OK or System.Net.HttpStatusCode.Conflict)
+        {
+            var answer = await response.Content.ReadFromJsonAsync(ReplicationJson.Default.ShipmentAnswer, cancellationToken).ConfigureAwait(false)
+                ?? throw new ReplicationProtocolException($"{append} answered {(int)response.StatusCode} without a body");
+            return answer.ToResult();
+        }
+
+        var detail = await response.Content.ReadAsStringAsync(cancellationToken).ConfigureAwait(false);
+        throw new ReplicationProtocolException(
+            string.Create(CultureInfo.InvariantCulture, $"{append} answered {(int)response.StatusCode}: {detail[..Math.Min(detail.Length, 300)]}"));
     }
 
     /// <summary>Signs <paramref name="request"/> as a replication message of this service (what a test or an operator's tool does too).</summary>

@@ -32,6 +32,10 @@ internal sealed class ReplicationNode : IAsyncDisposable
     private ReplicationWatermark? _watermark;
     private LogShipper[] _shipping = [];
     private int _resolved;
+    private bool _promoting;
+
+    /// <summary>How long a promotion waits for the other nodes to take its term.</summary>
+    private static readonly TimeSpan ClaimTimeout = TimeSpan.FromSeconds(5);
     private int _disposed;
 
     public ReplicationNode(IOptions<PersistentServicesOptions> options, PersistentRuntime runtime, ServiceAvailability availability, IHttpClientFactory httpClients,
@@ -132,44 +136,118 @@ internal sealed class ReplicationNode : IAsyncDisposable
         => Role == ReplicationRole.Replica ? _promoted.Task.WaitAsync(cancellationToken) : Task.CompletedTask;
 
     /// <summary>
-    /// Makes this replica the primary of <paramref name="term"/>: the term is recorded first (durably, with the primary
-    /// role), the copy of the log is closed, and recovery opens it as this service's log. False (with why) when this
-    /// process is not a replica or the term is not newer than every term it has seen.
+    /// Makes this replica the primary of <paramref name="term"/> (docs/replication.md, "Failover"), or says why not:
+    /// <list type="number">
+    /// <item>the term is recorded here first (this replica refuses the old primary's shipments from now on);</item>
+    /// <item>it is claimed at a majority of the group: every other node is told of it, and a majority (this one
+    ///   included) must take it, so the old primary, alive or not, can have nothing more acknowledged (each acknowledgement
+    ///   needs a majority too, and those nodes now refuse its term); a live old primary told of it is fenced;</item>
+    /// <item>none of the nodes that took it may hold more of the log than this one (each acknowledged record is on one
+    ///   of them, so this one then holds every acknowledged record): otherwise promote that one;</item>
+    /// <item>the term is recorded with the primary role, the copy is closed, and recovery opens it as the service's log.</item>
+    /// </list>
+    /// The choice of node is the operator's (or, later, a consensus engine's); this makes the choice safe.
     /// </summary>
-    public bool TryPromote(long term, out string? why)
+    public async Task<(bool Promoted, string? Why)> PromoteAsync(long term, CancellationToken cancellationToken)
     {
+        ReplicaLog replica;
         lock (_gate)
         {
-            if (Role != ReplicationRole.Replica || _replica is not { } replica)
+            if (Role != ReplicationRole.Replica || _replica is not { } current)
             {
-                why = $"this process is the {Role} of term {Term}, not a replica";
-                return false;
+                return (false, $"this process is the {Role} of term {Term}, not a replica");
             }
 
-            if (term <= replica.Term)
+            if (_promoting)
             {
-                why = $"term {term} is not newer than term {replica.Term}, which this replica has seen";
-                return false;
+                return (false, "a promotion of this replica is already under way");
             }
 
-            if (replica.IsEmpty)
+            if (current.IsEmpty)
             {
-                why = "this replica holds no log yet";
-                return false;
+                return (false, "this replica holds no log yet");
             }
 
-            TermFile.Write(replica.Directory, new TermRecord(term, Primary: true, replica.ContentTerm), _service.Log.FileMode);
-            ReplicationServiceEvents.Promoted(_logger, term, replica.Begin, replica.DurableUntil);
-            replica.Dispose();
-            Volatile.Write(ref _replica, null);
-            Role = ReplicationRole.Primary;
-            Term = term;
-            why = null;
+            if (!current.TryAdvanceTerm(term))
+            {
+                return (false, $"term {term} is not newer than term {current.Term}, which this replica has seen");
+            }
+
+            _promoting = true;
+            replica = current;
+        }
+
+        try
+        {
+            if (await ClaimAsync(replica, term, cancellationToken).ConfigureAwait(false) is { } refused)
+            {
+                return (false, refused);
+            }
+
+            lock (_gate)
+            {
+                TermFile.Write(replica.Directory, new TermRecord(term, Primary: true, replica.ContentTerm), _service.Log.FileMode);
+                ReplicationServiceEvents.Promoted(_logger, term, replica.Begin, replica.DurableUntil);
+                replica.Dispose();
+                Volatile.Write(ref _replica, null);
+                Role = ReplicationRole.Primary;
+                Term = term;
+            }
+        }
+        finally
+        {
+            lock (_gate)
+            {
+                _promoting = false;
+            }
         }
 
         _availability.Promoted();
         _promoted.TrySetResult();
-        return true;
+        return (true, null);
+    }
+
+    /// <summary>Tells every other node of <paramref name="term"/>; null when a majority took it and none of them holds more than <paramref name="replica"/>, else why not.</summary>
+    private async Task<string?> ClaimAsync(ReplicaLog replica, long term, CancellationToken cancellationToken)
+    {
+        var http = _httpClients.CreateClient(HttpClientName);
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        timeout.CancelAfter(ClaimTimeout);
+        var probe = new Shipment(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty);
+        var answers = await Task.WhenAll(_options.Replicas.Select(async node =>
+        {
+            try
+            {
+                return (Node: node, Answer: (ShipmentResult?)await ReplicationMessages.SendAsync(http, new Uri(node, ReplicationEndpoints.AppendPath), probe, this, timeout.Token)
+                    .ConfigureAwait(false), Error: (string?)null);
+            }
+            catch (Exception ex) when (ex is HttpRequestException or OperationCanceledException or IOException or ReplicationProtocolException)
+            {
+                return (Node: node, Answer: null, Error: ex.Message);
+            }
+        })).ConfigureAwait(false);
+
+        var took = answers.Where(a => a.Answer is { } r && r.Term == term && r.Outcome != ShipmentOutcome.Fenced).ToList();
+        var group = _options.Replicas.Count + 1;
+        var majority = (group / 2) + 1;
+        if (took.Count + 1 < majority)
+        {
+            var others = string.Join("; ", answers.Select(a => a.Answer is { } r ? $"{a.Node}: term {r.Term}, {r.Outcome}" : $"{a.Node}: {a.Error}"));
+            return $"only {took.Count + 1} of the group's {group} nodes took term {term}, and a majority ({majority}) must, so that the old primary can have nothing more " +
+                   $"acknowledged ({others}). Ask again when more of them answer";
+        }
+
+        foreach (var (node, answer, _) in took)
+        {
+            var r = answer!.Value;
+            if (r.ContentTerm > replica.ContentTerm || (r.ContentTerm == replica.ContentTerm && r.DurableUntil > replica.DurableUntil))
+            {
+                return $"{node} holds more of the log (until {r.DurableUntil}, of term {r.ContentTerm}) than this replica (until {replica.DurableUntil}, of term " +
+                       $"{replica.ContentTerm}): promote that one, with a term above {term}";
+            }
+        }
+
+        return null;
     }
 
     /// <summary>

@@ -140,6 +140,27 @@ internal sealed class ReplicaLog : IDisposable
     /// <summary>The range a tail checksum covers when the replica's end is <paramref name="durableUntil"/> and its begin <paramref name="begin"/>.</summary>
     public static long TailChecksumFrom(long begin, long durableUntil) => Math.Max(begin, durableUntil - TailChecksumBytes);
 
+    /// <summary>
+    /// Records a newer term (a promotion of this replica claims it here first): shipments of older terms are refused from
+    /// now on. False when <paramref name="term"/> is not newer than <see cref="Term"/>.
+    /// </summary>
+    public bool TryAdvanceTerm(long term)
+    {
+        lock (_gate)
+        {
+            ObjectDisposedException.ThrowIf(_disposed, this);
+            if (term <= Term)
+            {
+                return false;
+            }
+
+            TermFile.Write(_directory, new TermRecord(term, Primary: false, ContentTerm), _options.FileMode);
+            ReplicationEvents.TermAdvanced(_logger, _directory, Term, term);
+            Term = term;
+            return true;
+        }
+    }
+
     /// <summary>Writes a shipment (or refuses it); returns only once what it reports is durable.</summary>
     public ShipmentResult Append(in Shipment shipment)
     {
