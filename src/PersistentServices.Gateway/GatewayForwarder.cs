@@ -150,18 +150,27 @@ internal sealed class GatewayForwarder : IDisposable
         };
 
         var delay = _options.RetryDelay;
+        var nodesTried = 0;
         for (var attempt = 1; ; attempt++)
         {
             if (body.Length > 0)
             {
                 request.Body = new MemoryStream(body, writable: false);
             }
+            var address = instance.Address;
             var transformer = new AttemptTransformer(path, service.PathPrefix, addedKey, instance.Ordinal);
-            var error = await _forwarder.SendAsync(context, instance.Address, _client, _requestConfig, transformer).ConfigureAwait(false);
+            var error = await _forwarder.SendAsync(context, address, _client, _requestConfig, transformer).ConfigureAwait(false);
             string reason;
             if (transformer.Held is { } held)
             {
                 reason = held;
+                if (transformer.Replica && instance.NextNode(address) && ++nodesTried < instance.Nodes.Count)
+                {
+                    // A replica executed nothing: the next node of the group may be the primary; asked at once, once around.
+                    GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, 0);
+                    ResetResponse(context);
+                    continue;
+                }
             }
             else if (error == ForwarderError.None || context.Response.HasStarted || context.RequestAborted.IsCancellationRequested)
             {
@@ -181,6 +190,13 @@ internal sealed class GatewayForwarder : IDisposable
                     if (route.Placement is Placement.SessionStart or Placement.Unkeyed)
                     {
                         instance = service.NextInstance(); // it never arrived anywhere: another instance may take it
+                    }
+                    else if (instance.NextNode(address) && ++nodesTried < instance.Nodes.Count)
+                    {
+                        // The node is down; another node of its replication group may be (or become) the primary.
+                        GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, 0);
+                        ResetResponse(context);
+                        continue;
                     }
                 }
                 else if (resendable)
@@ -217,6 +233,7 @@ internal sealed class GatewayForwarder : IDisposable
                 return;
             }
 
+            nodesTried = 0;
             GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, (long)delay.TotalMilliseconds);
             ResetResponse(context);
             try
@@ -328,6 +345,9 @@ internal sealed class GatewayForwarder : IDisposable
         /// <summary>Why the reply was held back (null: it went to the client).</summary>
         public string? Held { get; private set; }
 
+        /// <summary>The node answered that it is a replica (it executed nothing; another node of its group is the primary).</summary>
+        public bool Replica { get; private set; }
+
         public override async ValueTask TransformRequestAsync(HttpContext httpContext, HttpRequestMessage proxyRequest, string destinationPrefix, CancellationToken cancellationToken)
         {
             await base.TransformRequestAsync(httpContext, proxyRequest, destinationPrefix, cancellationToken).ConfigureAwait(false);
@@ -358,9 +378,10 @@ internal sealed class GatewayForwarder : IDisposable
 
                 var type = length <= MaxProblemBytes ? ProblemType(buffer.AsSpan(0, length)) : null;
                 if (type is "urn:persistentservices:problem:unavailable" or "urn:persistentservices:problem:reply-pending"
-                    or "urn:persistentservices:problem:idempotency-key-in-use")
+                    or "urn:persistentservices:problem:idempotency-key-in-use" or "urn:persistentservices:problem:replica")
                 {
                     Held = "answered " + type["urn:persistentservices:problem:".Length..];
+                    Replica = type == "urn:persistentservices:problem:replica";
                     return false;
                 }
 

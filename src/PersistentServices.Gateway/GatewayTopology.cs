@@ -7,8 +7,49 @@ using Microsoft.AspNetCore.Http;
 
 namespace PersistentServices.Gateway;
 
-/// <summary>One instance of a service: its ordinal (the first byte of the session ids it starts) and base address.</summary>
-internal sealed record GatewayInstance(byte Ordinal, string Address);
+/// <summary>
+/// One instance of a service: its ordinal (the first byte of the session ids it starts) and its base address, or the
+/// addresses of the nodes of its replication group (docs/replication.md): a primary and its replicas, one of which serves
+/// at a time. <see cref="Address"/> is the node the gateway sends to now: the one that last served, a hint kept in memory
+/// only (a new gateway finds the primary again by trying the nodes in turn).
+/// </summary>
+internal sealed class GatewayInstance(byte Ordinal, IReadOnlyList<string> Nodes)
+{
+    private int _current;
+
+    public GatewayInstance(byte ordinal, string address)
+        : this(ordinal, [.. address.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries).Select(a => a.TrimEnd('/'))])
+    {
+    }
+
+    public byte Ordinal { get; } = Ordinal;
+
+    /// <summary>The node addresses: one, or the nodes of a replication group.</summary>
+    public IReadOnlyList<string> Nodes { get; } = Nodes;
+
+    /// <summary>The node requests go to now.</summary>
+    public string Address => Nodes[Volatile.Read(ref _current) % Nodes.Count];
+
+    /// <summary>
+    /// <paramref name="address"/> refused the connection or answered that it is a replica: the next node of the group is
+    /// tried (unless another request moved on already). True when there is another node to try.
+    /// </summary>
+    public bool NextNode(string address)
+    {
+        if (Nodes.Count < 2)
+        {
+            return false;
+        }
+
+        var current = Volatile.Read(ref _current);
+        if (Nodes[current % Nodes.Count] == address)
+        {
+            Interlocked.CompareExchange(ref _current, (current + 1) % Nodes.Count, current);
+        }
+
+        return true;
+    }
+}
 
 /// <summary>How a request is placed on an instance (docs/gateway.md, "Routing").</summary>
 internal enum Placement
@@ -46,7 +87,7 @@ internal sealed class GatewayService
         Persistent = options.Persistent;
         PlainPaths = [.. options.PlainPaths];
         Instances = [.. options.Instances
-            .Select(i => new GatewayInstance(byte.Parse(i.Key, NumberStyles.None, CultureInfo.InvariantCulture), i.Value.TrimEnd('/')))
+            .Select(i => new GatewayInstance(byte.Parse(i.Key, NumberStyles.None, CultureInfo.InvariantCulture), i.Value))
             .OrderBy(i => i.Ordinal)];
         _byOrdinal = Instances.ToDictionary(i => i.Ordinal);
         var draining = options.DrainingInstances.Select(d => byte.Parse(d, NumberStyles.None, CultureInfo.InvariantCulture)).ToHashSet();

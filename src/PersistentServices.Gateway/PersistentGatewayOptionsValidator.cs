@@ -96,10 +96,15 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
                     failures.Add($"{at}:Instances: '{ordinal}' is not an instance ordinal (0 to 255).");
                 }
 
-                if (!Uri.TryCreate(address, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps)
-                    || uri.Query.Length > 0 || uri.Fragment.Length > 0)
+                // One address, or the nodes of the instance's replication group separated by commas (docs/gateway.md, "Replicas").
+                foreach (var node in address.Split(',', StringSplitOptions.TrimEntries))
                 {
-                    failures.Add($"{at}:Instances:{ordinal} must be an absolute http or https address without query (was '{address}').");
+                    if (!Uri.TryCreate(node, UriKind.Absolute, out var uri) || (uri.Scheme != Uri.UriSchemeHttp && uri.Scheme != Uri.UriSchemeHttps)
+                        || uri.Query.Length > 0 || uri.Fragment.Length > 0)
+                    {
+                        failures.Add($"{at}:Instances:{ordinal} must be an absolute http or https address without query, or such addresses separated by commas (the nodes of a replication group) (was '{address}').");
+                        break;
+                    }
                 }
             }
         }

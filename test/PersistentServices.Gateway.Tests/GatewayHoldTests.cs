@@ -138,6 +138,47 @@ public sealed class GatewayHoldTests : IAsyncDisposable
     }
 
     [Fact]
+    public async Task AnInstanceOfReplicas_ARequestAReplicaRefuses_GoesToTheNextNode_AndTheNextRequestStraightToThePrimary()
+    {
+        // A replication group (docs/replication.md): a replica answers 503 replica and executes nothing; the gateway tries
+        // the group's next node at once, with the same identity, and then keeps sending to the node that served.
+        var (replica, replicaSeen) = await UpstreamAsync(c => Problem(c, 503, "replica"));
+        var (primary, primarySeen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync($"{replica},{primary}", persistent: true);
+
+        using (var response = await client.SendAsync(Post("/deposit", """{"amount":5}""", session: "AAAAAAAAAAAAAAAAAAAAAA", seq: 1), Ct))
+        {
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            Assert.Equal("done", await response.Content.ReadAsStringAsync(Ct));
+        }
+
+        using (var response = await client.SendAsync(Post("/deposit", """{"amount":6}""", session: "AAAAAAAAAAAAAAAAAAAAAA", seq: 2), Ct))
+        {
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        }
+
+        Assert.Single(replicaSeen);
+        Assert.Equal([("""{"amount":5}"""), ("""{"amount":6}""")], primarySeen.Select(s => s.Body));
+        Assert.All(primarySeen, s => Assert.Equal("AAAAAAAAAAAAAAAAAAAAAA", s.Session));
+    }
+
+    [Fact]
+    public async Task AnInstanceOfReplicas_ANodeThatRefusesTheConnection_IsPassedOver_EvenForARequestWithoutIdentity()
+    {
+        // A node that is down never got the request: the next node of the group takes it, whatever the request is.
+        using var closed = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        closed.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        var down = $"http://127.0.0.1:{((IPEndPoint)closed.LocalEndPoint!).Port}"; // bound, never listening: refused
+        var (primary, primarySeen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync($"{down},{primary}", persistent: false);
+
+        using var response = await client.SendAsync(Post("/plain", "x", session: "AAAAAAAAAAAAAAAAAAAAAA", seq: 1), Ct);
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Single(primarySeen);
+    }
+
+    [Fact]
     public async Task UnkeyedRequest_ToAPersistentService_GetsAKey_HeldThroughUnavailable_ResentWithTheSameKeyAndBody()
     {
         var (address, seen) = await UpstreamAsync(c => Problem(c, 503, "unavailable"), c => Problem(c, 503, "reply-pending"), Ok);

@@ -88,10 +88,20 @@ internal static class ProtocolProblems
 
     public const string StoppingDetail = "The service is stopping (a graceful drain): retry the same request; it is served by the next instance, nothing was executed.";
 
-    /// <summary>503: the service cannot make requests durable (recovering, stopping, or its log failed). Nothing was acknowledged.</summary>
+    /// <summary>
+    /// 503: the service cannot make requests durable (recovering, stopping, or its log failed). Nothing was acknowledged.
+    /// On a replica (docs/replication.md) the type is <c>replica</c>: another node of its group is the primary, and a
+    /// gateway that knows the group sends the request there (docs/gateway.md).
+    /// </summary>
     public static Task UnavailableAsync(HttpContext context, string? detail = null)
     {
         context.Response.Headers.RetryAfter = "1";
+        if (context.RequestServices?.GetService(typeof(Hosting.ServiceAvailability)) is Hosting.ServiceAvailability { Stage: Hosting.RecoveryStage.Replica })
+        {
+            return WriteAsync(context, 503, "replica", "A replica",
+                "This node is a replica: it keeps a copy of the primary's log and serves nothing until it is promoted. Send the same request to the primary of its group: nothing was executed here.");
+        }
+
         return WriteAsync(context, 503, "unavailable", "Service unavailable", detail ??
             "The service cannot make requests durable right now (recovering, stopping, or its log failed and it must restart). Retry the same request: nothing was acknowledged.");
     }
