@@ -82,6 +82,12 @@ public sealed class ReplicationOptions
             yield return $"PersistentServicesOptions.Replication.Term must be between 1 and 2^56 - 1 (was {Term}).";
         }
 
+        if (Replicas.Any(r => r is null))
+        {
+            yield return "PersistentServicesOptions.Replication.Replicas has an empty entry (a configuration key without a value): give each node's base address.";
+            yield break;
+        }
+
         if (Role == ReplicationRole.Primary && Replicas.Count == 0)
         {
             yield return "PersistentServicesOptions.Replication.Replicas must name at least one replica of a primary (or set Role to None).";

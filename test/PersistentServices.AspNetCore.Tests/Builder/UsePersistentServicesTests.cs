@@ -43,6 +43,61 @@ public sealed class UsePersistentServicesTests : IDisposable
     }
 
     [Fact]
+    public void AddPersistentServices_WithoutDelegate_BindsReplication_AsAKubernetesConfigMapWouldSetIt()
+    {
+        var builder = WebApplication.CreateBuilder();
+        builder.Configuration.AddInMemoryCollection(new Dictionary<string, string?>
+        {
+            ["PersistentServices:LogDirectory"] = _dir.Path,
+            ["PersistentServices:Calls:PeerKey"] = new string('n', 32),
+            ["PersistentServices:Replication:Role"] = "Replica",
+            ["PersistentServices:Replication:Replicas:0"] = "http://orders-0.orders:8080",
+            ["PersistentServices:Replication:Replicas:1"] = "http://orders-2.orders:8080",
+            ["PersistentServices:Replication:RequiredReplicas"] = "2",
+        });
+        builder.Services.AddPersistentServices();
+        using var app = builder.Build();
+
+        var replication = app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value.Replication;
+        Assert.Equal(ReplicationRole.Replica, replication.Role);
+        Assert.Equal([new Uri("http://orders-0.orders:8080"), new Uri("http://orders-2.orders:8080")], replication.Replicas);
+        Assert.Equal(2, replication.RequiredReplicas);
+    }
+
+    [Theory]
+    [InlineData("Primary", null, null, "Replication.Replicas must name at least one replica")]
+    [InlineData("Primary", "", null, "Replication.Replicas has an empty entry")]
+    [InlineData("Primary", "ftp://x", null, "is not an absolute http or https address")]
+    [InlineData("Replica", "http://a:1", "2", "RequiredReplicas must be between 0 and the number of Replicas (1)")]
+    [InlineData("Replica", "http://a:1", null, "Calls.PeerKey is required with replication")]
+    public void Replication_BadOptions_RefusedAtStartup_NamingTheOption(string role, string? replica, string? required, string expected)
+    {
+        var builder = WebApplication.CreateBuilder();
+        var settings = new Dictionary<string, string?>
+        {
+            ["PersistentServices:LogDirectory"] = _dir.Path,
+            ["PersistentServices:Replication:Role"] = role,
+            ["PersistentServices:Replication:RequiredReplicas"] = required,
+        };
+        if (replica is not null)
+        {
+            settings["PersistentServices:Replication:Replicas:0"] = replica;
+        }
+
+        if (!expected.Contains("PeerKey", StringComparison.Ordinal))
+        {
+            settings["PersistentServices:Calls:PeerKey"] = new string('n', 32);
+        }
+
+        builder.Configuration.AddInMemoryCollection(settings);
+        builder.Services.AddPersistentServices();
+        using var app = builder.Build();
+
+        var error = Assert.Throws<OptionsValidationException>(() => app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value);
+        Assert.Contains(expected, error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public void AddPersistentServices_WithoutDelegate_DefaultsTheServiceNameToTheApplication()
     {
         var builder = WebApplication.CreateBuilder(new WebApplicationOptions { ApplicationName = "Shop" });
