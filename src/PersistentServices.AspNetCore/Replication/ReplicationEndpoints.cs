@@ -56,12 +56,20 @@ internal static class ReplicationEndpoints
             return;
         }
 
-        var body = new byte[length];
-        await context.Request.Body.ReadExactlyAsync(body, context.RequestAborted).ConfigureAwait(false);
-        if (ReplicationMessages.Verify(context, node, header, body) is { } refused)
+        // The signature covers the header, which carries the body's hash: a sender without the peer key is refused before
+        // its body is read; the body is then checked against the hash.
+        if (ReplicationMessages.Verify(context, node, header, []) is { } refused)
         {
             await RefuseAsync(context, 401, "replication-peer", "Not a node of this service",
                 $"Shipments are accepted only from this service's own nodes, signed with its peer key: this one had {refused}.").ConfigureAwait(false);
+            return;
+        }
+
+        var body = new byte[length];
+        await context.Request.Body.ReadExactlyAsync(body, context.RequestAborted).ConfigureAwait(false);
+        if (!ReplicationMessages.BodyMatches(header, body))
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Shipment damaged", "The shipment's bytes are not those its signed header names (sha256).").ConfigureAwait(false);
             return;
         }
 

@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net.Http.Headers;
 using System.Net.Http.Json;
+using System.Security.Cryptography;
 using System.Text.Json;
 using System.Text.Json.Serialization;
 using Microsoft.AspNetCore.Http;
@@ -23,16 +24,40 @@ internal static class ReplicationMessages
     public const string Role = "replication";
     public const string ContentType = "application/octet-stream";
 
+    /// <summary>
+    /// The <c>PS-Replication</c> header of a shipment: its fields and the SHA-256 of its bytes, so that the signature (over
+    /// the header, with no body) is checked before the body is read, and the body then against the hash.
+    /// </summary>
     public static string Describe(in Shipment shipment)
         => string.Create(CultureInfo.InvariantCulture,
-            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)}");
+            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)};sha256={Convert.ToHexStringLower(SHA256.HashData(shipment.Bytes.Span))}");
+
+    /// <summary>Whether <paramref name="body"/> is what <paramref name="header"/> says it is (its SHA-256).</summary>
+    public static bool BodyMatches(string header, ReadOnlySpan<byte> body)
+    {
+        var at = header.IndexOf(";sha256=", StringComparison.Ordinal);
+        if (at < 0)
+        {
+            return false;
+        }
+
+        Span<byte> declared = stackalloc byte[32];
+        Span<byte> actual = stackalloc byte[32];
+        if (Convert.FromHexString(header.AsSpan(at + 8), declared, out _, out var written) != System.Buffers.OperationStatus.Done || written != 32)
+        {
+            return false;
+        }
+
+        SHA256.HashData(body, actual);
+        return CryptographicOperations.FixedTimeEquals(declared, actual);
+    }
 
     public static HttpRequestMessage Shipment(Uri append, in Shipment shipment, ReplicationNode node)
     {
         var header = Describe(shipment);
         var request = new HttpRequestMessage(HttpMethod.Post, append) { Content = new ReadOnlyMemoryContent(shipment.Bytes) };
         request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
-        Sign(request, header, node, shipment.Bytes.Span);
+        Sign(request, header, node, []); // the header carries the body's hash: the signature is checked before the body is read
         return request;
     }
 
@@ -92,7 +117,7 @@ internal static class ReplicationMessages
     {
         shipment = default;
         long term = -1, from = -1, begin = 0, anchor = 0, reset = 0;
-        if (header.Length is 0 or > 200)
+        if (header.Length is 0 or > 300 || !header.Contains(";sha256=", StringComparison.Ordinal))
         {
             return false;
         }
@@ -100,6 +125,11 @@ internal static class ReplicationMessages
         foreach (var part in header.Split(';'))
         {
             var eq = part.IndexOf('=', StringComparison.Ordinal);
+            if (part.StartsWith("sha256=", StringComparison.Ordinal))
+            {
+                continue; // checked against the body once it is read (BodyMatches)
+            }
+
             if (eq <= 0 || !long.TryParse(part.AsSpan(eq + 1), NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out var value))
             {
                 return false;

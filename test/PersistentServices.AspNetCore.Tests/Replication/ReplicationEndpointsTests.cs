@@ -1,0 +1,154 @@
+using System.Net;
+using System.Security.Cryptography;
+using System.Text;
+using System.Text.Json;
+using Microsoft.Extensions.DependencyInjection;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Calls;
+using PersistentServices.Replication;
+
+namespace PersistentServices.AspNetCore.Tests.Replication;
+
+/// <summary>
+/// The replication endpoints accept only this service's own nodes (docs/replication.md, "The protocol"): an unsigned or
+/// wrongly signed shipment or promotion is 401, checked before the body is read; a body that is not the one its signed
+/// header names, a malformed header, a body above the limit: 400/413 problem details; nothing reaches the replica's log.
+/// A replica answers the service's requests 503 replica.
+/// </summary>
+public sealed class ReplicationEndpointsTests : IDisposable
+{
+    private const string PeerKey = "replication-endpoints-test-key-0123456789";
+
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private Task<TestServer> StartReplicaAsync()
+        => TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.ServiceName = "orders";
+            o.Calls.PeerKey = PeerKey;
+            o.Replication.Role = ReplicationRole.Replica;
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:1/"));
+        });
+
+    private static HttpRequestMessage Shipment(string header, byte[] body, string caller = "orders", string key = PeerKey, byte[]? signedBody = null, string? path = null)
+    {
+        path ??= ReplicationEndpoints.AppendPath;
+        var request = new HttpRequestMessage(HttpMethod.Post, path) { Content = new ByteArrayContent(body) };
+        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/octet-stream");
+        request.Headers.Add("PS-Replication", header);
+        request.Headers.Add("PS-Caller", caller);
+        request.Headers.Add("PS-Callee", "orders");
+        var message = new PeerMessage("POST", path, caller, "orders", "", "", "replication", header, "application/octet-stream");
+        request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(key), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, signedBody ?? []));
+        return request;
+    }
+
+    private static string Header(long from, byte[] body, long term = 1, int reset = 0, long begin = 64)
+        => $"term={term};from={from};begin={begin};anchor=0;reset={reset};sha256={Convert.ToHexStringLower(SHA256.HashData(body))}";
+
+    private static async Task<JsonElement> ProblemAsync(HttpResponseMessage response, HttpStatusCode status, string type)
+    {
+        var text = await response.Content.ReadAsStringAsync(Ct);
+        Assert.True(response.StatusCode == status, $"expected {(int)status}, got {(int)response.StatusCode}: {text}");
+        var problem = JsonDocument.Parse(text).RootElement.Clone();
+        Assert.Equal("urn:persistentservices:problem:" + type, problem.GetProperty("type").GetString());
+        return problem;
+    }
+
+    [Fact]
+    public async Task AProbe_SignedByThisServicesNode_GetsWhereTheReplicaStands()
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment(Header(-1, []), []), Ct);
+
+        Assert.Equal(HttpStatusCode.Conflict, response.StatusCode);
+        var answer = JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement;
+        Assert.Equal("empty", answer.GetProperty("outcome").GetString());
+        Assert.Equal(1, answer.GetProperty("term").GetInt64()); // the probe's term is taken (a newer primary fences older ones)
+    }
+
+    [Theory]
+    [InlineData("another-key-that-is-long-enough-000000", "orders")]
+    [InlineData(PeerKey, "payments")]
+    public async Task AShipment_NotSignedByThisServicesNode_Is401_AndChangesNothing(string key, string caller)
+    {
+        await using var server = await StartReplicaAsync();
+        var body = new byte[4096];
+
+        using var response = await server.Client.SendAsync(Shipment(Header(64, body, reset: 1), body, caller, key), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Unauthorized, "replication-peer");
+        var replica = server.App.Services.GetRequiredService<ReplicationNode>().Replica!;
+        Assert.True(replica.IsEmpty);
+        Assert.Equal(0, replica.Term);
+    }
+
+    [Fact]
+    public async Task AShipmentWhoseBytesAreNotTheSignedOnes_Is400_AndChangesNothing()
+    {
+        await using var server = await StartReplicaAsync();
+        var signed = new byte[4096];
+        var sent = new byte[4096];
+        sent[100] = 1;
+
+        using var response = await server.Client.SendAsync(Shipment(Header(64, signed, reset: 1), sent), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+        Assert.True(server.App.Services.GetRequiredService<ReplicationNode>().Replica!.IsEmpty);
+    }
+
+    [Theory]
+    [InlineData("term=0;from=64;begin=64;anchor=0;reset=0;sha256=00")]
+    [InlineData("term=1;from=64;begin=64;anchor=0;reset=0")]
+    [InlineData("term=1;from=64;begin=128;anchor=0;reset=1;sha256=00")]
+    [InlineData("term=1;from=x;begin=64;anchor=0;reset=0;sha256=00")]
+    [InlineData("term=1;from=64;begin=64;anchor=0;reset=0;extra=1;sha256=00")]
+    public async Task AMalformedHeader_Is400(string header)
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment(header, []), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+    }
+
+    [Fact]
+    public async Task APromotion_Unsigned_Is401_AndTheReplicaStaysOne()
+    {
+        await using var server = await StartReplicaAsync();
+        using var request = new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.PromotePath) { Content = new ByteArrayContent([]) };
+        request.Headers.Add("PS-Replication", "term=5");
+
+        using var response = await server.Client.SendAsync(request, Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Unauthorized, "replication-peer");
+        Assert.Equal(ReplicationRole.Replica, server.App.Services.GetRequiredService<ReplicationNode>().Role);
+    }
+
+    [Fact]
+    public async Task APromotion_OfAReplicaThatHoldsNothing_Is409()
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment("term=5", [], path: ReplicationEndpoints.PromotePath), Ct);
+
+        var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-not-promoted");
+        Assert.Contains("holds no log yet", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task TheServicesRequests_OnAReplica_Are503Replica_WithRetryAfter()
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var start = await server.Client.PostAsync("/ps/sessions", null, Ct);
+
+        await ProblemAsync(start, HttpStatusCode.ServiceUnavailable, "replica");
+        Assert.Equal("1", start.Headers.RetryAfter?.ToString());
+    }
+}
