@@ -88,8 +88,10 @@ internal sealed class LogShipper : IDisposable
             {
                 return;
             }
-            catch (Exception ex) when (ex is HttpRequestException or TaskCanceledException or IOException or ReplicationProtocolException)
+            catch (Exception ex) when (!cancellationToken.IsCancellationRequested)
             {
+                // Out of reach, an answer that is not one, or anything else: never a shipper that stops for good (a
+                // synchronous primary would then acknowledge nothing more); logged once until the replica answers again.
                 if (!unreachable)
                 {
                     ReplicationServiceEvents.ReplicaUnreachable(_logger, _replica.ToString(), ex.Message);
@@ -122,49 +124,92 @@ internal sealed class LogShipper : IDisposable
         }
 
         var end = _log.LocalDurableUntil;
-        var matches = answer.DurableUntil <= end && answer.DurableUntil >= begin && TailMatches(reader, answer, begin);
-        if (matches)
+        var tail = answer.DurableUntil < begin ? TailComparison.BelowBegin
+            : answer.DurableUntil <= end ? CompareTail(reader, answer, begin) : TailComparison.Ahead;
+        switch (Decide(answer, tail, _node.Term, _node.LogWasNew))
         {
-            _state = answer.DurableUntil < end ? "catching up (partial)" : "streaming";
-            return (answer.DurableUntil, false);
+            case CatchUp.Partial:
+                _state = answer.DurableUntil < end ? "catching up (partial)" : "streaming";
+                return (answer.DurableUntil, false);
+            case CatchUp.Total:
+                _state = "catching up (total)";
+                return (begin, true);
+            default:
+                _state = "refused";
+                _node.Refuse(
+                    $"Replica {_replica} holds log [{answer.Begin}, {answer.DurableUntil}) of term {answer.ContentTerm}, which this primary (term {_node.Term}, " +
+                    $"log [{begin}, {end}){(_node.LogWasNew ? ", created at this start" : "")}) does not have: this node's log is not the newest of the group. Nothing is " +
+                    "acknowledged here. Promote that replica with a newer term, then start this node as a replica (docs/replication.md, \"Which log wins\").");
+                return (-1, false);
         }
-
-        // The replica holds what this log does not. Bytes this primary's own term wrote can only have come from this
-        // primary; if it lacks them, its log is not the newest (a lost or restored directory): refuse, never reset them away.
-        // Likewise a new log never replaces a replica's.
-        if (answer.ContentTerm >= _node.Term || (_node.LogWasNew && answer.DurableUntil > answer.Begin))
-        {
-            _state = "refused";
-            _node.Refuse(
-                $"Replica {_replica} holds log [{answer.Begin}, {answer.DurableUntil}) of term {answer.ContentTerm}, which this primary (term {_node.Term}, " +
-                $"log [{begin}, {end}){(_node.LogWasNew ? ", created at this start" : "")}) does not have: this node's log is not the newest of the group. Nothing is " +
-                "acknowledged here. Promote that replica with a newer term, then start this node as a replica (docs/replication.md, \"Which log wins\").");
-            return (-1, false);
-        }
-
-        // An older primary's history past where this one's began, or a replica behind this log's begin: total recovery.
-        _state = "catching up (total)";
-        return (begin, true);
     }
 
-    private static bool TailMatches(CommittedLogReader reader, in ShipmentResult answer, long begin)
+    /// <summary>How a replica that holds a log catches up, or whether it must not be touched ([Replicated FS] §4; docs/replication.md).</summary>
+    internal enum CatchUp
+    {
+        /// <summary>Its last bytes are this log's: send the suffix after them.</summary>
+        Partial,
+
+        /// <summary>Reset it and send this log from its begin: it is behind the begin, or holds an older primary's history.</summary>
+        Total,
+
+        /// <summary>It holds what this log lacks, of this primary's own term (or this log is new): this log is not the newest.</summary>
+        Refuse,
+    }
+
+    /// <summary>
+    /// The catch-up decision for a replica that holds a log (its answer to the handshake) whose last bytes compare to
+    /// this log's as <paramref name="tail"/>, for a primary of <paramref name="term"/> whose log was created at this start
+    /// when <paramref name="logWasNew"/>.
+    /// </summary>
+    internal static CatchUp Decide(in ShipmentResult answer, TailComparison tail, long term, bool logWasNew) => tail switch
+    {
+        TailComparison.Same => CatchUp.Partial,
+        // Behind this log's begin (or its last bytes are): what it lacks was truncated here, this log holds all after.
+        TailComparison.BelowBegin => CatchUp.Total,
+        // It holds more, or other bytes at the same place. Bytes of this primary's own term can only have come from this
+        // primary: if it lacks them, its log is not the newest (a lost or restored directory): never reset them away. A log
+        // created at this start never replaces a replica's either. An older primary's history past where this term began
+        // was never acknowledged by a majority: replaced.
+        _ => answer.ContentTerm >= term || logWasNew ? CatchUp.Refuse : CatchUp.Total,
+    };
+
+    /// <summary>How a replica's last bytes compare to this log's at the same addresses.</summary>
+    internal enum TailComparison
+    {
+        /// <summary>The same bytes.</summary>
+        Same,
+
+        /// <summary>Other bytes: another primary's history.</summary>
+        Different,
+
+        /// <summary>They lie before this log's begin (truncated here): not comparable, not needed.</summary>
+        BelowBegin,
+
+        /// <summary>The replica ends after this log's durable end.</summary>
+        Ahead,
+    }
+
+    /// <summary>Whether the replica's last bytes (its answer's checksum) are this log's bytes at the same place.</summary>
+    private static TailComparison CompareTail(CommittedLogReader reader, in ShipmentResult answer, long begin)
     {
         var from = ReplicaLog.TailChecksumFrom(answer.Begin, answer.DurableUntil);
         if (from < begin)
         {
-            return false;
+            return TailComparison.BelowBegin;
         }
 
         var length = (int)(answer.DurableUntil - from);
         if (length == 0)
         {
-            return true;
+            return TailComparison.Same;
         }
 
         var buffer = ArrayPool<byte>.Shared.Rent(length);
         try
         {
-            return reader.TryRead(from, buffer.AsSpan(0, length)) && Crc32C.Compute(buffer.AsSpan(0, length)) == answer.TailChecksum;
+            return !reader.TryRead(from, buffer.AsSpan(0, length)) ? TailComparison.BelowBegin
+                : Crc32C.Compute(buffer.AsSpan(0, length)) == answer.TailChecksum ? TailComparison.Same : TailComparison.Different;
         }
         finally
         {

@@ -122,6 +122,15 @@ internal sealed class ReplicationNode : IAsyncDisposable
         }
 
         ReplicationServiceEvents.Started(_logger, Role.ToString(), Term, directory, recorded is null ? "none" : $"term {recorded.Value.Term}, {(recorded.Value.Primary ? "primary" : "replica")}");
+        if (Role == ReplicationRole.Replica && recorded is null && Log.SegmentFiles.List(directory).Count > 0)
+        {
+            // A log that never took part in replication is a service's own: as a replica it could be reset away by a primary.
+            throw new InvalidOperationException(
+                $"The log directory '{directory}' holds the log of a service that was never replicated, and this process is configured as a replica: a primary " +
+                "would replace that log with its own. Start this node as the primary (Replication.Role = Primary) to keep it, or give the replica an empty " +
+                "directory (docs/replication.md).");
+        }
+
         if (Role == ReplicationRole.Replica)
         {
             _availability.BecomeReplica();
