@@ -417,6 +417,7 @@ public sealed class CheckpointTests : IDisposable
             ["PS_LOG_DIR"] = _dir.File("log"), ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1", ["PS_IDLE_CHECKPOINT_AFTER"] = "1",
         };
         string session;
+        var first = "";
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
             session = await service.StartSessionAsync();
@@ -432,13 +433,16 @@ public sealed class CheckpointTests : IDisposable
             Assert.Equal(HttpStatusCode.OK, (await service.SendAsync(HttpMethod.Post, "/deposit", session, seq, new { account = "a0", amount = 1 })).Status);
             await WaitForOutputAsync(service, o => System.Text.RegularExpressions.Regex.IsMatch(o, "sessions and [1-9]\\d* shared variables at rest read directly"));
             await service.KillAsync();
+            first = service.Output;
         }
 
         await using (var service = await ServiceProcess.StartAsync(environment))
         {
             // The scan's line may reach our reader of the child's stdout after its readiness answers 200.
             await WaitForOutputAsync(service, o => o.Contains("Analysis scan:", StringComparison.Ordinal));
-            Assert.Matches("Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and [1-9]\\d* shared variables\\)", service.Output);
+            Assert.True(System.Text.RegularExpressions.Regex.IsMatch(service.Output, "Analysis scan: \\d+ live sessions \\(\\d+ at rest read directly, and [1-9]\\d* shared variables\\)"),
+                "the first run's checkpoints:\n" + string.Join("\n", first.Split('\n').Where(l => l.Contains("checkpoint", StringComparison.OrdinalIgnoreCase) || l.Contains("crash", StringComparison.OrdinalIgnoreCase))) +
+                "\nthe restart:\n" + service.Output);
             var (status, balances, _) = await service.SendAsync(HttpMethod.Get, "/balances", null, null);
             Assert.Equal(HttpStatusCode.OK, status);
             Assert.Equal(3, balances.GetProperty("a0").GetInt64());

@@ -10,7 +10,7 @@ namespace PersistentServices.Checkpoints;
 
 /// <summary>What one service checkpoint did.</summary>
 internal sealed record ServiceCheckpointResult(long Lsn, long ScanFrom, int Sessions, int Variables, int ForcedSessions, int ForcedVariables, long TruncatedUntil, TimeSpan Elapsed,
-    long AtRestScanFrom = 0, int SessionsAtRest = 0, int VariablesAtRest = 0);
+    long AtRestScanFrom = 0, int SessionsAtRest = 0, int VariablesAtRest = 0); // at rest: the positions recovery will read directly (below AtRestScanFrom)
 
 /// <summary>
 /// The fuzzy service checkpoint, the anchor and log truncation (MSP §3.4; Phoenix/App §4.3):
@@ -198,8 +198,12 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             Interlocked.Increment(ref _taken);
             log.Metrics?.ServiceCheckpoints.Add(1);
+            // What recovery will read directly: the positions at rest below where its scan starts (those at or above it the
+            // scan meets anyway), as the analysis scan counts them, so this line says what the next recovery does.
+            var readDirectly = record.AtRestScanFromLsn == 0 ? [] : record.AtRest.Where(p => p.Lsn < record.AtRestScanFromLsn).ToList();
+            var variablesReadDirectly = readDirectly.Count(p => !string.IsNullOrEmpty(p.Variable));
             var result = new ServiceCheckpointResult(checkpointLsn, record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, record.SessionCount, record.VariableCount, forcedSessions, forcedVariables,
-                truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, record.AtRest.Count - variablesAtRest.Count, variablesAtRest.Count);
+                truncated, Stopwatch.GetElapsedTime(started), record.AtRestScanFromLsn, readDirectly.Count - variablesReadDirectly, variablesReadDirectly);
             Taken_(logger, result.Lsn, result.ScanFrom, result.AtRestScanFrom == 0 ? result.ScanFrom : result.AtRestScanFrom, result.SessionsAtRest, result.VariablesAtRest,
                 result.Sessions, result.Variables, forcedSessions, forcedVariables, (long)result.Elapsed.TotalMilliseconds);
             return result;
