@@ -7,6 +7,9 @@
 #   total    the same, but the replica's log directory is deleted before it restarts: the primary sends its whole log
 # Rejoin time: from the replica's process start until its durable end equals the primary's (polled every 20 ms), minus
 # the process's own start (until its status endpoint answers). Also the bytes the primary shipped for the rejoin.
+# No service checkpoint runs during the measurement (interval 1 h, log bytes 4 GiB): the log is the state. With
+# checkpoints, truncation keeps the log from the last checkpoint, so a total recovery ships the checkpointed state and
+# the suffix after it, not the history (docs/replication.md, "Catching up").
 # Needs a Release build (dotnet build test/PersistentServices.TestService -c Release).
 #   benchmarks/replication/rejoin.sh ["1 16 64" sizes in MiB] ["100 5000" missed operations]
 set -euo pipefail
@@ -23,7 +26,7 @@ now_ms() { date +%s%3N; }
 node() { # $1 name, $2 port, $3 role, $4 other ports
   local others=""; for p in $4; do others+="${others:+,}http://127.0.0.1:$p"; done
   env PS_LOG_DIR="$work/$1" PS_SERVICE_NAME=bench PS_PEER_KEY=$key PS_REPLICATION=$3 PS_REPLICAS=$others PS_REQUIRED_REPLICAS=1 \
-    PS_SERVICE_CHECKPOINT_SECONDS=3600 Logging__LogLevel__Default=Warning \
+    PS_SERVICE_CHECKPOINT_SECONDS=3600 PS_SERVICE_CHECKPOINT_LOG_BYTES=$((4 << 30)) Logging__LogLevel__Default=Warning \
     dotnet "$dll" --urls "http://127.0.0.1:$2" > "$work/$1.out" 2>&1 &
   echo $!
 }

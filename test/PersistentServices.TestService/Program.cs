@@ -23,7 +23,8 @@ using PersistentServices.SharedState;
 //   PS_REFUSE_FLUSH_FILE     while this file exists, a member's distributed flush request (POST /ps/domain/flush) gets
 //                            503, as from a member that is unreachable or still recovering (nothing else is affected)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
-//   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_IDLE_CHECKPOINT_AFTER, PS_DIVERGENCE (QuarantineSession|FailStop)
+//   PS_SESSION_CHECKPOINT_BYTES, PS_SERVICE_CHECKPOINT_SECONDS, PS_SERVICE_CHECKPOINT_LOG_BYTES, PS_IDLE_CHECKPOINT_AFTER,
+//   PS_DIVERGENCE (QuarantineSession|FailStop)
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_MAX_SESSIONS_PER_ADDRESS, PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
@@ -60,6 +61,11 @@ builder.Services.AddPersistentServices(options =>
     if (Environment.GetEnvironmentVariable("PS_SERVICE_CHECKPOINT_SECONDS") is { Length: > 0 } seconds)
     {
         options.ServiceCheckpointInterval = TimeSpan.FromSeconds(double.Parse(seconds, System.Globalization.CultureInfo.InvariantCulture));
+    }
+
+    if (Environment.GetEnvironmentVariable("PS_SERVICE_CHECKPOINT_LOG_BYTES") is { Length: > 0 } logBytes)
+    {
+        options.ServiceCheckpointLogBytes = long.Parse(logBytes, System.Globalization.CultureInfo.InvariantCulture);
     }
 
     if (Environment.GetEnvironmentVariable("PS_IDLE_CHECKPOINT_AFTER") is { Length: > 0 } idle)
