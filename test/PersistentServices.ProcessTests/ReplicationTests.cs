@@ -200,6 +200,48 @@ public sealed class ReplicationTests : IDisposable
         TestContext.Current.TestOutputHelper?.WriteLine($"acknowledged {acknowledged.Sum()} requests; promotions: {string.Join(" | ", attempts)}");
     }
 
+    [Fact]
+    public async Task APrimaryWhoseReplicaIsGone_StopsGracefully_AcknowledgesNothing_AndAnswersOnceItIsBack()
+    {
+        // A group of two (docs/replication.md). With its replica gone the primary still drains and exits 0 at once (its
+        // checkpoints need only its own disk; they waited for the replica until the shutdown timeout, 30 s, before); it
+        // acknowledges nothing while the replica is away (503 reply-pending, the request goes on); once the replica is back
+        // the same request is answered, having run once.
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        var a = Node("a", "Primary", [ports[1]]);
+        a["PS_REPLY_TIMEOUT_MS"] = "1000";
+        var b = Node("b", "Replica", [ports[0]]);
+        string session;
+        await using (var replica = await ServiceProcess.StartAsync(b, ports[1], waitUntilReady: false))
+        await using (var primary = await ServiceProcess.StartAsync(a, ports[0]))
+        {
+            session = await primary.StartSessionAsync();
+            for (var seq = 1; seq <= 2; seq++)
+            {
+                Assert.Equal(HttpStatusCode.OK, (await primary.SendAsync(HttpMethod.Post, "/tally", session, seq, Body(0))).Status);
+            }
+
+            await replica.KillAsync();
+            var stopping = Stopwatch.StartNew();
+            Assert.Equal(0, await primary.TerminateAsync(TimeSpan.FromSeconds(20)));
+            Assert.True(stopping.Elapsed < TimeSpan.FromSeconds(10), $"the drain took {stopping.Elapsed} with the replica gone:\n{primary.RecentOutput()}");
+        }
+
+        await using (var replica = await ServiceProcess.StartAsync(b, ports[1], waitUntilReady: false))
+        await using (var primary = await ServiceProcess.StartAsync(a, ports[0]))
+        {
+            await replica.KillAsync();
+            var (status, body, _) = await primary.SendAsync(HttpMethod.Post, "/tally", session, 3, Body(0));
+            Assert.Equal(HttpStatusCode.ServiceUnavailable, status);
+            Assert.EndsWith("reply-pending", body.GetProperty("type").GetString(), StringComparison.Ordinal);
+
+            await using var back = await ServiceProcess.StartAsync(b, ports[1], waitUntilReady: false);
+            var (resent, reply, _) = await primary.SendUntilAnsweredAsync("/tally", session, 3, Body(0));
+            Assert.Equal(HttpStatusCode.OK, resent);
+            Assert.Equal(3, reply.GetProperty("count").GetInt64());
+        }
+    }
+
     /// <summary>Each client resends what it had not seen answered (the same number); then each session's tally and account hold exactly its requests.</summary>
     private static async Task AssertExactlyOnceAsync(ServiceProcess primary, string[] sessions, long[] acknowledged)
     {

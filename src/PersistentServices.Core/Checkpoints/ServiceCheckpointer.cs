@@ -175,7 +175,10 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             var tailAfter = log.TailAddress;
             var truncateTo = Math.Min(record.ScanFromLsn == 0 ? checkpointLsn : record.ScanFromLsn, retainFrom);
             log.CrashPoints.Hit(CrashPoints.ServiceCheckpointAppended);
-            await log.WaitUntilDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
+            // This disk only: a checkpoint acknowledges nothing to a client, and the anchor names it only for this log's own
+            // recovery (a replica writes its anchor once it holds the record: docs/replication.md), so a primary whose
+            // replicas are away still checkpoints, truncates and drains.
+            await log.WaitUntilLocallyDurableAsync(checkpointLsn, cancellationToken).ConfigureAwait(false);
             log.CrashPoints.Hit(CrashPoints.ServiceCheckpointDurable);
             AnchorFile.Write(directory, checkpointLsn, log.FileMode);
             AnchoredLsn = checkpointLsn;

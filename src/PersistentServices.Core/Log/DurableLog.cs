@@ -479,9 +479,9 @@ internal sealed partial class DurableLog : IAsyncDisposable
             _log.TruncateUntil(untilLsn);
         }
 
-        await WaitUntilDurableAsync(marker, cancellationToken).ConfigureAwait(false);
+        await WaitUntilLocallyDurableAsync(marker, cancellationToken).ConfigureAwait(false);
 
-        // The commit is durable; the metadata records its begin address, flushed, before any segment goes. FASTER's report
+        // The commit is durable (on this disk: a replica drops its own segments only once it holds a checkpoint past them); the metadata records its begin address, flushed, before any segment goes. FASTER's report
         // of the commit writes it too, but only after it has released the commit's waiters (FasterLog's commit worker runs
         // the commit callback, OnCommitted, first), so the wait above can end before that write.
         _metadataWriter.WriteNow(untilLsn, LocalDurableUntil, LastCommitNum());
