@@ -232,6 +232,13 @@ public sealed class ReplicationTests : IDisposable
         {
             await replica.KillAsync();
             var (status, body, _) = await primary.SendAsync(HttpMethod.Post, "/tally", session, 3, Body(0));
+
+            // Readiness says why nothing is acknowledged (degraded: the service is up, its replica is not).
+            await WaitAsync(async () =>
+            {
+                using var health = await primary.Client.GetAsync("/health/ready", TestContext.Current.CancellationToken);
+                return await health.Content.ReadAsStringAsync(TestContext.Current.CancellationToken) == "Degraded";
+            }, primary);
             Assert.Equal(HttpStatusCode.ServiceUnavailable, status);
             Assert.EndsWith("reply-pending", body.GetProperty("type").GetString(), StringComparison.Ordinal);
 

@@ -11,7 +11,7 @@ namespace PersistentServices.Diagnostics;
 /// scanning, while draining, when recovery failed, or when the log faulted (the service must restart). Tagged
 /// <c>ready</c>; <see cref="PersistentServicesLivenessCheck"/> (tagged <c>live</c>) is the one for a liveness probe.
 /// </summary>
-internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime, ServiceAvailability availability) : IHealthCheck
+internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime, ServiceAvailability availability, Replication.ReplicationNode replication) : IHealthCheck
 {
     /// <summary>How close to a cap health turns degraded.</summary>
     public const double NearCapFraction = 0.9;
@@ -44,6 +44,7 @@ internal sealed class PersistentServicesHealthCheck(PersistentRuntime runtime, S
             _ when availability.LogFault is { } fault => HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data),
             RecoveryStage.Draining => HealthCheckResult.Unhealthy("Stopping: running requests finish, new ones get 503.", data: data),
             RecoveryStage.Replica => HealthCheckResult.Unhealthy("A replica: it keeps a copy of the primary's log and serves nothing until promoted (docs/replication.md).", data: data),
+            _ when replication.AcknowledgementsHeldBack() is { } heldBack => HealthCheckResult.Degraded($"Replication: {heldBack}.", data: data),
             _ when runtime.QuarantinedSessions > 0 => HealthCheckResult.Degraded(
                 $"{runtime.QuarantinedSessions} sessions diverged on replay and are quarantined; every other session serves (docs/upgrades.md).", data: data),
             _ when nearMaxSessions => HealthCheckResult.Degraded(

@@ -32,7 +32,7 @@ internal sealed class LogShipper : IDisposable
     private long _shippedUntil = -1;
     private long _shipments;
     private long _bytes;
-    private string _state = "connecting";
+    private volatile string _state = "connecting";
 
     public LogShipper(ReplicationNode node, int index, Uri replica, DurableLog log, ReplicationWatermark watermark, LogOptions logOptions, HttpClient http,
         ReplicationOptions options, ILogger logger)
@@ -61,6 +61,12 @@ internal sealed class LogShipper : IDisposable
 
     /// <summary>What the shipper is doing (connecting, catching up, streaming, unreachable, fenced, refused).</summary>
     public string State => _state;
+
+    /// <summary>Whether the replica answers (and takes) its shipments now.</summary>
+    public bool Reachable => _state is "streaming" || _state.StartsWith("catching up", StringComparison.Ordinal);
+
+    /// <summary>Bytes of this log's durable end the replica does not hold yet, as far as this primary knows.</summary>
+    public long LagBytes => Math.Max(0, _watermark.LocalUntil - Math.Max(0, ShippedUntil));
 
     public async Task RunAsync(CancellationToken cancellationToken)
     {

@@ -153,7 +153,7 @@ internal static class ReplicationEndpoints
         {
             var local = watermark.LocalUntil;
             primary = new PrimaryStatus(local, Math.Min(local, watermark.Until), watermark.Required,
-                [.. node.Shippers.Select(s => new ShipperStatus(s.Replica.ToString(), s.State, s.ShippedUntil, Math.Max(0, local - Math.Max(0, s.ShippedUntil)), s.Shipped.Shipments, s.Shipped.Bytes))]);
+                [.. node.Shippers.Select(s => new ShipperStatus(s.Replica.ToString(), s.State, s.ShippedUntil, s.LagBytes, s.Shipped.Shipments, s.Shipped.Bytes))]);
         }
 
         return new ReplicationStatus(node.Role.ToString(), node.Term, replica, primary);

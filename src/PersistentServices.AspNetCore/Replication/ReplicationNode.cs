@@ -289,6 +289,27 @@ internal sealed class ReplicationNode : IAsyncDisposable
                 _shippers.Add(Task.Run(() => shipper.RunAsync(_stopping.Token)));
             }
         }
+
+        var shippers = _shipping;
+        _runtime.Metrics.ObserveReplication(() => shippers.Select(s => (s.Replica.ToString(), s.LagBytes, s.Reachable)));
+    }
+
+    /// <summary>
+    /// Whether a primary's replication holds acknowledgements back now: fewer of its replicas answer than it requires (a
+    /// reason for the health check to say so), else null.
+    /// </summary>
+    public string? AcknowledgementsHeldBack()
+    {
+        if (_watermark is not { Required: > 0 } watermark)
+        {
+            return null;
+        }
+
+        var reachable = _shipping.Count(s => s.Reachable);
+        return reachable >= watermark.Required
+            ? null
+            : $"{reachable} of the {watermark.Replicas} replicas answer and {watermark.Required} must hold a record before it is acknowledged: " +
+              "replies wait (503 reply-pending) until enough of them are back (docs/replication.md)";
     }
 
     /// <summary>Where the primary's anchor stands (what a replica writes once it holds the checkpoint); 0 before the first.</summary>

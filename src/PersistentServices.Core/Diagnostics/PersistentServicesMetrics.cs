@@ -116,6 +116,20 @@ internal sealed class PersistentServicesMetrics
     public Histogram<long> LogCommitBatch { get; }
 
     /// <summary>The gauges of a service's sessions: live, never used, reply bytes held in memory and their budget.</summary>
+    /// <summary>
+    /// A primary's replication (docs/replication.md): per replica (tag <c>replica</c>, its address), the bytes of durable
+    /// log it does not hold yet and whether it answers; observed from the primary's shippers.
+    /// </summary>
+    public void ObserveReplication(Func<IEnumerable<(string Replica, long LagBytes, bool Reachable)>> replicas)
+    {
+        Meter.CreateObservableGauge("persistentservices.replication.lag", () => replicas().Select(r =>
+            new Measurement<long>(r.LagBytes, new KeyValuePair<string, object?>("replica", r.Replica))), "By",
+            "Bytes of the primary's durable log a replica does not hold yet (synchronous replication holds replies back until the required replicas do).");
+        Meter.CreateObservableGauge("persistentservices.replication.reachable", () => replicas().Select(r =>
+            new Measurement<int>(r.Reachable ? 1 : 0, new KeyValuePair<string, object?>("replica", r.Replica))), "{replica}",
+            "1 while a replica answers the primary's shipments, 0 while it is out of reach or refuses them.");
+    }
+
     public void ObserveSessions(Sessions.SessionTable sessions)
     {
         Meter.CreateObservableGauge("persistentservices.sessions.live", () => sessions.Count, "{session}", "Live sessions.");
