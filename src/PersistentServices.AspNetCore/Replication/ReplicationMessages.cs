@@ -13,8 +13,9 @@ namespace PersistentServices.Replication;
 /// <summary>
 /// The replication messages on the wire (docs/replication.md, "The protocol"): a shipment is <c>POST</c>
 /// <see cref="ReplicationEndpoints.AppendPath"/> with the log's bytes as the body and header
-/// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1</c>; a promotion is <c>POST</c>
-/// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c>. Both are signed with the peer key
+/// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1;sha256=H</c>; a promotion is <c>POST</c>
+/// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c> (psctl sends it:
+/// <c>Tool/ReplicationCommand.cs</c>, the same signature format from Core). Both are signed with the peer key
 /// (<see cref="PeerSignature"/>, role <c>replication</c>, the header as the signed DV field) by and for the service of
 /// the same name: only the deployment's own nodes of this service ship to it or promote it.
 /// </summary>
@@ -58,15 +59,6 @@ internal static class ReplicationMessages
         var request = new HttpRequestMessage(HttpMethod.Post, append) { Content = new ReadOnlyMemoryContent(shipment.Bytes) };
         request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
         Sign(request, header, node, []); // the header carries the body's hash: the signature is checked before the body is read
-        return request;
-    }
-
-    public static HttpRequestMessage Promotion(Uri promote, long term, ReplicationNode node)
-    {
-        var header = string.Create(CultureInfo.InvariantCulture, $"term={term}");
-        var request = new HttpRequestMessage(HttpMethod.Post, promote) { Content = new ByteArrayContent([]) };
-        request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
-        Sign(request, header, node, []);
         return request;
     }
 
