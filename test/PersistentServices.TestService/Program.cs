@@ -32,7 +32,9 @@ using PersistentServices.SharedState;
 //                            to let pass first: read here and registered, the library reads no environment for it
 //   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
 //   PS_REPLICATION           Replication.Role (Primary | Replica), with PS_REPLICAS (comma-separated base addresses of the
-//                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments)
+//                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments);
+//                            PS_FAILOVER (Manual | Raft), PS_ADDRESS (this node's base address), PS_INITIAL_PRIMARY, PS_WITNESSES,
+//                            PS_ELECTION_TIMEOUT_MS (PS_REPLICATION=None with PS_INITIAL_PRIMARY: the role from the initial primary)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
 //   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
@@ -166,6 +168,30 @@ builder.Services.AddPersistentServices(options =>
         }
 
         options.Replication.RetryInterval = TimeSpan.FromMilliseconds(50);
+        if (Environment.GetEnvironmentVariable("PS_FAILOVER") is { Length: > 0 } failover)
+        {
+            options.Replication.Failover = Enum.Parse<FailoverMode>(failover, ignoreCase: true);
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_ADDRESS") is { Length: > 0 } address)
+        {
+            options.Replication.Address = new Uri(address);
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_INITIAL_PRIMARY") is { Length: > 0 } initialPrimary)
+        {
+            options.Replication.InitialPrimary = new Uri(initialPrimary);
+        }
+
+        foreach (var witness in (Environment.GetEnvironmentVariable("PS_WITNESSES") ?? "").Split(',', StringSplitOptions.RemoveEmptyEntries))
+        {
+            options.Replication.Witnesses.Add(new Uri(witness));
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_ELECTION_TIMEOUT_MS") is { Length: > 0 } election)
+        {
+            options.Replication.ElectionTimeout = TimeSpan.FromMilliseconds(int.Parse(election, System.Globalization.CultureInfo.InvariantCulture));
+        }
     }
 
     if (Environment.GetEnvironmentVariable("PS_CALL_LOGGING") is { Length: > 0 } callLogging)

@@ -50,9 +50,17 @@ public static class PersistentServicesApplicationBuilderExtensions
             PersistentServices.Domain.DomainEndpoints.Map(endpoints);
         }
 
-        if (options.Replication.Role != ReplicationRole.None)
+        if (options.Replication.ConfiguredRole != ReplicationRole.None)
         {
             PersistentServices.Replication.ReplicationEndpoints.Map(endpoints);
+            if (options.Replication.Failover == FailoverMode.Raft)
+            {
+                // Raft's messages (DotNext's HTTP transport), signed by the group's own nodes: before the persistence
+                // middleware, which answers a replica's requests with 503.
+                var failover = app.ApplicationServices.GetRequiredService<PersistentServices.Replication.RaftFailover>();
+                app.UseWhen(static context => context.Request.Path.StartsWithSegments(PersistentServices.Replication.RaftFailover.ProtocolPath),
+                    branch => branch.Run(failover.HandleAsync));
+            }
         }
 
         return app.UseMiddleware<PersistenceMiddleware>(new Lazy<RequestDelegate>(() => BuildReplayRouter(app, endpoints)));

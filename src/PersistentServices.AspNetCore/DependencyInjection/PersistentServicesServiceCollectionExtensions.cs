@@ -67,6 +67,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
         services.TryAddSingleton<PersistentServices.Replication.ReplicationNode>();
+        services.TryAddSingleton<PersistentServices.Replication.RaftFailover>();
         services.TryAddSingleton<LogOpener>();
 
         // The client the service domain's messages (flush, recovered state numbers) go out on: created once by ServiceDomain,
@@ -117,6 +118,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.AddHostedService<PersistentServices.Http.IdempotencyKeys.IdempotencyKeyExpiryService>();
         services.AddHostedService(sp => sp.GetRequiredService<CheckpointHostedService>());
         services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Domain.DomainHostedService>());
+        services.AddHostedService(sp => sp.GetRequiredService<PersistentServices.Replication.RaftFailover>());
         // Readiness (recovered, not draining, not faulted) and liveness (only a faulted log or a failed recovery), apart, so
         // that a probe per tag restarts a pod for a fault and only holds traffic back while it recovers or drains.
         services.AddHealthChecks()

@@ -46,8 +46,13 @@ internal sealed class PersistenceMiddleware
     /// <summary>
     /// Holds a request while recovery's first half runs; on a replica (docs/replication.md) nothing is held: its handlers
     /// answer 503 with <c>Retry-After</c> until it is promoted, and plain endpoints (health, the replication endpoints) run.
+    /// Nor are the replication endpoints ever held: a just-promoted node opening its log must still tell the failover
+    /// coordinator that it is the primary (else a second promotion would follow), and a replica's shipments need no log.
     /// </summary>
-    public Task InvokeAsync(HttpContext context) => _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning ? AfterAnalysisAsync(context) : DispatchAsync(context);
+    public Task InvokeAsync(HttpContext context)
+        => _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning && !context.Request.Path.StartsWithSegments(Replication.ReplicationEndpoints.PathPrefix)
+            ? AfterAnalysisAsync(context)
+            : DispatchAsync(context);
 
     /// <summary>
     /// The server listens while recovery verifies the log and runs the analysis scan (<c>RecoveryHostedService</c>): a

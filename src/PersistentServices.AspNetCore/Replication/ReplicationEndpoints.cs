@@ -23,6 +23,9 @@ namespace PersistentServices.Replication;
 /// </summary>
 internal static class ReplicationEndpoints
 {
+    /// <summary>Where every replication endpoint lives.</summary>
+    public const string PathPrefix = "/ps/replication";
+
     public const string AppendPath = "/ps/replication/append";
     public const string PromotePath = "/ps/replication/promote";
     public const string StatusPath = "/ps/replication/status";
@@ -90,6 +93,14 @@ internal static class ReplicationEndpoints
 
             await RefuseAsync(context, 503, "replication-unavailable", "Not a replica now",
                 "This node is not holding a replica's log now (starting, promoted, or fenced and waiting for its restart): ask again.").ConfigureAwait(false);
+            return;
+        }
+
+        if (node.Role == ReplicationRole.Witness && (shipment.From != -1 || shipment.Reset || body.Length > 0))
+        {
+            // A witness takes terms (a promotion's claim, a probe), never a log: a primary configured to ship to it is misconfigured.
+            await RefuseAsync(context, 409, "replication-witness", "A witness holds no log",
+                "This node is a witness: it votes and takes terms, and holds no copy of the log. Remove it from the primary's Replicas (docs/replication.md).").ConfigureAwait(false);
             return;
         }
 

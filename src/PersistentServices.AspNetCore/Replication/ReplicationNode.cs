@@ -1,3 +1,4 @@
+using System.Net.Http.Json;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using PersistentServices.Hosting;
@@ -50,7 +51,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
     }
 
     /// <summary>Whether replication is configured at all.</summary>
-    public bool Enabled => _options.Role != ReplicationRole.None;
+    public bool Enabled => _options.ConfiguredRole != ReplicationRole.None;
 
     /// <summary>The role this process plays now.</summary>
     public ReplicationRole Role { get; private set; }
@@ -64,8 +65,11 @@ internal sealed class ReplicationNode : IAsyncDisposable
 
     private long _term;
 
-    /// <summary>Whether this process started as a replica and is not yet promoted: recovery waits for <see cref="PromotedAsync"/>.</summary>
-    public bool WaitsForPromotion => Role == ReplicationRole.Replica;
+    /// <summary>Whether this process started as a replica (or is a witness) and is not yet promoted: recovery waits for <see cref="PromotedAsync"/>.</summary>
+    public bool WaitsForPromotion => Role is ReplicationRole.Replica or ReplicationRole.Witness;
+
+    /// <summary>The group's options (what the failover coordinator watches).</summary>
+    public ReplicationOptions Options => _options;
 
     /// <summary>The replica's copy of the log, while this process is a replica.</summary>
     public ReplicaLog? Replica => Volatile.Read(ref _replica);
@@ -110,15 +114,32 @@ internal sealed class ReplicationNode : IAsyncDisposable
             return;
         }
 
-        if (recorded is { } r && r.Term >= _options.Term)
+        if (_options.Role == ReplicationRole.Witness)
+        {
+            // A witness holds a term and nothing else, whatever it was before.
+            Role = ReplicationRole.Witness;
+            Term = recorded?.Term ?? 0;
+        }
+        else if (recorded is { } r && r.Term >= _options.Term)
         {
             Role = r.Primary ? ReplicationRole.Primary : ReplicationRole.Replica;
             Term = r.Term;
         }
         else
         {
-            Role = _options.Role;
+            Role = _options.ConfiguredRole;
             Term = Role == ReplicationRole.Primary ? _options.Term : recorded?.Term ?? 0;
+        }
+
+        if (Role == ReplicationRole.Primary && NewerTermInGroup() is { } newer)
+        {
+            // The group moved on while this node was away (a failover): it rejoins as a replica instead of serving until its
+            // first shipment fences it, and a node whose directory was lost does not start an empty log as a primary.
+            Directory.CreateDirectory(directory);
+            TermFile.Write(directory, new TermRecord(newer.Term, Primary: false, recorded?.ContentTerm ?? 0), _service.Log.FileMode);
+            ReplicationServiceEvents.RejoinsAsReplica(_logger, Term, newer.Term, newer.Node.ToString());
+            Role = ReplicationRole.Replica;
+            Term = newer.Term;
         }
 
         ReplicationServiceEvents.Started(_logger, Role.ToString(), Term, directory, recorded is null ? "none" : $"term {recorded.Value.Term}, {(recorded.Value.Primary ? "primary" : "replica")}");
@@ -131,8 +152,15 @@ internal sealed class ReplicationNode : IAsyncDisposable
                 "directory (docs/replication.md).");
         }
 
-        if (Role == ReplicationRole.Replica)
+        if (Role == ReplicationRole.Witness && Log.SegmentFiles.List(directory).Count > 0)
         {
+            throw new InvalidOperationException(
+                $"The log directory '{directory}' holds a log, and this process is configured as a witness, which holds none: give the witness a directory of its own.");
+        }
+
+        if (Role is ReplicationRole.Replica or ReplicationRole.Witness)
+        {
+            // A witness keeps its term in the same kind of directory as a replica, always empty of log: it takes terms, never bytes.
             _availability.BecomeReplica();
             var logOptions = _service.BuildLogOptions();
             _replica = ReplicaLog.Open(logOptions, _logger);
@@ -140,9 +168,42 @@ internal sealed class ReplicationNode : IAsyncDisposable
         }
     }
 
+    /// <summary>
+    /// Asks the group's other nodes (and witnesses) for their terms, each within a second or two: the first that has
+    /// seen a term newer than this node's, or null (none has, or none answered: then, as before, the first shipment tells).
+    /// </summary>
+    private (long Term, Uri Node)? NewerTermInGroup()
+    {
+        var nodes = _options.Peers.Concat(_options.Witnesses).ToList();
+        if (nodes.Count == 0)
+        {
+            return null;
+        }
+
+        var http = _httpClients.CreateClient(HttpClientName);
+        var term = Term;
+        var asks = nodes.Select(async node =>
+        {
+            // A starting process's first requests are slow (connections, JIT): a second at least, so that an answer is not missed.
+            using var timeout = new CancellationTokenSource(TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromSeconds(1).Ticks)));
+            try
+            {
+                var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token)
+                    .ConfigureAwait(false);
+                return status is { } s && s.Term > term ? (s.Term, node) : ((long, Uri)?)null;
+            }
+            catch (Exception ex) when (ex is HttpRequestException or IOException or OperationCanceledException or System.Text.Json.JsonException)
+            {
+                return null;
+            }
+        });
+        var answers = Task.Run(() => Task.WhenAll(asks)).GetAwaiter().GetResult();
+        return answers.Where(a => a is not null).OrderByDescending(a => a!.Value.Item1).FirstOrDefault();
+    }
+
     /// <summary>Completes when this replica is promoted (at once on a primary).</summary>
     public Task PromotedAsync(CancellationToken cancellationToken)
-        => Role == ReplicationRole.Replica ? _promoted.Task.WaitAsync(cancellationToken) : Task.CompletedTask;
+        => WaitsForPromotion ? _promoted.Task.WaitAsync(cancellationToken) : Task.CompletedTask;
 
     /// <summary>
     /// Makes this replica the primary of <paramref name="term"/> (docs/replication.md, "Failover"), or says why not:
@@ -223,7 +284,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         timeout.CancelAfter(ClaimTimeout);
         var probe = new Shipment(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty);
-        var answers = await Task.WhenAll(_options.Replicas.Select(async node =>
+        var answers = await Task.WhenAll(_options.Peers.Concat(_options.Witnesses).Select(async node =>
         {
             try
             {
@@ -237,7 +298,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
         })).ConfigureAwait(false);
 
         var took = answers.Where(a => a.Answer is { } r && r.Term == term && r.Outcome != ShipmentOutcome.Fenced).ToList();
-        var group = _options.Replicas.Count + 1;
+        var group = _options.Peers.Count + 1 + _options.Witnesses.Count;
         var majority = (group / 2) + 1;
         if (took.Count + 1 < majority)
         {
@@ -271,16 +332,17 @@ internal sealed class ReplicationNode : IAsyncDisposable
         }
 
         TermFile.Write(log.Directory, new TermRecord(Term, Primary: true, Term), log.FileMode);
-        if (_options.Replicas.Count == 0)
+        var peers = _options.Peers;
+        if (peers.Count == 0)
         {
             return;
         }
 
-        var watermark = new ReplicationWatermark(_options.Replicas.Count, _options.EffectiveRequiredReplicas);
+        var watermark = new ReplicationWatermark(peers.Count, _options.EffectiveRequiredReplicas);
         log.RequireReplication(watermark);
         _watermark = watermark;
         var logOptions = _service.BuildLogOptions();
-        _shipping = [.. _options.Replicas.Select((address, index) => new LogShipper(this, index, address, log, watermark, logOptions,
+        _shipping = [.. peers.Select((address, index) => new LogShipper(this, index, address, log, watermark, logOptions,
             _httpClients.CreateClient(HttpClientName), _options, _logger))];
         lock (_gate)
         {

@@ -11,6 +11,26 @@ public enum ReplicationRole
 
     /// <summary>A replica: it keeps a copy of the primary's log, serves nothing (503) and takes over when promoted.</summary>
     Replica,
+
+    /// <summary>
+    /// A witness: a voter that holds no log (<see cref="FailoverMode.Raft"/> only). It votes in the Raft elections and
+    /// takes promotions' terms, so that a primary with one replica has the third voter a majority needs; it serves
+    /// nothing and is never promoted.
+    /// </summary>
+    Witness,
+}
+
+/// <summary>Who decides that a replica takes over (<see cref="ReplicationOptions.Failover"/>).</summary>
+public enum FailoverMode
+{
+    /// <summary>An operator or a script: <c>psctl replication promote</c> (the default).</summary>
+    Manual,
+
+    /// <summary>
+    /// Automatic: the group's nodes (and witnesses) run Raft (DotNext's, over HTTP on the service's port); the elected
+    /// leader watches the primary and promotes the replica with the longest log when the primary stops answering.
+    /// </summary>
+    Raft,
 }
 
 /// <summary>
@@ -63,18 +83,82 @@ public sealed class ReplicationOptions
     /// <summary>How often an idle primary tells its replicas it is there (and learns of a newer term): 1 second by default.</summary>
     public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(1);
 
-    internal int EffectiveRequiredReplicas => RequiredReplicas ?? (Replicas.Count + 1) / 2;
+    /// <summary>
+    /// Who promotes a replica when the primary is lost: <see cref="FailoverMode.Manual"/> (the default; an operator, with
+    /// <c>psctl replication promote</c>) or <see cref="FailoverMode.Raft"/> (automatic, docs/replication.md "Failover").
+    /// </summary>
+    public FailoverMode Failover { get; set; } = FailoverMode.Manual;
+
+    /// <summary>
+    /// This node's own base address, as the other nodes reach it (required with <see cref="FailoverMode.Raft"/>: it is
+    /// this node's Raft member address). When set, an entry of <see cref="Replicas"/> equal to it is this node and is
+    /// skipped, so every node of a group may be given the same list (a Kubernetes StatefulSet's pods).
+    /// </summary>
+    public Uri? Address { get; set; }
+
+    /// <summary>
+    /// With <see cref="FailoverMode.Raft"/> and no log of its own to start from: the base address of the node that starts
+    /// as the primary (the others start as replicas). Lets every node of a new group share one configuration; ignored
+    /// once a node's directory records a term, and when <see cref="Role"/> is set.
+    /// </summary>
+    public Uri? InitialPrimary { get; set; }
+
+    /// <summary>
+    /// The base addresses of the group's witnesses (<see cref="ReplicationRole.Witness"/>, <see cref="FailoverMode.Raft"/>
+    /// only): voters without a log. A group of two log nodes needs one for a majority of three.
+    /// </summary>
+    public IList<Uri> Witnesses { get; } = new List<Uri>();
+
+    /// <summary>
+    /// The Raft election timeout's upper bound (300 ms by default; the lower bound is half of it): how long the group goes
+    /// without hearing from its leader before it elects another. Also how often the leader asks the primary whether it is
+    /// there (a third of it), and the failover's detection time: the primary is given up after two unanswered asks.
+    /// </summary>
+    public TimeSpan ElectionTimeout { get; set; } = TimeSpan.FromMilliseconds(300);
+
+    internal int EffectiveRequiredReplicas => RequiredReplicas ?? (Peers.Count + 1) / 2;
+
+    /// <summary>The other log-holding nodes of the group: <see cref="Replicas"/> without <see cref="Address"/> (and, on a witness, all of them).</summary>
+    internal IReadOnlyList<Uri> Peers => [.. Replicas.Where(r => r is not null && (Address is null || !SameNode(r, Address))).Distinct()];
+
+    /// <summary>Every node of the group that holds a log, this one included unless it is a witness (what the failover coordinator watches).</summary>
+    internal IReadOnlyList<Uri> LogNodes => Role == ReplicationRole.Witness || Address is null ? Peers : [Address, .. Peers];
+
+    /// <summary>Whether two base addresses name the same node (scheme, host, port and path, case-insensitive host).</summary>
+    internal static bool SameNode(Uri a, Uri b)
+        => Uri.Compare(a, b, UriComponents.SchemeAndServer | UriComponents.Path, UriFormat.Unescaped, StringComparison.OrdinalIgnoreCase) == 0 ||
+           (a.IsAbsoluteUri && b.IsAbsoluteUri && string.Equals(a.GetLeftPart(UriPartial.Authority), b.GetLeftPart(UriPartial.Authority), StringComparison.OrdinalIgnoreCase) &&
+            a.AbsolutePath.TrimEnd('/') == b.AbsolutePath.TrimEnd('/'));
+
+    /// <summary>
+    /// The role a node without a term file starts in: <see cref="Role"/>, or, with <see cref="InitialPrimary"/> and no
+    /// role set, primary when that is this node's <see cref="Address"/>, else replica.
+    /// </summary>
+    internal ReplicationRole ConfiguredRole
+        => Role != ReplicationRole.None || InitialPrimary is null || Address is null
+            ? Role
+            : SameNode(InitialPrimary, Address) ? ReplicationRole.Primary : ReplicationRole.Replica;
 
     internal IEnumerable<string> Validate(PersistentServicesOptions service)
     {
-        if (Role == ReplicationRole.None)
+        if (ConfiguredRole == ReplicationRole.None)
         {
+            if (InitialPrimary is not null && Address is null)
+            {
+                yield return "PersistentServicesOptions.Replication.InitialPrimary needs Address (this node's own base address), to tell whether this node is the one.";
+            }
+
             yield break;
         }
 
         if (!Enum.IsDefined(Role))
         {
-            yield return $"PersistentServicesOptions.Replication.Role must be None, Primary or Replica (was {(int)Role}).";
+            yield return $"PersistentServicesOptions.Replication.Role must be None, Primary, Replica or Witness (was {(int)Role}).";
+        }
+
+        foreach (var error in ValidateFailover())
+        {
+            yield return error;
         }
 
         if (Term is < 1 or > 0x00FF_FFFF_FFFF_FFFFL)
@@ -88,7 +172,7 @@ public sealed class ReplicationOptions
             yield break;
         }
 
-        if (Role == ReplicationRole.Primary && Replicas.Count == 0)
+        if (ConfiguredRole == ReplicationRole.Primary && Peers.Count == 0)
         {
             yield return "PersistentServicesOptions.Replication.Replicas must name at least one replica of a primary (or set Role to None).";
         }
@@ -101,9 +185,9 @@ public sealed class ReplicationOptions
             }
         }
 
-        if (RequiredReplicas is { } required && (required < 0 || required > Replicas.Count))
+        if (RequiredReplicas is { } required && (required < 0 || required > Peers.Count))
         {
-            yield return $"PersistentServicesOptions.Replication.RequiredReplicas must be between 0 and the number of Replicas ({Replicas.Count}), or null for all of them (was {required}).";
+            yield return $"PersistentServicesOptions.Replication.RequiredReplicas must be between 0 and the number of Replicas ({Peers.Count}; this node's own Address is not counted), or null for a majority (was {required}).";
         }
 
         if (MaxShipmentBytes < 64 << 10)
@@ -124,6 +208,75 @@ public sealed class ReplicationOptions
         if (service.Domain.Members.Count > 0)
         {
             yield return "PersistentServicesOptions.Replication cannot be combined with a service domain yet (docs/replication.md, \"Not yet\").";
+        }
+    }
+
+    private IEnumerable<string> ValidateFailover()
+    {
+        if (!Enum.IsDefined(Failover))
+        {
+            yield return $"PersistentServicesOptions.Replication.Failover must be Manual or Raft (was {(int)Failover}).";
+            yield break;
+        }
+
+        foreach (var uri in Witnesses.Append(Address).Append(InitialPrimary))
+        {
+            if (uri is not null && (!uri.IsAbsoluteUri || uri.Scheme is not ("http" or "https")))
+            {
+                yield return $"PersistentServicesOptions.Replication: '{uri}' (Address, InitialPrimary or Witnesses) is not an absolute http or https address.";
+            }
+        }
+
+        if (Witnesses.Any(w => w is null))
+        {
+            yield return "PersistentServicesOptions.Replication.Witnesses has an empty entry (a configuration key without a value): give each witness's base address.";
+            yield break;
+        }
+
+        if (Failover == FailoverMode.Manual)
+        {
+            if (Role == ReplicationRole.Witness || Witnesses.Count > 0)
+            {
+                yield return "PersistentServicesOptions.Replication: witnesses vote in Raft elections; they need Failover = Raft.";
+            }
+
+            yield break;
+        }
+
+        if (Address is null)
+        {
+            yield return "PersistentServicesOptions.Replication.Address (this node's own base address, as the other nodes reach it) is required with Failover = Raft.";
+            yield break;
+        }
+
+        var logNodes = (Role == ReplicationRole.Witness ? 0 : 1) + Peers.Count;
+        var voters = logNodes + Witnesses.Count(w => !SameNode(w, Address)) + (Role == ReplicationRole.Witness ? 1 : 0);
+        if (Role == ReplicationRole.Witness && Peers.Count < 2)
+        {
+            yield return "PersistentServicesOptions.Replication.Replicas of a witness must name the group's log nodes (at least two).";
+        }
+
+        if (voters < 3)
+        {
+            yield return $"PersistentServicesOptions.Replication: Raft needs at least three voters for a majority that survives one loss, and this group has {voters} " +
+                         "(a primary with one replica needs a witness: Replication.Witnesses, docs/replication.md).";
+        }
+
+        // Every acknowledged record is on RequiredReplicas + 1 log nodes; a promotion's term is taken by a majority of the
+        // voters, of which at least (majority - witnesses) hold a log. The two sets must meet, or the promoted node could
+        // lack an acknowledged record.
+        var required = RequiredReplicas ?? (Peers.Count + (Role == ReplicationRole.Witness ? 0 : 1)) / 2;
+        var witnesses = voters - logNodes;
+        var majority = (voters / 2) + 1;
+        if (required > 0 && required + 1 + (majority - witnesses) <= logNodes)
+        {
+            yield return $"PersistentServicesOptions.Replication: with {logNodes} log nodes, {witnesses} witnesses and RequiredReplicas {required}, a promotion's majority " +
+                         "need not include a node holding every acknowledged record: require more replicas, or use fewer witnesses.";
+        }
+
+        if (ElectionTimeout < TimeSpan.FromMilliseconds(50) || ElectionTimeout > TimeSpan.FromMinutes(1))
+        {
+            yield return $"PersistentServicesOptions.Replication.ElectionTimeout must be between 50 ms and 1 minute (was {ElectionTimeout}).";
         }
     }
 }

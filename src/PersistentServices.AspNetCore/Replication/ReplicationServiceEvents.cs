@@ -26,4 +26,8 @@ internal static partial class ReplicationServiceEvents
 
     [LoggerMessage(1436, LogLevel.Warning, "Replication: refused a message on {Path}: {Reason}")]
     public static partial void MessageRefused(ILogger logger, string path, string reason);
+
+    [LoggerMessage(1443, LogLevel.Warning,
+        "Replication: this node's directory says primary of term {Term}, and {Node} has seen term {NewerTerm}: another node took over while this one was away; it starts as a replica")]
+    public static partial void RejoinsAsReplica(ILogger logger, long term, long newerTerm, string node);
 }

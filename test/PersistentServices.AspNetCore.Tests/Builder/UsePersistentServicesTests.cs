@@ -68,7 +68,7 @@ public sealed class UsePersistentServicesTests : IDisposable
     [InlineData("Primary", null, null, "Replication.Replicas must name at least one replica")]
     [InlineData("Primary", "", null, "Replication.Replicas has an empty entry")]
     [InlineData("Primary", "ftp://x", null, "is not an absolute http or https address")]
-    [InlineData("Replica", "http://a:1", "2", "RequiredReplicas must be between 0 and the number of Replicas (1)")]
+    [InlineData("Replica", "http://a:1", "2", "RequiredReplicas must be between 0 and the number of Replicas (1;")]
     [InlineData("Replica", "http://a:1", null, "Calls.PeerKey is required with replication")]
     public void Replication_BadOptions_RefusedAtStartup_NamingTheOption(string role, string? replica, string? required, string expected)
     {
@@ -95,6 +95,61 @@ public sealed class UsePersistentServicesTests : IDisposable
 
         var error = Assert.Throws<OptionsValidationException>(() => app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value);
         Assert.Contains(expected, error.Message, StringComparison.Ordinal);
+    }
+
+    [Theory]
+    [InlineData("Replica", "http://a:1,http://b:1", null, null, "Replication.Address (this node's own base address, as the other nodes reach it) is required with Failover = Raft")]
+    [InlineData("Replica", "http://a:1", "http://me:1", null, "Raft needs at least three voters for a majority that survives one loss, and this group has 2")]
+    [InlineData("Witness", "http://a:1", "http://me:1", null, "Replicas of a witness must name the group's log nodes (at least two)")]
+    [InlineData("Primary", "http://a:1", "http://me:1", "ftp://w", "is not an absolute http or https address")]
+    [InlineData("Primary", "http://a:1,http://b:1,http://c:1", "http://me:1", "http://w:1,http://v:1,http://u:1", "a promotion's majority need not include a node holding every acknowledged record")]
+    public void Replication_BadFailoverOptions_RefusedAtStartup_NamingTheOption(string role, string replicas, string? address, string? witnesses, string expected)
+    {
+        var builder = WebApplication.CreateBuilder();
+        var settings = new Dictionary<string, string?>
+        {
+            ["PersistentServices:LogDirectory"] = _dir.Path,
+            ["PersistentServices:Calls:PeerKey"] = new string('n', 32),
+            ["PersistentServices:Replication:Role"] = role,
+            ["PersistentServices:Replication:Failover"] = "Raft",
+            ["PersistentServices:Replication:Address"] = address,
+        };
+        foreach (var (replica, i) in replicas.Split(',').Select((r, i) => (r, i)))
+        {
+            settings[$"PersistentServices:Replication:Replicas:{i}"] = replica;
+        }
+
+        foreach (var (witness, i) in (witnesses ?? "").Split(',', StringSplitOptions.RemoveEmptyEntries).Select((w, i) => (w, i)))
+        {
+            settings[$"PersistentServices:Replication:Witnesses:{i}"] = witness;
+        }
+
+        builder.Configuration.AddInMemoryCollection(settings);
+        builder.Services.AddPersistentServices();
+        using var app = builder.Build();
+
+        var error = Assert.Throws<OptionsValidationException>(() => app.Services.GetRequiredService<IOptions<PersistentServicesOptions>>().Value);
+        Assert.Contains(expected, error.Message, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void Replication_OneListForEveryNode_ThisNodesOwnAddressIsSkipped_AndTheInitialPrimaryDecidesTheRole()
+    {
+        // A StatefulSet's pods share one configuration: every node's address in Replicas, each pod its own Address.
+        Uri[] nodes = [new("http://orders-0.orders:8080"), new("http://orders-1.orders:8080"), new("http://orders-2.orders:8080")];
+        foreach (var self in nodes)
+        {
+            var options = new ReplicationOptions { Failover = FailoverMode.Raft, Address = self, InitialPrimary = nodes[0] };
+            foreach (var node in nodes)
+            {
+                options.Replicas.Add(node);
+            }
+
+            Assert.Equal(nodes.Where(n => n != self), options.Peers);
+            Assert.Equal(self == nodes[0] ? ReplicationRole.Primary : ReplicationRole.Replica, options.ConfiguredRole);
+            Assert.Equal(1, options.EffectiveRequiredReplicas);
+            Assert.Empty(options.Validate(new PersistentServicesOptions { LogDirectory = _dir.Path, Calls = { PeerKey = new string('n', 32) } }));
+        }
     }
 
     [Fact]

@@ -1,0 +1,466 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net.Http.Json;
+using Microsoft.AspNetCore.Connections;
+using DotNext.Net.Cluster.Consensus.Raft;
+using DotNext.Net.Cluster.Consensus.Raft.Http;
+using DotNext.Net.Cluster.Consensus.Raft.StateMachine;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+using PersistentServices.Calls;
+using PersistentServices.Http;
+
+namespace PersistentServices.Replication;
+
+/// <summary>
+/// Automatic failover (<see cref="FailoverMode.Raft"/>, docs/replication.md "Failover"): the group's nodes and witnesses
+/// are the members of a Raft cluster (DotNext's, over HTTP at <see cref="ProtocolPath"/> on the service's own port, its
+/// term and vote kept in a write-ahead log under the log directory). Raft elects one leader at a time; the leader is the
+/// group's <b>failover coordinator</b>: it asks every log node where it stands (<c>GET /ps/replication/status</c>) every
+/// third of the election timeout, and when no node has answered as the primary twice in a row, it promotes the replica
+/// with the longest log, with a term above every term it saw (the promotion's own majority claim,
+/// <see cref="ReplicationNode.PromoteAsync"/>, keeps that safe whatever else is running). The election is DotNext's;
+/// what is ours is the rule for whom to promote.
+/// Raft's messages are signed with the peer key like every message between the deployment's nodes: an unsigned one is
+/// refused (401) before DotNext sees it.
+/// </summary>
+internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
+{
+    /// <summary>Where Raft's messages arrive (DotNext's protocol path, the path of each member's address).</summary>
+    public const string ProtocolPath = "/ps/consensus";
+
+    /// <summary>The PS-Role of Raft's messages (what their signatures cover).</summary>
+    private const string SignedRole = "consensus";
+
+    /// <summary>The largest Raft message taken (no log entries travel: DotNext's log holds no data here).</summary>
+    private const int MaxMessageBytes = 1 << 20;
+
+    /// <summary>How many status rounds in a row without a primary before the coordinator promotes.</summary>
+    private const int MissesBeforePromotion = 2;
+
+    private readonly PersistentServicesOptions _service;
+    private readonly ReplicationOptions _options;
+    private readonly ReplicationNode _node;
+    private readonly IHttpClientFactory _httpClients;
+    private readonly ILoggerFactory _loggerFactory;
+    private readonly IServiceProvider _host;
+    private readonly TimeProvider _time;
+    private readonly ILogger<RaftFailover> _logger;
+    private readonly CancellationTokenSource _stopping = new();
+    private readonly Lazy<ServiceProvider> _raft;
+    private readonly Lazy<RequestDelegate> _handler;
+    private Task _coordinating = Task.CompletedTask;
+    private IRaftCluster? _cluster;
+    private int _disposed;
+
+    public RaftFailover(IOptions<PersistentServicesOptions> options, ReplicationNode node, IHttpClientFactory httpClients, ILoggerFactory loggerFactory,
+        IServiceProvider host, TimeProvider time)
+    {
+        _service = options.Value;
+        _options = _service.Replication;
+        _node = node;
+        _httpClients = httpClients;
+        _loggerFactory = loggerFactory;
+        _host = host;
+        _time = time;
+        _logger = loggerFactory.CreateLogger<RaftFailover>();
+        _raft = new Lazy<ServiceProvider>(BuildRaftServices, LazyThreadSafetyMode.ExecutionAndPublication);
+        _handler = new Lazy<RequestDelegate>(BuildHandler, LazyThreadSafetyMode.ExecutionAndPublication);
+    }
+
+    /// <summary>Whether this node takes part in automatic failover.</summary>
+    public bool Enabled => _options.ConfiguredRole != ReplicationRole.None && _options.Failover == FailoverMode.Raft;
+
+    /// <summary>This node's Raft member address: its base address with <see cref="ProtocolPath"/>.</summary>
+    internal static Uri MemberAddress(Uri node) => new(node, ProtocolPath);
+
+    /// <summary>Every voter: the log nodes (this one included) and the witnesses.</summary>
+    private IEnumerable<Uri> Voters
+        => _options.LogNodes.Concat(_options.Witnesses).Append(_options.Address!).DistinctBy(u => MemberAddress(u).ToString().ToLowerInvariant());
+
+    /// <summary>
+    /// The Raft member's own services, apart from the application's: DotNext registers its cluster as a hosted service of
+    /// whatever collection it is given, and this one exists only when failover is configured. It shares the host's logging.
+    /// </summary>
+    private ServiceProvider BuildRaftServices()
+    {
+        var services = new ServiceCollection();
+        services.AddSingleton<ILoggerFactory>(new QuietLoggerFactory(_loggerFactory));
+        services.AddSingleton(typeof(ILogger<>), typeof(Logger<>));
+        services.AddSingleton(_host.GetService<DiagnosticListener>() ?? new DiagnosticListener("PersistentServices.Replication.Raft"));
+        services.AddSingleton<DiagnosticSource>(sp => sp.GetRequiredService<DiagnosticListener>());
+        services.AddSingleton(_host.GetRequiredService<System.Diagnostics.Metrics.IMeterFactory>());
+        services.AddOptions();
+        services.AddSingleton<IHttpMessageHandlerFactory>(new SigningHandlers(this));
+        var directory = Path.Combine(Path.GetFullPath(_service.LogDirectory), "consensus");
+        Directory.CreateDirectory(directory);
+        services.AddSingleton(IStateMachine.CreateNoOp());
+        services.UsePersistentLog(new WriteAheadLog.Options { Location = directory });
+        var voters = Voters.Select(MemberAddress).ToList();
+        services.UseInMemoryConfigurationStorage(members =>
+        {
+            foreach (var voter in voters)
+            {
+                members.Add(new UriEndPoint(voter));
+            }
+        });
+        var upper = (int)_options.ElectionTimeout.TotalMilliseconds;
+        services.ConfigureLocalNode(member =>
+        {
+            member.PublicEndPoint = MemberAddress(_options.Address!);
+            member.ColdStart = false;
+            member.LowerElectionTimeout = upper / 2;
+            member.UpperElectionTimeout = upper;
+            member.RequestTimeout = _options.ElectionTimeout;
+            member.RpcTimeout = TimeSpan.FromMilliseconds(upper / 2);
+            member.IsLeaderLeaseEnabled = true; // the coordinator acts only while it holds the lease (CoordinateAsync)
+        });
+        return services.BuildServiceProvider();
+    }
+
+    private RequestDelegate BuildHandler()
+    {
+        var app = new ApplicationBuilder(_raft.Value);
+        app.UseConsensusProtocolHandler();
+        return app.Build();
+    }
+
+    /// <summary>A Raft message: verified as sent by a node of this service, then DotNext's.</summary>
+    public async Task HandleAsync(HttpContext context)
+    {
+        if (!Enabled)
+        {
+            context.Response.StatusCode = StatusCodes.Status404NotFound;
+            return;
+        }
+
+        if (context.Request.ContentLength is > MaxMessageBytes)
+        {
+            await ProtocolProblems.WriteAsync(context, 413, "replication-too-large", "Raft message too large",
+                string.Create(CultureInfo.InvariantCulture, $"A Raft message has at most {MaxMessageBytes} bytes.")).ConfigureAwait(false);
+            return;
+        }
+
+        var body = await ReadBoundedAsync(context.Request.Body, context.RequestAborted).ConfigureAwait(false);
+        if (body is null)
+        {
+            await ProtocolProblems.WriteAsync(context, 413, "replication-too-large", "Raft message too large",
+                string.Create(CultureInfo.InvariantCulture, $"A Raft message has at most {MaxMessageBytes} bytes.")).ConfigureAwait(false);
+            return;
+        }
+
+        var caller = context.Request.Headers[ProtocolHeaders.Caller].ToString();
+        var message = new PeerMessage(context.Request.Method, context.Request.PathBase + context.Request.Path + context.Request.QueryString, caller,
+            context.Request.Headers[ProtocolHeaders.Callee].ToString(), "", "", SignedRole, "", context.Request.ContentType ?? "");
+        var refused = !string.Equals(caller, _service.ServiceName, StringComparison.Ordinal)
+            ? "a sender that is not a node of this service (PS-Caller)"
+            : _node.Peers.Verify(context.Request.Headers[ProtocolHeaders.Signature].ToString(), message, body);
+        if (refused is not null)
+        {
+            ReplicationServiceEvents.MessageRefused(_logger, ProtocolPath, refused);
+            await ProtocolProblems.WriteAsync(context, 401, "replication-peer", "Not a node of this service",
+                $"Raft messages are accepted only from this service's own nodes, signed with its peer key: this one had {refused}.").ConfigureAwait(false);
+            return;
+        }
+
+        context.Request.Body = new MemoryStream(body, writable: false);
+        await _handler.Value(context).ConfigureAwait(false);
+    }
+
+    private static async Task<byte[]?> ReadBoundedAsync(Stream body, CancellationToken cancellationToken)
+    {
+        using var buffer = new MemoryStream();
+        var chunk = new byte[16 << 10];
+        int read;
+        while ((read = await body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
+        {
+            if (buffer.Length + read > MaxMessageBytes)
+            {
+                return null;
+            }
+
+            buffer.Write(chunk, 0, read);
+        }
+
+        return buffer.ToArray();
+    }
+
+    public async Task StartAsync(CancellationToken cancellationToken)
+    {
+        if (!Enabled)
+        {
+            return;
+        }
+
+        _ = _handler.Value;
+        var cluster = _raft.Value.GetRequiredService<IRaftCluster>();
+        await ((IHostedService)cluster).StartAsync(cancellationToken).ConfigureAwait(false);
+        _cluster = cluster;
+        cluster.LeaderChanged += (_, leader) => LeaderChanged(_logger, leader?.EndPoint?.ToString() ?? "none", cluster.Term);
+        FailoverStarted(_logger, MemberAddress(_options.Address!).ToString(), string.Join(", ", Voters.Select(MemberAddress)));
+        _coordinating = Task.Run(() => CoordinateAsync(cluster, _stopping.Token), CancellationToken.None);
+    }
+
+    public async Task StopAsync(CancellationToken cancellationToken)
+    {
+        if (_cluster is not { } cluster)
+        {
+            return;
+        }
+
+        await _stopping.CancelAsync().ConfigureAwait(false);
+        await _coordinating.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        await ((IHostedService)cluster).StopAsync(cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// The coordinator's loop: while this node leads the Raft cluster, every third of the election timeout it asks each log
+    /// node where it stands; with no primary answering twice in a row, it promotes the replica holding the most log.
+    /// </summary>
+    private async Task CoordinateAsync(IRaftCluster cluster, CancellationToken cancellationToken)
+    {
+        var interval = _options.ElectionTimeout / 3;
+        var http = _httpClients.CreateClient(ReplicationNode.HttpClientName);
+        var misses = 0;
+        var lastNoCandidate = 0L;
+        while (!cancellationToken.IsCancellationRequested)
+        {
+            try
+            {
+                await Task.Delay(interval, _time, cancellationToken).ConfigureAwait(false);
+                // The leader's lease: renewed at every heartbeat a majority answers (DotNext's), so a deposed leader that has not
+                // heard of it yet stops coordinating within a lease. (Not LeadershipToken: that waits for the term's first entry to
+                // commit, which a member that lost its Raft state with its volume can hold back for a long while.)
+                if (cluster.Leader is not { IsRemote: false } || !cluster.TryGetLeaseToken(out var leadership) || leadership.IsCancellationRequested)
+                {
+                    misses = 0;
+                    continue;
+                }
+
+                var statuses = await Task.WhenAll(_options.LogNodes.Select(node => StatusAsync(http, node, cancellationToken))).ConfigureAwait(false);
+                var newest = statuses.Max(s => s.Status?.Term ?? 0);
+                if (_logger.IsEnabled(LogLevel.Debug))
+                {
+                    Round(_logger, misses, string.Join("; ", statuses.Select(s => s.Status is { } st ? $"{s.Node}: {st.Role} of term {st.Term}" : $"{s.Node}: {s.Error}")));
+                }
+
+                if (statuses.Any(s => s.Status is { Role: nameof(ReplicationRole.Primary) } p && p.Term >= newest))
+                {
+                    misses = 0;
+                    continue;
+                }
+
+                if (++misses < MissesBeforePromotion || leadership.IsCancellationRequested)
+                {
+                    continue;
+                }
+
+                var candidate = statuses
+                    .Where(s => s.Status is { Role: nameof(ReplicationRole.Replica), Replica: { DurableUntil: > 0 } })
+                    .OrderByDescending(s => s.Status!.Replica!.ContentTerm)
+                    .ThenByDescending(s => s.Status!.Replica!.DurableUntil)
+                    .FirstOrDefault();
+                var seen = string.Join("; ", statuses.Select(s => s.Status is { } st ? $"{s.Node}: {st.Role} of term {st.Term}" : $"{s.Node}: {s.Error}"));
+                if (candidate.Node is null)
+                {
+                    if (_time.GetElapsedTime(lastNoCandidate) > TimeSpan.FromSeconds(10))
+                    {
+                        NoCandidate(_logger, seen);
+                        lastNoCandidate = _time.GetTimestamp();
+                    }
+
+                    continue;
+                }
+
+                var term = newest + 1;
+                Promoting(_logger, candidate.Node.ToString(), term, candidate.Status!.Replica!.DurableUntil, seen);
+                var (promoted, why) = await PromoteAsync(http, candidate.Node, term, cancellationToken).ConfigureAwait(false);
+                if (promoted)
+                {
+                    misses = 0;
+                }
+                else
+                {
+                    PromotionRefused(_logger, candidate.Node.ToString(), term, why);
+                }
+            }
+            catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+            {
+                return;
+            }
+            catch (Exception ex) when (ex is not OutOfMemoryException)
+            {
+                CoordinatorFailed(_logger, ex);
+            }
+        }
+    }
+
+    /// <summary>
+    /// How long the coordinator waits for a node's status: a dead process refuses at once (a killed primary is given up
+    /// after two rounds, two thirds of the election timeout); a slow one (a loaded host, a pause) is given twice the
+    /// election timeout, at least half a second, per round, before it counts as gone.
+    /// </summary>
+    private TimeSpan StatusTimeout => TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromMilliseconds(500).Ticks));
+
+    private async Task<(Uri Node, ReplicationStatus? Status, string? Error)> StatusAsync(HttpClient http, Uri node, CancellationToken cancellationToken)
+    {
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        timeout.CancelAfter(StatusTimeout);
+        try
+        {
+            var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token).ConfigureAwait(false);
+            return (node, status, null);
+        }
+        catch (Exception ex) when (ex is HttpRequestException or IOException or System.Text.Json.JsonException ||
+                                   (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
+        {
+            return (node, null, ex is OperationCanceledException ? "no answer in time" : ex.Message);
+        }
+    }
+
+    private async Task<(bool Promoted, string Why)> PromoteAsync(HttpClient http, Uri node, long term, CancellationToken cancellationToken)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(node, ReplicationEndpoints.PromotePath)) { Content = new ByteArrayContent([]) };
+        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue(ReplicationMessages.ContentType);
+        ReplicationMessages.Sign(request, string.Create(CultureInfo.InvariantCulture, $"term={term}"), _node, []);
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        timeout.CancelAfter(TimeSpan.FromSeconds(10));
+        try
+        {
+            using var response = await http.SendAsync(request, timeout.Token).ConfigureAwait(false);
+            var body = await response.Content.ReadAsStringAsync(timeout.Token).ConfigureAwait(false);
+            return (response.IsSuccessStatusCode, string.Create(CultureInfo.InvariantCulture, $"{(int)response.StatusCode}: {body[..Math.Min(body.Length, 400)]}"));
+        }
+        catch (Exception ex) when (ex is HttpRequestException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
+        {
+            return (false, ex.Message);
+        }
+    }
+
+    /// <summary>
+    /// The host's logging for DotNext's Raft, one level quieter: it warns, with a stack trace, at every message a member
+    /// does not answer, which is every message to a killed node during a failover. Its warnings are logged as debug
+    /// messages, its errors as warnings; the failover's own events (1437–1443) say what happens.
+    /// </summary>
+    private sealed class QuietLoggerFactory(ILoggerFactory host) : ILoggerFactory
+    {
+        public ILogger CreateLogger(string categoryName) => new QuietLogger(host.CreateLogger(categoryName));
+
+        public void AddProvider(ILoggerProvider provider) => host.AddProvider(provider);
+
+        public void Dispose()
+        {
+            // the host's factory is the host's to dispose
+        }
+
+        private sealed class QuietLogger(ILogger inner) : ILogger
+        {
+            private static LogLevel Quieter(LogLevel level) => level switch
+            {
+                LogLevel.Warning or LogLevel.Information => LogLevel.Debug,
+                LogLevel.Error => LogLevel.Warning,
+                _ => level,
+            };
+
+            public IDisposable? BeginScope<TState>(TState state) where TState : notnull => inner.BeginScope(state);
+
+            public bool IsEnabled(LogLevel logLevel) => inner.IsEnabled(Quieter(logLevel));
+
+            public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
+            {
+                var level = Quieter(logLevel);
+                if (inner.IsEnabled(level))
+                {
+                    inner.Log(level, eventId, state, exception, formatter);
+                }
+            }
+        }
+    }
+
+    /// <summary>Signs each of Raft's outgoing messages (DotNext asks this factory for its client's handler).</summary>
+    private sealed class SigningHandlers(RaftFailover failover) : IHttpMessageHandlerFactory
+    {
+        public HttpMessageHandler CreateHandler(string name)
+            => new SigningHandler(failover)
+            {
+                InnerHandler = new SocketsHttpHandler
+                {
+                    ConnectTimeout = failover._options.ElectionTimeout / 2,
+                    PooledConnectionIdleTimeout = TimeSpan.FromMinutes(1),
+                },
+            };
+    }
+
+    private sealed class SigningHandler(RaftFailover failover) : DelegatingHandler
+    {
+        protected override async Task<HttpResponseMessage> SendAsync(HttpRequestMessage request, CancellationToken cancellationToken)
+        {
+            byte[] body = [];
+            if (request.Content is { } content)
+            {
+                body = await content.ReadAsByteArrayAsync(cancellationToken).ConfigureAwait(false);
+                var buffered = new ByteArrayContent(body);
+                foreach (var header in content.Headers)
+                {
+                    buffered.Headers.TryAddWithoutValidation(header.Key, header.Value);
+                }
+
+                request.Content = buffered;
+                content.Dispose();
+            }
+
+            var service = failover._service.ServiceName;
+            request.Headers.Remove(ProtocolHeaders.Caller);
+            request.Headers.Remove(ProtocolHeaders.Callee);
+            request.Headers.Remove(ProtocolHeaders.Signature);
+            request.Headers.Add(ProtocolHeaders.Caller, service);
+            request.Headers.Add(ProtocolHeaders.Callee, service);
+            var message = new PeerMessage(request.Method.Method, request.RequestUri!.PathAndQuery, service, service, "", "", SignedRole, "",
+                request.Content?.Headers.ContentType?.ToString() ?? "");
+            request.Headers.Add(ProtocolHeaders.Signature, failover._node.Peers.Sign(message, body));
+            return await base.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+        {
+            return;
+        }
+
+        await _stopping.CancelAsync().ConfigureAwait(false);
+        await _coordinating.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        if (_raft.IsValueCreated)
+        {
+            await _raft.Value.DisposeAsync().ConfigureAwait(false);
+        }
+
+        _stopping.Dispose();
+    }
+
+    [LoggerMessage(1437, LogLevel.Information, "Replication: automatic failover by Raft; this member is {Member}, the voters are {Voters}")]
+    private static partial void FailoverStarted(ILogger logger, string member, string voters);
+
+    [LoggerMessage(1438, LogLevel.Information, "Replication: the Raft leader (the failover coordinator) is now {Leader}, Raft term {Term}")]
+    private static partial void LeaderChanged(ILogger logger, string leader, long term);
+
+    [LoggerMessage(1439, LogLevel.Warning, "Replication: no node answers as the primary; the coordinator promotes {Node} (log until {DurableUntil}) to term {Term}. Seen: {Seen}")]
+    private static partial void Promoting(ILogger logger, string node, long term, long durableUntil, string seen);
+
+    [LoggerMessage(1440, LogLevel.Warning, "Replication: the promotion of {Node} to term {Term} did not happen ({Why}); the coordinator asks again")]
+    private static partial void PromotionRefused(ILogger logger, string node, long term, string why);
+
+    [LoggerMessage(1441, LogLevel.Warning, "Replication: no node answers as the primary and no replica holding a log answers either; nothing to promote. Seen: {Seen}")]
+    private static partial void NoCandidate(ILogger logger, string seen);
+
+    [LoggerMessage(1444, LogLevel.Debug, "Replication: the failover coordinator's round ({Misses} without a primary before it): {Seen}")]
+    private static partial void Round(ILogger logger, int misses, string seen);
+
+    [LoggerMessage(1442, LogLevel.Error, "Replication: the failover coordinator's round failed; it goes on")]
+    private static partial void CoordinatorFailed(ILogger logger, Exception exception);
+}
