@@ -1,0 +1,304 @@
+using System.Diagnostics;
+using System.Net;
+using System.Text.Json;
+
+namespace PersistentServices.ProcessTests;
+
+/// <summary>
+/// Automatic failover with real processes (docs/replication.md, "Failover"): three nodes of one service run Raft
+/// (DotNext's, signed with the peer key); the Raft leader promotes the replica with the longest log when the primary stops
+/// answering. Eight clients, each its own session, keep sending; a client that gets no answer (a killed node, a replica's
+/// 503) resends the same request to the next node. The primary is SIGKILLed again and again; every fifth time its whole
+/// log directory is deleted too (a lost node). The killed node is started again with its unchanged configuration and
+/// rejoins as a replica. At the end every session's state and every shared balance hold each request exactly once.
+/// </summary>
+[Trait("Category", "Process")]
+public sealed class FailoverTests : IDisposable
+{
+    private const string PeerKey = "failover-test-peer-key-0123456789abc";
+    private const int Rounds = 50;
+    private const int Clients = 8;
+
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    /// <summary>One configuration for every node but its own address, as a StatefulSet's pods get it.</summary>
+    private Dictionary<string, string> Node(int index, int[] ports) => new()
+    {
+        ["PS_LOG_DIR"] = _dir.File($"node{index}"),
+        ["PS_SERVICE_NAME"] = "orders",
+        ["PS_PEER_KEY"] = PeerKey,
+        ["PS_REPLICATION"] = "None",
+        ["PS_FAILOVER"] = "Raft",
+        ["PS_ADDRESS"] = $"http://127.0.0.1:{ports[index]}",
+        ["PS_INITIAL_PRIMARY"] = $"http://127.0.0.1:{ports[0]}",
+        ["PS_REPLICAS"] = string.Join(',', ports.Select(p => $"http://127.0.0.1:{p}")),
+        ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1",
+        ["PS_REPLY_TIMEOUT_MS"] = "2000",
+        ["Logging__LogLevel__Microsoft.AspNetCore"] = "Warning",
+    };
+
+    [Fact]
+    public async Task KillingThePrimaryFiftyTimesUnderLoad_AReplicaTakesOverEachTime_NothingAcknowledgedIsLostOrDuplicated()
+    {
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        var nodes = new ServiceProcess[3];
+        nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
+        nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
+        nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
+        try
+        {
+            var sessions = new string[Clients];
+            for (var i = 0; i < Clients; i++)
+            {
+                sessions[i] = await nodes[0].StartSessionAsync();
+            }
+
+            // Each client: the next request until it is answered, at the node that answered last, else the next one.
+            var acknowledged = new long[Clients];
+            var lastAnswer = new long[Clients];
+            var resends = 0L;
+            using var stop = new CancellationTokenSource();
+            var load = Enumerable.Range(0, Clients).Select(i => Task.Run(async () =>
+            {
+                var at = 0;
+                var seq = 1L;
+                while (!stop.IsCancellationRequested)
+                {
+                    var node = Volatile.Read(ref nodes[at]);
+                    try
+                    {
+                        var (status, _, _) = await node.SendAsync(HttpMethod.Post, Path(seq), sessions[i], seq, Body(i));
+                        if (status == HttpStatusCode.OK)
+                        {
+                            Volatile.Write(ref acknowledged[i], seq);
+                            Volatile.Write(ref lastAnswer[i], Stopwatch.GetTimestamp());
+                            seq++;
+                            continue;
+                        }
+                    }
+                    catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException && !stop.IsCancellationRequested)
+                    {
+                    }
+
+                    // Not answered (a killed node, a replica's 503, a reply pending on the replicas): the same request, next node.
+                    Interlocked.Increment(ref resends);
+                    at = (at + 1) % nodes.Length;
+                    await Task.Delay(10, CancellationToken.None);
+                }
+            }, ct)).ToArray();
+
+            var gaps = new List<double>();
+            var lost = 0;
+            var restarts = 0;
+            for (var round = 0; round < Rounds; round++)
+            {
+                var primary = await PrimaryAsync(nodes);
+                await Task.Delay(TimeSpan.FromMilliseconds(300), ct); // some load on this primary
+                await nodes[primary].KillAsync(); // returns once the process is gone: an answer after this is another node's
+                var killedAt = Stopwatch.GetTimestamp();
+                var loseNode = round % 5 == 4;
+                if (loseNode)
+                {
+                    Directory.Delete(_dir.File($"node{primary}"), recursive: true);
+                    lost++;
+                }
+
+                // Served again: some client's request answered after the kill.
+                var deadline = Stopwatch.GetTimestamp() + Stopwatch.Frequency * 30;
+                while (!lastAnswer.Any(t => Volatile.Read(ref t) > killedAt))
+                {
+                    Assert.True(Stopwatch.GetTimestamp() < deadline, $"round {round}: no request answered within 30 s of the primary's kill:\n{Diagnose(nodes)}");
+                    if (Stopwatch.GetElapsedTime(killedAt) > TimeSpan.FromSeconds(1))
+                    {
+                        restarts += await RestartFencedAsync(nodes, ports, except: primary);
+                    }
+
+                    await Task.Delay(5, ct);
+                }
+
+                gaps.Add(Stopwatch.GetElapsedTime(killedAt, lastAnswer.Where(t => t > killedAt).Min()).TotalMilliseconds);
+
+                restarts += await RestartFencedAsync(nodes, ports, except: primary);
+
+                // The killed node comes back with its configuration unchanged: it learns the newer term and rejoins as a replica.
+                var old = nodes[primary];
+                Volatile.Write(ref nodes[primary], await ServiceProcess.StartAsync(Node(primary, ports), ports[primary], waitUntilReady: false));
+                await old.DisposeAsync();
+                await WaitAsync(async () =>
+                {
+                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
+                    return (await StatusAsync(nodes[primary])) is { } s && s.GetProperty("role").GetString() == "Replica" &&
+                           s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
+                           r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
+                }, nodes);
+            }
+
+            await stop.CancelAsync();
+            await Task.WhenAll(load);
+            var serving = nodes[await PrimaryAsync(nodes)];
+            await AssertExactlyOnceAsync(serving, sessions, acknowledged);
+            gaps.Sort();
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"{Rounds} failovers ({lost} with the node's log directory deleted, {restarts} fenced primaries restarted), {acknowledged.Sum()} requests acknowledged, {resends} resends; " +
+                $"kill to the first answer: p50 {gaps[gaps.Count / 2]:F0} ms, p90 {gaps[gaps.Count * 9 / 10]:F0} ms, max {gaps[^1]:F0} ms");
+        }
+        finally
+        {
+            foreach (var node in nodes)
+            {
+                await node.DisposeAsync();
+            }
+        }
+    }
+
+    /// <summary>
+    /// A primary fenced by a promotion it did not see coming (a slow answer taken for its loss, or a restart that did not
+    /// hear of the newer term in time) acknowledges nothing more and waits to be restarted, as Kubernetes restarts it when
+    /// its liveness fails: so does this test. Returns how many it restarted.
+    /// </summary>
+    private async Task<int> RestartFencedAsync(ServiceProcess[] nodes, int[] ports, int except)
+    {
+        var restarted = 0;
+        for (var i = 0; i < nodes.Length; i++)
+        {
+            if (i != except && await IsFencedAsync(nodes[i]))
+            {
+                var fenced = nodes[i];
+                Volatile.Write(ref nodes[i], await ServiceProcess.StartAsync(Node(i, ports), ports[i], waitUntilReady: false));
+                await fenced.DisposeAsync();
+                restarted++;
+            }
+        }
+
+        return restarted;
+    }
+
+    /// <summary>Whether a node is a fenced primary (a replica's role without a replica's log: it waits for its restart).</summary>
+    private static async Task<bool> IsFencedAsync(ServiceProcess node)
+    {
+        try
+        {
+            var status = await StatusAsync(node);
+            return status.GetProperty("role").GetString() == "Replica" && status.GetProperty("replica").ValueKind != JsonValueKind.Object;
+        }
+        catch (HttpRequestException)
+        {
+            return false;
+        }
+    }
+
+    /// <summary>The node that answers as the primary of the newest term (waiting for one).</summary>
+    private static async Task<int> PrimaryAsync(ServiceProcess[] nodes)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (DateTime.UtcNow < deadline)
+        {
+            var best = -1;
+            var newest = -1L;
+            var primaryTerm = -1L;
+            for (var i = 0; i < nodes.Length; i++)
+            {
+                try
+                {
+                    var status = await StatusAsync(nodes[i]);
+                    var term = status.GetProperty("term").GetInt64();
+                    newest = Math.Max(newest, term);
+                    if (status.GetProperty("role").GetString() == "Primary" && term > primaryTerm)
+                    {
+                        (best, primaryTerm) = (i, term);
+                    }
+                }
+                catch (HttpRequestException)
+                {
+                }
+            }
+
+            if (best >= 0 && primaryTerm >= newest)
+            {
+                return best;
+            }
+
+            await Task.Delay(50, TestContext.Current.CancellationToken);
+        }
+
+        Assert.Fail($"no primary within 30 s:\n{Diagnose(nodes)}");
+        return -1;
+    }
+
+    /// <summary>Each client resends what it had not seen answered (the same number); then each session's tally and account hold exactly its requests.</summary>
+    private static async Task AssertExactlyOnceAsync(ServiceProcess primary, string[] sessions, long[] acknowledged)
+    {
+        for (var i = 0; i < sessions.Length; i++)
+        {
+            var next = acknowledged[i] + 1;
+            var (status, _, _) = await primary.SendUntilAnsweredAsync(Path(next), sessions[i], next, Body(i));
+            Assert.Equal(HttpStatusCode.OK, status);
+            acknowledged[i] = next;
+        }
+
+        var (_, balances, _) = await primary.SendAsync(HttpMethod.Get, "/balances", null, null);
+        for (var i = 0; i < sessions.Length; i++)
+        {
+            var (status, tally, _) = await primary.SendAsync(HttpMethod.Get, "/tally", sessions[i], null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
+            Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
+        }
+    }
+
+    private static string Path(long seq) => seq % 2 == 1 ? "/tally" : "/deposit";
+
+    private static object Body(int client) => new { account = $"c{client}", amount = 1 };
+
+    private static async Task<JsonElement> StatusAsync(ServiceProcess node)
+    {
+        using var response = await node.Client.GetAsync("/ps/replication/status", TestContext.Current.CancellationToken);
+        response.EnsureSuccessStatusCode();
+        return JsonDocument.Parse(await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken)).RootElement.Clone();
+    }
+
+    /// <summary>What each node says of its replication now, and its last log lines (what tells why a wait failed).</summary>
+    private static string Diagnose(ServiceProcess[] nodes)
+        => string.Join("\n----\n", nodes.Select((n, i) =>
+        {
+            string status;
+            try
+            {
+                using var response = n.Client.GetAsync("/ps/replication/status").GetAwaiter().GetResult();
+                status = response.Content.ReadAsStringAsync().GetAwaiter().GetResult();
+            }
+            catch (HttpRequestException ex)
+            {
+                status = ex.Message;
+            }
+
+            var lines = n.Output.Split('\n').Where(l => !l.TrimStart().StartsWith("at ", StringComparison.Ordinal) && !l.Contains("cannot make requests durable", StringComparison.Ordinal) &&
+                                                           !l.Contains("PersistenceMiddleware[1105]", StringComparison.Ordinal));
+            return $"node{i} (port {n.Port}): {status}\n{string.Join('\n', lines.TakeLast(40))}";
+        }));
+
+    private static async Task WaitAsync(Func<Task<bool>> condition, ServiceProcess[] nodes)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (DateTime.UtcNow < deadline)
+        {
+            try
+            {
+                if (await condition())
+                {
+                    return;
+                }
+            }
+            catch (HttpRequestException)
+            {
+            }
+
+            await Task.Delay(50, TestContext.Current.CancellationToken);
+        }
+
+        Assert.Fail($"not within 30 s:\n{Diagnose(nodes)}");
+    }
+}
