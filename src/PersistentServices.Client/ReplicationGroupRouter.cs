@@ -12,14 +12,18 @@ namespace PersistentServices.Client;
 /// </summary>
 internal sealed class ReplicationGroup(int index, IReadOnlyList<string> nodes)
 {
+    /// <summary>Where the next round starts: the node that last served, moved on past each node passed over since.</summary>
     private int _current = -1;
+
+    /// <summary>The node that last served (for telling when that changes).</summary>
+    private int _served = -1;
 
     public int Index { get; } = index;
 
     /// <summary>The nodes' base addresses (<see cref="ReplicationGroupRouter.Authority"/>), in their configured order.</summary>
     public IReadOnlyList<string> Nodes { get; } = nodes;
 
-    /// <summary>The node that last served, or null while none has (a request then starts at its own node).</summary>
+    /// <summary>The node requests go to first now, or null while no request went to the group (one then starts at its own node).</summary>
     public string? Current => Volatile.Read(ref _current) is var current and >= 0 ? Nodes[current] : null;
 
     /// <summary>Where a round for a request to <paramref name="own"/> (a node of this group) starts.</summary>
@@ -42,10 +46,11 @@ internal sealed class ReplicationGroup(int index, IReadOnlyList<string> nodes)
         }
     }
 
-    /// <summary>Node <paramref name="index"/> served: it is the group's current node. Returns the previous one when that changed.</summary>
+    /// <summary>Node <paramref name="index"/> served: requests start there. True when another node (or none) served before: <paramref name="previous"/>.</summary>
     public bool Served(int index, out string? previous)
     {
-        var was = Interlocked.Exchange(ref _current, index);
+        Volatile.Write(ref _current, index);
+        var was = Interlocked.Exchange(ref _served, index);
         previous = was >= 0 ? Nodes[was] : null;
         return was != index;
     }

@@ -38,7 +38,7 @@ public sealed class ReplicationGroupTests : IDisposable
         _dir.Dispose();
     }
 
-    private ClientHost Start(string baseAddress, IEnumerable<string[]> groups, Action<PersistentClientOptions>? configure = null)
+    private ClientHost Start(string baseAddress, IEnumerable<string[]> groups, Action<PersistentClientOptions>? configure = null, string name = "svc")
         => ClientHost.Start(_dir.Path, _nodes, new Uri(baseAddress), options =>
         {
             foreach (var group in groups)
@@ -47,7 +47,7 @@ public sealed class ReplicationGroupTests : IDisposable
             }
 
             configure?.Invoke(options);
-        });
+        }, name);
 
     private static JsonElement Json(string reply) => JsonDocument.Parse(reply).RootElement;
 
@@ -87,6 +87,44 @@ public sealed class ReplicationGroupTests : IDisposable
         Assert.Equal(B, host.Client.Groups.Groups.Single().Current);
         Assert.Equal([A, A, A, B], _nodes.Attempts); // start, "before", "after" at a (a replica: 503), "after" at b
         Assert.Equal([("s1", 1L), ("s1", 2L)], _service.Received); // the replica executed nothing
+    }
+
+    [Fact]
+    public async Task GroupOfThree_EachChangeOfTheServingNode_IsCountedOnce_WithTheNodeThatServesNow()
+    {
+        const string c = "http://c.test";
+        var name = "group-" + Guid.NewGuid().ToString("N")[..6];
+        var changes = new ConcurrentQueue<string>();
+        using var listener = new System.Diagnostics.Metrics.MeterListener();
+        listener.InstrumentPublished = (instrument, l) =>
+        {
+            if (instrument is { Name: "persistentservices.client.replication.node_changes", Meter.Name: "PersistentServices.Client" })
+            {
+                l.EnableMeasurementEvents(instrument);
+            }
+        };
+        listener.SetMeasurementEventCallback<long>((_, _, tags, _) =>
+        {
+            var tagged = tags.ToArray();
+            if (tagged.Any(t => t is { Key: "client" } && (string?)t.Value == name))
+            {
+                changes.Enqueue((string)tagged.Single(t => t.Key == "node").Value!);
+            }
+        });
+        listener.Start();
+        _nodes.Replica.UnionWith([A, B]);
+        await using var host = Start(A, [[A, B, c]], name: name);
+
+        await host.PostAsync("one");
+        await host.PostAsync("two");
+        _nodes.Replica.Clear();
+        _nodes.Replica.UnionWith([B, c]); // c lost the primary role; a was promoted
+        var three = await host.PostAsync("three");
+
+        Assert.Equal(3, Json(three).GetProperty("seq").GetInt64());
+        Assert.Equal([A, B, c, c, c, c, A], _nodes.Attempts); // the session's start went around to c; "three" passed c over
+        Assert.Equal([c, A], changes);
+        Assert.Equal(A, host.Client.Groups.Groups.Single().Current);
     }
 
     [Theory]
