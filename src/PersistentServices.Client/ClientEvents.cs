@@ -31,4 +31,13 @@ internal static partial class ClientEvents
 
     [LoggerMessage(1358, LogLevel.Information, "Session {SessionId} at {Service} not ended at stop ({Reason}); the next start uses it again")]
     public static partial void SessionNotClosed(ILogger logger, string sessionId, string service, string reason);
+
+    [LoggerMessage(1359, LogLevel.Debug, "Node {Node} of replication group ({Group}) did not serve ({Reason}): the next node of the group is tried")]
+    public static partial void NodePassedOver(ILogger logger, string node, string group, string reason);
+
+    [LoggerMessage(1360, LogLevel.Information, "Replication group ({Group}): requests now go to {Node} (before: {Previous}), the node that served")]
+    public static partial void NodeServing(ILogger logger, string node, string group, string previous);
+
+    [LoggerMessage(1361, LogLevel.Information, "No node of replication group ({Group}) served this attempt ({Reasons}); the request is retried after the backoff")]
+    public static partial void NoNodeServing(ILogger logger, string group, string reasons);
 }

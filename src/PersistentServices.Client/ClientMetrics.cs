@@ -27,6 +27,8 @@ internal sealed class ClientMetrics
             "persistentservices.client.replies.recovered", "{reply}", "Replies RecoverAsync handed back to the application.");
         SessionsClosed = Meter.CreateCounter<long>(
             "persistentservices.client.sessions.closed", "{session}", "Idle sessions ended at the service when the client stopped.");
+        NodeChanges = Meter.CreateCounter<long>(
+            "persistentservices.client.replication.node_changes", "{change}", "Times a replication group's current node changed: an attempt was served by another node of the group than the one that served before (tag node: the one that serves now).");
         RequestDuration = Meter.CreateHistogram(
             "persistentservices.client.request.duration", "s", "Time from a call's start to its reply being handed over (storing, every attempt and the forces included).",
             tags: null, advice: Diagnostics.PersistentServicesMetrics.ShortDurations);
@@ -44,6 +46,8 @@ internal sealed class ClientMetrics
     public Counter<long> RepliesRecovered { get; }
 
     public Counter<long> SessionsClosed { get; }
+
+    public Counter<long> NodeChanges { get; }
 
     public Histogram<double> RequestDuration { get; }
 

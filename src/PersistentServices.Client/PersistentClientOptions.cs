@@ -55,6 +55,19 @@ public sealed class PersistentClientOptions
     /// </summary>
     public int FinishedOperationRetention { get; set; } = 1024;
 
+    /// <summary>
+    /// The replication groups (docs/replication.md) this client calls: each a list of the base addresses (scheme, host and
+    /// port, http or https, no path) of the nodes of one service, a primary and its replicas, at least two. A request to an
+    /// address of a group goes to the node of that group that last served (at first, the request's own node); a node that
+    /// refuses the connection (or drops it, or answers no reply within <see cref="AttemptTimeout"/>) or answers
+    /// <c>503</c> problem <c>replica</c> is passed over for the next node of the group, once around, and then the request is
+    /// retried as any other (<see cref="RetryDelay"/>, <c>Retry-After</c>), each retry going around again. The session and
+    /// number stay those of the request, so it runs once whichever node serves it. A request never goes to an address
+    /// outside its group. From configuration: <c>ReplicationGroups:0:0=http://orders-0:8080</c>,
+    /// <c>ReplicationGroups:0:1=http://orders-1:8080</c>, ... Default: none.
+    /// </summary>
+    public IList<IList<Uri>> ReplicationGroups { get; } = new List<IList<Uri>>();
+
     internal IEnumerable<string> Validate()
     {
         if (string.IsNullOrWhiteSpace(StoreDirectory))
@@ -100,6 +113,46 @@ public sealed class PersistentClientOptions
         if (MaxRetryAttempts < 1)
         {
             yield return $"PersistentClientOptions.MaxRetryAttempts must be positive (was {MaxRetryAttempts}).";
+        }
+
+        foreach (var failure in ValidateReplicationGroups())
+        {
+            yield return failure;
+        }
+    }
+
+    private IEnumerable<string> ValidateReplicationGroups()
+    {
+        var owner = new Dictionary<string, int>(StringComparer.OrdinalIgnoreCase);
+        for (var g = 0; g < ReplicationGroups.Count; g++)
+        {
+            var group = ReplicationGroups[g];
+            if (group is null || group.Count < 2)
+            {
+                yield return $"PersistentClientOptions.ReplicationGroups[{g}] must list at least 2 node addresses (had {group?.Count ?? 0}): a group is a primary and its replicas.";
+                continue;
+            }
+
+            for (var n = 0; n < group.Count; n++)
+            {
+                var address = group[n];
+                if (ReplicationGroupRouter.NodeError(address) is { } error)
+                {
+                    yield return $"PersistentClientOptions.ReplicationGroups[{g}][{n}] {error}";
+                    continue;
+                }
+
+                var authority = ReplicationGroupRouter.Authority(address!);
+                if (owner.TryGetValue(authority, out var other))
+                {
+                    yield return other == g
+                        ? $"PersistentClientOptions.ReplicationGroups[{g}] lists {authority} twice."
+                        : $"PersistentClientOptions.ReplicationGroups[{g}] and [{other}] both list {authority}: a node belongs to one group.";
+                    continue;
+                }
+
+                owner[authority] = g;
+            }
         }
     }
 }

@@ -47,7 +47,8 @@ public sealed class PersistentSessionClient : IAsyncDisposable
 
     private const string SessionHeader = "PS-Session";
     private const string SequenceHeader = "PS-Seq";
-    private const string ProblemPrefix = "urn:persistentservices:problem:";
+    /// <summary>The services' problem types (docs/protocol.md, "Errors"; the service's ProtocolProblems.TypePrefix).</summary>
+    internal const string ProblemPrefix = "urn:persistentservices:problem:";
 
     /// <summary>Never stored (credentials): each attempt takes them from the request being sent, as the handlers before this one set them.</summary>
     private static readonly HashSet<string> Unstored = new(StringComparer.OrdinalIgnoreCase) { "Authorization", "Proxy-Authorization", "Cookie", SessionHeader, SequenceHeader };
@@ -77,7 +78,11 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         _logger = logger;
         _pool = new SessionPool(options.MaxSessionsPerService);
         _tag = ClientMetrics.Tag(name);
+        Groups = new ReplicationGroupRouter(options.ReplicationGroups, logger, metrics, name);
     }
+
+    /// <summary>The replication groups this client follows (<see cref="PersistentClientOptions.ReplicationGroups"/>): each attempt goes to its group's serving node.</summary>
+    internal ReplicationGroupRouter Groups { get; }
 
     /// <summary>The name of the <see cref="HttpClient"/> this belongs to.</summary>
     public string Name => _name;

@@ -21,6 +21,8 @@ public static class PersistentSessionsHttpClientBuilderExtensions
     /// and call <see cref="PersistentSessionClient.RecoverAsync"/>. The client's <see cref="HttpClient.Timeout"/> is set to
     /// infinite (the retries have their own per-attempt timeout); cancel a call with its token. When the host stops, the
     /// client's idle sessions are ended at their services (<see cref="PersistentSessionClient.CloseIdleSessionsAsync"/>).
+    /// Requests to a node of one of <see cref="PersistentClientOptions.ReplicationGroups"/> go to the node of its group that
+    /// serves (the primary), passing over nodes that refuse the connection or answer that they are replicas.
     /// </summary>
     public static IHttpClientBuilder AddPersistentSessions(this IHttpClientBuilder builder, Action<PersistentClientOptions> configure)
     {
@@ -72,6 +74,9 @@ public static class PersistentSessionsHttpClientBuilderExtensions
             });
             pipeline.AddTimeout(options.AttemptTimeout);
         });
+
+        // Inside the pipeline: each attempt to a replication group goes to its serving node, once around the group.
+        builder.AddHttpMessageHandler(sp => new ReplicationGroupHandler(sp.GetRequiredKeyedService<PersistentSessionClient>(name)));
         return builder;
     }
 }

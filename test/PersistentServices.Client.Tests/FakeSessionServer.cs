@@ -25,6 +25,9 @@ internal sealed class FakeSessionServer : HttpMessageHandler
     /// <summary>Answer this many persistent requests with 503 and <c>Retry-After: 0</c> before executing anything.</summary>
     public int UnavailableNext;
 
+    /// <summary>The problem type of those 503s (a service that recovers: <c>unavailable</c>; one waiting for its replicas: <c>reply-pending</c>).</summary>
+    public string UnavailableType = "unavailable";
+
     /// <summary>Execute, then lose this many replies (the connection drops after the effect).</summary>
     public int LoseRepliesNext;
 
@@ -88,7 +91,7 @@ internal sealed class FakeSessionServer : HttpMessageHandler
         var body = request.Content is null ? "" : await request.Content.ReadAsStringAsync(cancellationToken);
         if (Interlocked.Decrement(ref UnavailableNext) >= 0)
         {
-            var unavailable = Problem(HttpStatusCode.ServiceUnavailable, "unavailable");
+            var unavailable = Problem(HttpStatusCode.ServiceUnavailable, UnavailableType);
             unavailable.Headers.RetryAfter = new RetryConditionHeaderValue(TimeSpan.Zero);
             return unavailable;
         }

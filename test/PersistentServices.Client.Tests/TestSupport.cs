@@ -22,9 +22,14 @@ internal sealed class TempDirectory : IDisposable
 internal sealed class ClientHost(ServiceProvider services, string name = "svc") : IAsyncDisposable
 {
     public static ClientHost Start(string store, FakeSessionServer server, Action<PersistentClientOptions>? configure = null, string name = "svc")
+        => Start(store, server, new Uri("http://svc.test"), configure, name);
+
+    /// <summary>The same with <paramref name="primary"/> as the client's primary handler and <paramref name="baseAddress"/> as its base address.</summary>
+    public static ClientHost Start(string store, HttpMessageHandler primary, Uri baseAddress, Action<PersistentClientOptions>? configure = null, string name = "svc")
     {
+        var server = primary;
         var services = new ServiceCollection();
-        services.AddHttpClient(name, client => client.BaseAddress = new Uri("http://svc.test"))
+        services.AddHttpClient(name, client => client.BaseAddress = baseAddress)
             .AddPersistentSessions(options =>
             {
                 options.StoreDirectory = store;

@@ -1,7 +1,11 @@
+using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Diagnostics.Metrics;
 using System.Net;
+using System.Net.Http.Json;
 using System.Reflection;
 using System.Text.Json;
+using Microsoft.Extensions.DependencyInjection;
 
 namespace PersistentServices.ProcessTests;
 
@@ -247,6 +251,90 @@ public sealed class ReplicationTests : IDisposable
             Assert.Equal(HttpStatusCode.OK, resent);
             Assert.Equal(3, reply.GetProperty("count").GetInt64());
         }
+    }
+
+    [Fact]
+    public async Task ClientGivenTheGroupsNodes_FollowsThePromotedReplica_WithoutChangingItsAddress_EachRequestRunsOnce()
+    {
+        // The .NET client (docs/client.md, "Replication groups") configured with the group's three nodes and the primary
+        // as its base address. The primary is killed; a request sent meanwhile finds it refusing and the replicas
+        // answering 503 replica, and is retried; the longest replica is promoted; the same request is served there (the
+        // same session and number) and the next goes there at once. Each /tally reply counts the session's requests.
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
+        await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
+        await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);
+
+        var name = "orders-" + Guid.NewGuid().ToString("N")[..6];
+        var changes = new ConcurrentQueue<string>();
+        using var listener = new MeterListener();
+        listener.InstrumentPublished = (instrument, l) =>
+        {
+            if (instrument is { Name: "persistentservices.client.replication.node_changes", Meter.Name: "PersistentServices.Client" })
+            {
+                l.EnableMeasurementEvents(instrument);
+            }
+        };
+        listener.SetMeasurementEventCallback<long>((_, _, tags, _) =>
+        {
+            var mine = false;
+            string? node = null;
+            foreach (var tag in tags)
+            {
+                mine |= tag.Key == "client" && (string?)tag.Value == name;
+                node = tag.Key == "node" ? (string?)tag.Value : node;
+            }
+
+            if (mine)
+            {
+                changes.Enqueue(node!);
+            }
+        });
+        listener.Start();
+
+        var services = new ServiceCollection();
+        services.AddHttpClient(name, c => c.BaseAddress = new Uri($"http://127.0.0.1:{ports[0]}"))
+            .AddPersistentSessions(o =>
+            {
+                o.StoreDirectory = _dir.File("client-store");
+                o.ReplicationGroups.Add([.. ports.Select(p => new Uri($"http://127.0.0.1:{p}"))]);
+                o.RetryDelay = TimeSpan.FromMilliseconds(100);
+                o.MaxRetryDelay = TimeSpan.FromSeconds(1);
+                o.AttemptTimeout = TimeSpan.FromSeconds(10);
+                o.MaxRetryAttempts = 120;
+            });
+        await using var provider = services.BuildServiceProvider();
+        var http = provider.GetRequiredService<IHttpClientFactory>().CreateClient(name);
+
+        async Task<long> TallyAsync()
+        {
+            using var response = await http.PostAsJsonAsync("/tally", Body(0), ct);
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            return (await response.Content.ReadFromJsonAsync<JsonElement>(ct)).GetProperty("count").GetInt64();
+        }
+
+        for (var i = 1; i <= 3; i++)
+        {
+            Assert.Equal(i, await TallyAsync());
+        }
+
+        await primary.KillAsync();
+        var during = TallyAsync();
+        await Task.Delay(TimeSpan.FromSeconds(1.5), ct);
+        Assert.False(during.IsCompleted, "a request was answered while no node served"); // a replica answered nothing
+
+        var endB = (await StatusAsync(replicaB)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var endC = (await StatusAsync(replicaC)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var promoted = endB >= endC ? replicaB : replicaC;
+        var (exit, output) = await RunPsctlAsync("replication", "promote", $"http://127.0.0.1:{promoted.Port}", "--service", "orders", "--term", "2");
+        Assert.True(exit == 0, output);
+
+        Assert.Equal(4, await during.WaitAsync(TimeSpan.FromSeconds(60), ct)); // it ran once: the fourth of the session
+        Assert.Equal(5, await TallyAsync());
+        Assert.Equal($"http://127.0.0.1:{ports[0]}/", http.BaseAddress!.ToString());
+        Assert.Equal([$"http://127.0.0.1:{ports[0]}", $"http://127.0.0.1:{promoted.Port}"], changes);
+        await provider.GetRequiredKeyedService<PersistentServices.Client.PersistentSessionClient>(name).CloseIdleSessionsAsync(ct);
     }
 
     /// <summary>Each client resends what it had not seen answered (the same number); then each session's tally and account hold exactly its requests.</summary>
