@@ -154,6 +154,98 @@ public sealed class FailoverTests : IDisposable
         }
     }
 
+    [Fact]
+    public async Task AnOldPrimaryCutOffPastItsFailover_AcknowledgesNothingThatIsLost_AndNothingAfterItResumes()
+    {
+        // The primary is paused (SIGSTOP): to the rest of the group it is gone, as when it is cut off; its clients' requests
+        // wait in its sockets. The Raft leader promotes a replica, whose term a majority takes. Resumed (SIGCONT), the old
+        // primary runs what it had been sent, but whatever it answers 200 must be on the new primary (its acknowledgement
+        // needs a replica, which now refuses its term), and once it has heard of the new term it answers nothing with 200.
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        var nodes = new ServiceProcess[3];
+        nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
+        nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
+        nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
+        try
+        {
+            var old = nodes[0];
+            var sessions = new string[Clients];
+            for (var i = 0; i < Clients; i++)
+            {
+                sessions[i] = await old.StartSessionAsync();
+            }
+
+            // Each client sends to the old primary only, and counts what it answers 200.
+            var acknowledged = new long[Clients];
+            var afterResume = 0;
+            var resumed = false;
+            var load = Enumerable.Range(0, Clients).Select(i => Task.Run(async () =>
+            {
+                for (var seq = 1L; seq <= 100_000; seq++)
+                {
+                    try
+                    {
+                        var (status, _, _) = await old.SendAsync(HttpMethod.Post, Path(seq), sessions[i], seq, Body(i));
+                        if (status != HttpStatusCode.OK)
+                        {
+                            return;
+                        }
+
+                        acknowledged[i] = seq;
+                        if (Volatile.Read(ref resumed))
+                        {
+                            Interlocked.Increment(ref afterResume);
+                        }
+                    }
+                    catch (HttpRequestException)
+                    {
+                        return;
+                    }
+                }
+            }, ct)).ToArray();
+
+            await Task.Delay(TimeSpan.FromSeconds(1.5), ct);
+            await old.SignalAsync("STOP");
+            var promoted = -1;
+            await WaitAsync(async () =>
+            {
+                foreach (var i in new[] { 1, 2 })
+                {
+                    if ((await StatusAsync(nodes[i])).GetProperty("role").GetString() == "Primary")
+                    {
+                        promoted = i;
+                        return true;
+                    }
+                }
+
+                return false;
+            }, nodes);
+            await nodes[promoted].WaitUntilReadyAsync();
+            Volatile.Write(ref resumed, true);
+            await old.SignalAsync("CONT");
+            await Task.WhenAll(load);
+
+            // It heard of the newer term: fenced, and a new request gets no 200.
+            await WaitAsync(async () => await IsFencedAsync(old), nodes);
+            var (afterFence, _, _) = await old.SendAsync(HttpMethod.Post, Path(acknowledged[0] + 1), sessions[0], acknowledged[0] + 1, Body(0));
+            Assert.NotEqual(HttpStatusCode.OK, afterFence);
+
+            // Everything any client saw acknowledged, by the old primary before or after its pause, is on the new one, once.
+            await AssertExactlyOnceAsync(nodes[promoted], sessions, acknowledged);
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"{acknowledged.Sum()} requests acknowledged by the old primary, {afterResume} of them after it resumed (replicated before its pause); node{promoted} promoted");
+        }
+        finally
+        {
+            foreach (var node in nodes)
+            {
+                await node.SignalAsync("CONT");
+                await node.DisposeAsync();
+            }
+        }
+    }
+
     /// <summary>
     /// A primary fenced by a promotion it did not see coming (a slow answer taken for its loss, or a restart that did not
     /// hear of the newer term in time) acknowledges nothing more and waits to be restarted, as Kubernetes restarts it when

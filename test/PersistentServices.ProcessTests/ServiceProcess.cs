@@ -65,6 +65,13 @@ internal sealed class ServiceProcess : IAsyncDisposable
 
     public int ExitCode => _process.ExitCode;
 
+    /// <summary>Sends a signal by name (<c>STOP</c> pauses the process, as a partition or a long pause looks from outside; <c>CONT</c> resumes it).</summary>
+    public async Task SignalAsync(string signal)
+    {
+        using var kill = Process.Start("kill", [$"-{signal}", _process.Id.ToString(System.Globalization.CultureInfo.InvariantCulture)])!;
+        await kill.WaitForExitAsync(TestContext.Current.CancellationToken);
+    }
+
     public static Task<ServiceProcess> StartAsync(IReadOnlyDictionary<string, string> environment, bool waitUntilReady = true)
         => StartAsync(environment, FreePort(), waitUntilReady);
 

@@ -152,3 +152,112 @@ public sealed class ReplicationEndpointsTests : IDisposable
         Assert.Equal("1", start.Headers.RetryAfter?.ToString());
     }
 }
+
+/// <summary>
+/// Automatic failover's messages (docs/replication.md, "Failover"): Raft's (DotNext's) arrive at <c>/ps/consensus</c> on
+/// the service's port and are accepted only signed by this service's own nodes; a witness takes a promotion's term and
+/// refuses any log.
+/// </summary>
+public sealed class RaftFailoverEndpointsTests : IDisposable
+{
+    private const string PeerKey = "raft-failover-endpoints-test-key-0123456789";
+
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private Task<TestServer> StartAsync(ReplicationRole role)
+        => TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.ServiceName = "orders";
+            o.Calls.PeerKey = PeerKey;
+            o.Replication.Role = role;
+            o.Replication.Failover = FailoverMode.Raft;
+            o.Replication.Address = new Uri("http://127.0.0.1:1/");
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:2/"));
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:3/"));
+        });
+
+    private static HttpRequestMessage RaftMessage(string key, string caller, byte[] body)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Post, RaftFailover.ProtocolPath) { Content = new ByteArrayContent(body) };
+        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/octet-stream");
+        request.Headers.Add("PS-Caller", caller);
+        request.Headers.Add("PS-Callee", "orders");
+        var message = new PeerMessage("POST", RaftFailover.ProtocolPath, caller, "orders", "", "", "consensus", "", "application/octet-stream");
+        request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(key), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, body));
+        return request;
+    }
+
+    [Theory]
+    [InlineData("another-key-that-is-long-enough-000000", "orders")]
+    [InlineData(PeerKey, "payments")]
+    public async Task ARaftMessage_NotSignedByThisServicesNode_Is401_BeforeRaftSeesIt(string key, string caller)
+    {
+        await using var server = await StartAsync(ReplicationRole.Replica);
+
+        using var response = await server.Client.SendAsync(RaftMessage(key, caller, "vote for me"u8.ToArray()), Ct);
+
+        Assert.Equal(HttpStatusCode.Unauthorized, response.StatusCode);
+        Assert.Contains("replication-peer", await response.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task ARaftMessage_Unsigned_Is401_AndASignedOne_ReachesRaft()
+    {
+        await using var server = await StartAsync(ReplicationRole.Replica);
+        using var unsigned = new HttpRequestMessage(HttpMethod.Post, RaftFailover.ProtocolPath) { Content = new ByteArrayContent([1, 2, 3]) };
+
+        using var refused = await server.Client.SendAsync(unsigned, Ct);
+        using var passed = await server.Client.SendAsync(RaftMessage(PeerKey, "orders", [1, 2, 3]), Ct);
+
+        Assert.Equal(HttpStatusCode.Unauthorized, refused.StatusCode);
+        Assert.NotEqual(HttpStatusCode.Unauthorized, passed.StatusCode); // DotNext's answer to a message it cannot parse
+    }
+
+    [Fact]
+    public async Task AWitness_TakesAPromotionsTerm_RefusesAnyLog_AndServesNothing()
+    {
+        await using var server = await StartAsync(ReplicationRole.Witness);
+        var node = server.App.Services.GetRequiredService<ReplicationNode>();
+        Assert.Equal(ReplicationRole.Witness, node.Role);
+
+        // A promotion's claim (a probe of a newer term) is taken durably.
+        using var claim = await server.Client.SendAsync(ReplicationEndpointsTestsAccess.Shipment($"term=4;from=-1;begin=0;anchor=0;reset=0;sha256={Convert.ToHexStringLower(SHA256.HashData([]))}", [], PeerKey), Ct);
+        Assert.Equal(HttpStatusCode.Conflict, claim.StatusCode);
+        Assert.Equal(4, node.Term);
+        Assert.Equal(4, TermFile.Read(_dir.Path)!.Value.Term);
+
+        // A log is refused: a witness holds none.
+        var body = new byte[4096];
+        using var shipment = await server.Client.SendAsync(
+            ReplicationEndpointsTestsAccess.Shipment($"term=4;from=64;begin=64;anchor=0;reset=1;sha256={Convert.ToHexStringLower(SHA256.HashData(body))}", body, PeerKey), Ct);
+        Assert.Equal(HttpStatusCode.Conflict, shipment.StatusCode);
+        Assert.Contains("replication-witness", await shipment.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+        Assert.True(node.Replica!.IsEmpty);
+
+        // Never promoted, and it serves nothing.
+        var (promoted, why) = await node.PromoteAsync(5, Ct);
+        Assert.False(promoted, why);
+        using var start = await server.Client.PostAsync("/ps/sessions", null, Ct);
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, start.StatusCode);
+    }
+}
+
+/// <summary>Builds signed replication messages for tests outside <see cref="ReplicationEndpointsTests"/>.</summary>
+internal static class ReplicationEndpointsTestsAccess
+{
+    public static HttpRequestMessage Shipment(string header, byte[] body, string key)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.AppendPath) { Content = new ByteArrayContent(body) };
+        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/octet-stream");
+        request.Headers.Add("PS-Replication", header);
+        request.Headers.Add("PS-Caller", "orders");
+        request.Headers.Add("PS-Callee", "orders");
+        var message = new PeerMessage("POST", ReplicationEndpoints.AppendPath, "orders", "orders", "", "", "replication", header, "application/octet-stream");
+        request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(key), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, []));
+        return request;
+    }
+}
