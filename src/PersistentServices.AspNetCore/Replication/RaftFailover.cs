@@ -21,7 +21,8 @@ namespace PersistentServices.Replication;
 /// are the members of a Raft cluster (DotNext's, over HTTP at <see cref="ProtocolPath"/> on the service's own port, its
 /// term and vote kept in a write-ahead log under the log directory). Raft elects one leader at a time; the leader is the
 /// group's <b>failover coordinator</b>: it asks every log node where it stands (<c>GET /ps/replication/status</c>) every
-/// third of the election timeout, and when no node has answered as the primary twice in a row, it promotes the replica
+/// third of the election timeout, and when no node has answered as the primary twice in a row (once, when the primary's
+/// port refuses connections), it promotes the replica
 /// with the longest log, with a term above every term it saw (the promotion's own majority claim,
 /// <see cref="ReplicationNode.PromoteAsync"/>, keeps that safe whatever else is running). The election is DotNext's;
 /// what is ours is the rule for whom to promote.
@@ -254,7 +255,10 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
                     continue;
                 }
 
-                if (++misses < MissesBeforePromotion || leadership.IsCancellationRequested)
+                // When every node answered as a replica or refused the connection, the primary is one whose port has no process
+                // behind it: one round is enough. Silence (a slow or unreachable node) takes two, each up to StatusTimeout.
+                var refused = statuses.Any(s => s.Refused) && statuses.All(s => s.Status is not null || s.Refused);
+                if ((++misses < MissesBeforePromotion && !refused) || leadership.IsCancellationRequested)
                 {
                     continue;
                 }
@@ -306,19 +310,20 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
     /// </summary>
     private TimeSpan StatusTimeout => TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromMilliseconds(500).Ticks));
 
-    private async Task<(Uri Node, ReplicationStatus? Status, string? Error)> StatusAsync(HttpClient http, Uri node, CancellationToken cancellationToken)
+    private async Task<(Uri Node, ReplicationStatus? Status, string? Error, bool Refused)> StatusAsync(HttpClient http, Uri node, CancellationToken cancellationToken)
     {
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         timeout.CancelAfter(StatusTimeout);
         try
         {
             var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token).ConfigureAwait(false);
-            return (node, status, null);
+            return (node, status, null, false);
         }
         catch (Exception ex) when (ex is HttpRequestException or IOException or System.Text.Json.JsonException ||
                                    (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
         {
-            return (node, null, ex is OperationCanceledException ? "no answer in time" : ex.Message);
+            var refused = ex is HttpRequestException { InnerException: System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused } };
+            return (node, null, ex is OperationCanceledException ? "no answer in time" : ex.Message, refused);
         }
     }
 
