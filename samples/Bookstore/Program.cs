@@ -28,7 +28,7 @@ catch (ArgumentException ex) when (command != "serve")
 
 static int Usage()
 {
-    Console.Error.WriteLine("usage: Bookstore [run] [--loops N] [--seconds S] [--stores N] [--buyers N] [--config a|b|c|d] [--chaos] [--chaos-interval MIN-MAX] [--seed N] [--plain] [--gateway] [--plain-clients] [--upgrade] [--keep] [--data DIR]");
+    Console.Error.WriteLine("usage: Bookstore [run] [--loops N] [--seconds S] [--stores N] [--buyers N] [--config a|b|c|d] [--chaos] [--chaos-interval MIN-MAX] [--seed N] [--plain] [--gateway] [--plain-clients] [--upgrade] [--replicas N [--lose-node]] [--keep] [--data DIR]");
     Console.Error.WriteLine("       Bookstore table8 [--loops N] [--warmup N] [--rounds N] [--stores N]");
     Console.Error.WriteLine("       Bookstore buyer --base-url pricegrabber=URL --base-url bookseller=URL --base-url STORE=URL … [--loops N | --seconds S] [--quiet]");
     Console.Error.WriteLine("       Bookstore serve store|pricegrabber|tax|seller|gateway   (started by the launcher, or in a container)");

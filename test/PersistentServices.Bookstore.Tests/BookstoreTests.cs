@@ -96,6 +96,34 @@ public sealed class BookstoreTests
 
     [Fact]
     [Trait("Category", "Crash")]
+    public async Task Run_WithTwoReplicasPerService_PrimariesKilledAndTheirLogsDeleted_FailoversLoseNothingAndPlainClientsSeeNoError()
+    {
+        // --replicas 2: the store and BookSeller each a primary and two replicas (Raft failover); --chaos kills primaries,
+        // --lose-node deletes a killed primary's log directory before it comes back as a replica. The buyer goes through the
+        // gateway (which follows BookSeller's primary), BookSeller's calls follow the store's: a client that never retries
+        // sees no error, and the reconciliation finds every acknowledged request executed exactly once. One store keeps the
+        // run to eight processes (about 60-80 s on the shared 2-core machine).
+        var seed = Environment.TickCount & 0xFFFF;
+        var run = await BookstoreRun.RunAsync(
+            ["--replicas", "2", "--stores", "1", "--chaos", "--chaos-interval", "0.5-2", "--lose-node", "--gateway", "--plain-clients", "--seconds", "30",
+             "--seed", seed.ToString(CultureInfo.InvariantCulture)],
+            TimeSpan.FromMinutes(3));
+
+        Assert.True(run.Result.Count > 0, "no RESULT line");
+        Assert.Equal(0, run["mismatches"]);
+        Assert.Equal(0, run["duplicates"]);
+        Assert.Equal(0, run["client_errors"]);
+        Assert.Equal(0, run.ExitCode);
+        Assert.Equal(2, run["replicas"]);
+        Assert.True(run["failovers"] >= 3, $"only {run["failovers"]} failovers (seed {seed})");
+        Assert.True(run["failovers"] >= run["kills"], $"{run["kills"]} primaries killed, {run["failovers"]} failovers (seed {seed})");
+        Assert.True(run["lost_nodes"] >= 1, $"no node came back with its log deleted (seed {seed})");
+        Assert.True(run["loops"] >= 1, $"no loop finished (seed {seed})");
+        Assert.Empty(run.LiveServices());
+    }
+
+    [Fact]
+    [Trait("Category", "Crash")]
     public async Task Run_ServicesRestartWithTheirLogDeleted_ReconciliationReportsMismatches()
     {
         // The checker itself: services that forget (their log deleted at each restart) must be noticed.

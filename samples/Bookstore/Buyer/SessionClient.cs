@@ -21,12 +21,16 @@ namespace Bookstore.Buyer;
 /// <c>curl</c> would have shown its user.
 /// </para>
 /// </summary>
-internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null, bool plain = false) : IDisposable
+internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null, bool plain = false, Bookstore.Services.ReplicationGroups? groups = null) : IDisposable
 {
     private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.Web);
     private static readonly TimeSpan AttemptTimeout = TimeSpan.FromSeconds(20);
 
-    private readonly HttpClient _http = new(new SocketsHttpHandler { ConnectTimeout = TimeSpan.FromSeconds(2) })
+    // With replicas each attempt goes to the service's primary (a node refusing or answering 503 replica is passed over).
+    private readonly HttpClient _http = new(new Bookstore.Services.FollowPrimaryHandler(groups ?? Bookstore.Services.ReplicationGroups.None)
+    {
+        InnerHandler = new SocketsHttpHandler { ConnectTimeout = TimeSpan.FromSeconds(2) },
+    })
     {
         // Paths are sent relative to it, so a base with a path (a service behind the gateway: http://gw/bookseller/) keeps it.
         BaseAddress = baseAddress.AbsoluteUri.EndsWith('/') ? baseAddress : new Uri(baseAddress.AbsoluteUri + "/"),

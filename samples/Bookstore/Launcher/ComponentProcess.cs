@@ -27,7 +27,32 @@ internal sealed class ComponentProcess(string name, string component, string kin
     private Process? _process;
     private StreamWriter? _output;
 
+    /// <summary>This process's name: the service's, or with replicas the service's and its node's (<c>store-1.0</c>, <c>store-1.w</c>).</summary>
     public string Name => name;
+
+    /// <summary>The service it is (or is a node of): its <c>ServiceName</c>, what callers and the reconciliation know it by.</summary>
+    public string Service { get => field ?? Name; init; }
+
+    /// <summary>With <c>--replicas</c>: its group's log nodes' base addresses (the same list on every node, witness included); null without.</summary>
+    public IReadOnlyList<Uri>? Group { get; init; }
+
+    /// <summary>Its index among <see cref="Group"/>'s log nodes (0 starts as the primary), or -1 for the witness and for a service without replicas.</summary>
+    public int Node { get; init; } = -1;
+
+    /// <summary>A node of a replication group (a log node or the witness): it is up once live (a replica is never ready: it serves nothing).</summary>
+    public bool IsNode => Group is not null;
+
+    /// <summary>A witness of its group (<c>--replicas 1</c>): a Raft voter without a log, never a primary.</summary>
+    public bool IsWitness => IsNode && Node < 0;
+
+    /// <summary>What this node last said of itself (<c>GET /ps/replication/status</c>, the launcher's monitor), or null.</summary>
+    public NodeStatus? Observed { get; set; }
+
+    /// <summary>Set by the chaos monkey before it kills this node as its group's primary: its supervisor waits for the failover before the restart.</summary>
+    public bool KilledAsPrimary { get; set; }
+
+    /// <summary>Set with <c>--lose-node</c>: the next restart deletes the log directory first (a lost node).</summary>
+    public bool LoseLogOnRestart { get; set; }
 
     public string Component => component;
 
@@ -141,7 +166,9 @@ internal sealed class ComponentProcess(string name, string component, string kin
 
             try
             {
-                using var response = await http.GetAsync(new Uri(Url, "/health/ready"), cancellationToken);
+                // A node of a replication group is up once live: a replica's readiness stays unhealthy (it serves nothing), and a
+                // primary's follows soon after (the monitor tells which is which).
+                using var response = await http.GetAsync(new Uri(Url, IsNode ? "/health/live" : "/health/ready"), cancellationToken);
                 if (response.StatusCode == HttpStatusCode.OK)
                 {
                     LastStart = clock.Elapsed;
@@ -159,6 +186,9 @@ internal sealed class ComponentProcess(string name, string component, string kin
 
         throw new TimeoutException($"{name} was not ready within a minute: see {Path.Combine(directory, "service.log")}");
     }
+
+    /// <summary>Whether a start is under way or done and the process has not exited (a restart is not needed).</summary>
+    public bool Running => _process is { HasExited: false };
 
     /// <summary>Completes when the current process exits (by itself, a kill, or a stop); its exit code.</summary>
     public async Task<int> WaitForExitAsync(CancellationToken cancellationToken)
@@ -248,5 +278,27 @@ internal sealed class ComponentProcess(string name, string component, string kin
         {
             _output?.WriteLine(line);
         }
+    }
+}
+
+/// <summary>
+/// What a node of a replication group says of itself (<c>GET /ps/replication/status</c>): its role and term; a replica's
+/// durable end (null on a fenced primary, which has a replica's role and no replica's log: it waits for its restart);
+/// on a primary, how many of its replicas are streaming (caught up).
+/// </summary>
+internal sealed record NodeStatus(string Role, long Term, long? DurableUntil, int Streaming)
+{
+    public bool Fenced => Role == "Replica" && DurableUntil is null;
+
+    public static NodeStatus Parse(System.Text.Json.JsonElement status)
+    {
+        var role = status.GetProperty("role").GetString() ?? "";
+        long? durable = status.TryGetProperty("replica", out var replica) && replica.ValueKind == System.Text.Json.JsonValueKind.Object
+            ? replica.GetProperty("durableUntil").GetInt64()
+            : null;
+        var streaming = status.TryGetProperty("primary", out var primary) && primary.ValueKind == System.Text.Json.JsonValueKind.Object
+            ? primary.GetProperty("replicas").EnumerateArray().Count(r => r.GetProperty("state").GetString() == "streaming")
+            : 0;
+        return new NodeStatus(role, status.GetProperty("term").GetInt64(), durable, streaming);
     }
 }

@@ -69,6 +69,15 @@ internal static class Display
         {
             var state = service.State switch
             {
+                // A node of a replication group: the role its status shows (a fenced old primary waits for its restart).
+                ComponentState.Ready when service.IsNode => service.Observed switch
+                {
+                    { Role: "Primary" } => "[green]primary[/]",
+                    { Fenced: true } => "[red]fenced[/]",
+                    { Role: "Replica" } => "[blue]replica[/]",
+                    { Role: "Witness" } => "[grey]witness[/]",
+                    _ => "[yellow]joining[/]",
+                },
                 ComponentState.Ready => "[green]ready[/]",
                 ComponentState.Starting => "[yellow]recovering[/]",
                 ComponentState.Down => "[red]down[/]",

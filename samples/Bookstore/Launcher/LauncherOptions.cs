@@ -33,6 +33,12 @@ internal sealed class LauncherOptions
     /// <summary>Replace every service in turn by a new build, round after round, while the buyer runs (README.md, "Upgrades").</summary>
     public bool Upgrade { get; private set; }
 
+    /// <summary>Replicas per persistent service (<c>--replicas N</c>, README.md "Replicas"): each is a group of N + 1 log nodes with Raft failover; 0: none.</summary>
+    public int Replicas { get; private set; }
+
+    /// <summary>With <c>--chaos</c> and replicas: a killed primary's whole log directory is deleted before it comes back (a lost node).</summary>
+    public bool LoseNode { get; private set; }
+
     public bool Keep { get; private set; }
 
     public string? DataDirectory { get; private set; }
@@ -99,6 +105,12 @@ internal sealed class LauncherOptions
                 case "--upgrade":
                     options.Upgrade = true;
                     break;
+                case "--replicas":
+                    options.Replicas = Int();
+                    break;
+                case "--lose-node":
+                    options.LoseNode = true;
+                    break;
                 case "--keep":
                     options.Keep = true;
                     break;
@@ -118,6 +130,26 @@ internal sealed class LauncherOptions
                 default:
                     throw new ArgumentException($"unknown option {args[i]}");
             }
+        }
+
+        if (options.Replicas is < 0 or > 4)
+        {
+            throw new ArgumentException($"--replicas must be between 0 and 4 (was {options.Replicas}): N replicas per persistent service, a group of N + 1 log nodes");
+        }
+
+        if (options.Replicas > 0 && options.Upgrade)
+        {
+            throw new ArgumentException("--replicas cannot be combined with --upgrade: a promoted replica of the new build would replay the old build's requests (switchover for upgrades is not built yet, docs/replication.md)");
+        }
+
+        if (options.Replicas > 0 && options.WipeOnRestart)
+        {
+            throw new ArgumentException("--replicas cannot be combined with --wipe-on-restart: use --lose-node (a killed primary's log deleted; its group brings it up to date)");
+        }
+
+        if (options.LoseNode && (options.Replicas == 0 || !options.Chaos))
+        {
+            throw new ArgumentException("--lose-node needs --replicas N and --chaos: a killed primary comes back with its log directory deleted, and its group brings it up to date (without replicas that log would be lost: --wipe-on-restart)");
         }
 
         return options;

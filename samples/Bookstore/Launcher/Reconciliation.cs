@@ -26,15 +26,20 @@ internal sealed class Reconciliation
 
     /// <summary>The state now: each store's inventory and ledger, and BookSeller's ledger (read-only requests).</summary>
     public static Task<Reconciliation> ReadAsync(Deployment deployment, CancellationToken cancellationToken)
-        => ReadAsync([.. deployment.Stores.Select(s => (s.Name, s.Url))], deployment.Seller.Url, cancellationToken);
+        => ReadAsync([.. deployment.Stores.Select(s => (s.Service, s.Url))], deployment.Seller.Url, cancellationToken, groups: deployment.ReplicationGroups);
 
     /// <summary>
     /// The state now of services wherever they run (the buyer command's deployment); a service that does not answer yet
     /// (restarting, recovering, draining: a connection error or a 503) is asked again, for at most <paramref name="patience"/>.
     /// </summary>
-    public static async Task<Reconciliation> ReadAsync(IReadOnlyList<(string Name, Uri Url)> storeUrls, Uri seller, CancellationToken cancellationToken, TimeSpan? patience = null)
+    public static async Task<Reconciliation> ReadAsync(IReadOnlyList<(string Name, Uri Url)> storeUrls, Uri seller, CancellationToken cancellationToken, TimeSpan? patience = null,
+        Bookstore.Services.ReplicationGroups? groups = null)
     {
-        using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(30) };
+        // With replicas each read goes to its service's primary.
+        using var http = new HttpClient(new Bookstore.Services.FollowPrimaryHandler(groups ?? Bookstore.Services.ReplicationGroups.None) { InnerHandler = new SocketsHttpHandler() })
+        {
+            Timeout = TimeSpan.FromSeconds(30),
+        };
         var deadline = DateTime.UtcNow + (patience ?? TimeSpan.Zero);
         async Task<T> GetAsync<T>(Uri url)
         {

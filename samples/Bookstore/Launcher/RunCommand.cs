@@ -17,7 +17,7 @@ internal static class RunCommand
         var root = options.DataDirectory ?? Path.Combine(Path.GetTempPath(), "bookstore-" + DateTime.Now.ToString("yyyyMMdd-HHmmss", CultureInfo.InvariantCulture) + "-" + Environment.ProcessId.ToString(CultureInfo.InvariantCulture));
         Directory.CreateDirectory(root);
         var configuration = options.Configuration;
-        var status = new RunStatus($"configuration {configuration.Key}: {configuration.Title}{(options.Chaos ? " · chaos: one service SIGKILLed at a time" : "")}", root, options.Seconds is null ? options.Loops : null);
+        var status = new RunStatus($"configuration {configuration.Key}: {configuration.Title}{(options.Replicas > 0 ? $" · {options.Replicas.ToString(CultureInfo.InvariantCulture)} replicas per persistent service" : "")}{(options.Chaos ? options.Replicas > 0 ? " · chaos: one service (a group's primary) SIGKILLed at a time" : " · chaos: one service SIGKILLed at a time" : "")}{(options.LoseNode ? ", its log deleted" : "")}", root, options.Seconds is null ? options.Loops : null);
 
         // Ctrl+C: finish the current loop, reconcile, stop; a second Ctrl+C stops at once.
         using var abort = new CancellationTokenSource();
@@ -80,13 +80,15 @@ internal static class RunCommand
 
     private static async Task RunCoreAsync(LauncherOptions options, string root, RunStatus status, Action<Deployment> started, Outcome outcome, CancellationToken finish, CancellationToken abort)
     {
-        status.Event($"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each its own process …");
-        var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort, options.Gateway);
+        status.Event(options.Replicas > 0
+            ? $"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each persistent one a primary and {options.Replicas.ToString(CultureInfo.InvariantCulture)} replicas{(options.Replicas == 1 ? " and a witness" : "")} (Raft failover), each its own process …"
+            : $"starting {options.Stores} bookstores, PriceGrabber, TaxCalculator and BookSeller, each its own process …");
+        var deployment = await Deployment.StartAsync(root, options.Stores, options.Configuration, status.Event, abort, options.Gateway, options.Replicas);
         deployment.WipeOnRestart = options.WipeOnRestart;
         started(deployment);
         foreach (var service in deployment.Services)
         {
-            status.Event($"{service.Name} ({service.Kind}) on {service.Url.Authority}, pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+            status.Event($"{service.Name} ({service.Kind}{(service.Node == 0 ? ", the initial primary" : service.Node > 0 ? ", a replica" : "")}) on {service.Url.Authority}, pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
         }
 
         if (deployment.Gateway is { } gateway)
@@ -101,11 +103,12 @@ internal static class RunCommand
         var buyers = new List<BookBuyer>();
         for (var i = 0; i < options.Buyers; i++)
         {
-            var priceGrabber = new SessionClient("pricegrabber", deployment.BuyerUrl(deployment.PriceGrabber), plain: options.PlainClients);
-            var seller = new SessionClient("bookseller", deployment.BuyerUrl(deployment.Seller), plain: options.PlainClients);
+            // With replicas (and no gateway) each client follows its service's group to the primary.
+            var priceGrabber = new SessionClient("pricegrabber", deployment.BuyerUrl(deployment.PriceGrabber), plain: options.PlainClients, groups: deployment.ReplicationGroups);
+            var seller = new SessionClient("bookseller", deployment.BuyerUrl(deployment.Seller), plain: options.PlainClients, groups: deployment.ReplicationGroups);
             clients.Add(priceGrabber);
             clients.Add(seller);
-            buyers.Add(new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Name)]));
+            buyers.Add(new BookBuyer(priceGrabber, seller, [.. deployment.Stores.Select(s => s.Service)]));
         }
 
         using var disposeClients = new Disposables(clients);
@@ -123,7 +126,7 @@ internal static class RunCommand
         var polling = PollForcesAsync(deployment, status, background.Token);
         // One disruption at a time: a kill during an upgrade's drain would make the new build replay the old one's requests.
         using var disruption = new SemaphoreSlim(1, 1);
-        var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, status, disruption, background.Token) : Task.CompletedTask;
+        var chaos = options.Chaos ? ChaosAsync(deployment, new Random(options.Seed), options.ChaosInterval, options.LoseNode, status, disruption, background.Token) : Task.CompletedTask;
         var upgrades = options.Upgrade ? UpgradeAsync(deployment, status, disruption, background.Token) : Task.CompletedTask;
         var deadline = options.Seconds is { } seconds ? TimeSpan.FromSeconds(seconds) : (TimeSpan?)null;
         var loopsStarted = status.Clock.Elapsed;
@@ -168,6 +171,10 @@ internal static class RunCommand
         outcome.Forces = forcesAfter.Zip(forcesBefore, (a, b) => (a.Service, Forces: a.TotalForces - b.TotalForces, Commits: a.Commits - b.Commits)).ToList();
         outcome.Crashes = deployment.Crashes;
         outcome.Upgrades = deployment.Upgrades;
+        outcome.Failovers = deployment.Failovers;
+        outcome.FailoverTimes = [.. deployment.FailoverTimes];
+        outcome.LostNodes = deployment.LostNodes;
+        outcome.FencedRestarts = deployment.FencedRestarts;
         outcome.Latency = Latency.Measure([.. clients.SelectMany(c => c.Requests)], deployment.Outages);
         outcome.ClientErrors = clients.Sum(c => c.ClientErrors);
         outcome.ErrorSamples = [.. clients.SelectMany(c => c.ErrorSamples).Take(5)];
@@ -207,7 +214,7 @@ internal static class RunCommand
     }
 
     /// <summary>Kills one ready service at a time, at random, while the buyer runs; the supervisor brings it back.</summary>
-    private static async Task ChaosAsync(Deployment deployment, Random random, (double Min, double Max) interval, RunStatus status, SemaphoreSlim disruption, CancellationToken cancellationToken)
+    private static async Task ChaosAsync(Deployment deployment, Random random, (double Min, double Max) interval, bool loseNode, RunStatus status, SemaphoreSlim disruption, CancellationToken cancellationToken)
     {
         try
         {
@@ -223,11 +230,25 @@ internal static class RunCommand
                     await WhenAllReadyAsync(deployment, cancellationToken);
 
                     // With --wipe-on-restart only stores: a BookSeller that forgot would forget the buyer's session too (404).
-                    var candidates = deployment.WipeOnRestart ? [.. deployment.Stores] : deployment.Services;
+                    // With replicas only the replicated services, each through its primary (its status says which): the
+                    // point is the failover. Without, any service.
+                    List<ComponentProcess> candidates = deployment.WipeOnRestart ? [.. deployment.Stores]
+                        : deployment.Groups.Count > 0 ? [.. deployment.Heads.Where(h => deployment.Groups.ContainsKey(h.Service))]
+                        : [.. deployment.Heads];
                     var victim = candidates[random.Next(candidates.Count)];
-                    status.Killed();
-                    status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
-                    await victim.KillAsync();
+                    if (deployment.Groups.ContainsKey(victim.Service))
+                    {
+                        var primary = deployment.PrimaryOf(victim.Service);
+                        status.Killed();
+                        status.Event($"chaos: SIGKILL {victim.Service}'s primary {primary?.Name} (pid {primary?.ProcessId.ToString(CultureInfo.InvariantCulture)}){(loseNode ? ", its log directory to be deleted" : "")}");
+                        await deployment.KillPrimaryAsync(victim.Service, loseNode);
+                    }
+                    else
+                    {
+                        status.Killed();
+                        status.Event($"chaos: SIGKILL {victim.Name} (pid {victim.ProcessId.ToString(CultureInfo.InvariantCulture)})");
+                        await victim.KillAsync();
+                    }
 
                     // Back up (the supervisor restarts it) before the next disruption may begin.
                     await WhenAllReadyAsync(deployment, cancellationToken);
@@ -326,6 +347,14 @@ internal static class RunCommand
                 : $"plain clients: {outcome.ClientErrors} errors a client that never retries would have shown, e.g. {string.Join("; ", outcome.ErrorSamples)}");
         }
 
+        if (options.Replicas > 0 && loopCount > 0)
+        {
+            var times = outcome.FailoverTimes.Order().ToList();
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"replication: each persistent service a primary and {(options.Replicas == 1 ? "1 replica and a witness" : $"{options.Replicas} replicas")} (Raft failover); {outcome.Failovers} failovers, {outcome.LostNodes} nodes back with their log directory deleted, {outcome.FencedRestarts} fenced old primaries restarted") +
+                (times.Count > 0 ? string.Create(CultureInfo.InvariantCulture, $"; a primary's kill to its successor's promotion p50 {times[times.Count / 2]:0} ms, max {times[^1]:0} ms") : ""));
+        }
+
         if (outcome.Forces is { } forces && loopCount > 0 && outcome.Crashes == 0 && outcome.Upgrades == 0)
         {
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
@@ -340,10 +369,12 @@ internal static class RunCommand
             }
 
             Console.WriteLine(result.Mismatches.Count == 0 && result.Duplicates == 0
-                ? $"reconciled: baskets, stock, sold and returned counts match what the buyer was told; {result.StoreExecutions} store calls and {result.SellerExecutions} BookSeller requests each executed once"
+                ? $"reconciled: baskets, stock, sold and returned counts match what the buyer was told; {result.StoreExecutions} store calls and {result.SellerExecutions} BookSeller requests each executed once" +
+                  (options.Replicas > 0 ? $"; nothing acknowledged was lost or run twice through {outcome.Failovers} failovers" : "")
                 : $"NOT reconciled: {result.Mismatches.Count} mismatches, {result.Duplicates} duplicate executions");
             Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                $"RESULT loops={loopCount} kills={status.Kills} restarts={outcome.Crashes} upgrades={outcome.Upgrades} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={resends} client_errors={(options.PlainClients ? outcome.ClientErrors.ToString(CultureInfo.InvariantCulture) : "-")}"));
+                $"RESULT loops={loopCount} kills={status.Kills} restarts={outcome.Crashes} upgrades={outcome.Upgrades} mismatches={result.Mismatches.Count} duplicates={result.Duplicates} store_executions={result.StoreExecutions} seller_executions={result.SellerExecutions} resends={resends} client_errors={(options.PlainClients ? outcome.ClientErrors.ToString(CultureInfo.InvariantCulture) : "-")}") +
+                (options.Replicas > 0 ? string.Create(CultureInfo.InvariantCulture, $" replicas={options.Replicas} failovers={outcome.Failovers} lost_nodes={outcome.LostNodes} fenced_restarts={outcome.FencedRestarts}") : ""));
         }
     }
 
@@ -360,6 +391,14 @@ internal static class RunCommand
         public int Crashes { get; set; }
 
         public int Upgrades { get; set; }
+
+        public int Failovers { get; set; }
+
+        public List<double> FailoverTimes { get; set; } = [];
+
+        public int LostNodes { get; set; }
+
+        public int FencedRestarts { get; set; }
 
         public Latency? Latency { get; set; }
 
