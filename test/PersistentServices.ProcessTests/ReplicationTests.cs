@@ -13,8 +13,8 @@ namespace PersistentServices.ProcessTests;
 /// Log shipping with real processes (docs/replication.md): a primary and two replicas of one service, each its own log
 /// directory, eight clients under load. The primary is SIGKILLed and its whole log directory deleted; the replica with
 /// the longest log is promoted (psctl, signed with the peer key) and serves every session with every acknowledged
-/// request exactly once. The old primary, started again on an empty directory with its old configuration, is fenced by
-/// the new term and acknowledges nothing; restarted, it rejoins as a replica and catches up. And a replica promoted while
+/// request exactly once. The old primary, started again on an empty directory with its old configuration, learns of
+/// the new term from the group and starts as a replica, acknowledging nothing; restarted, it rejoins and catches up. And a replica promoted while
 /// the old primary still serves: the new term is claimed at a majority first, so nothing the old primary acknowledged is
 /// lost and it acknowledges nothing after.
 /// </summary>
@@ -40,7 +40,7 @@ public sealed class ReplicationTests : IDisposable
     };
 
     [Fact]
-    public async Task PrimaryKilledAndItsLogDeleted_TheLongestReplicaIsPromoted_NothingAcknowledgedIsLost_TheOldPrimaryIsFencedAndRejoins()
+    public async Task PrimaryKilledAndItsLogDeleted_TheLongestReplicaIsPromoted_NothingAcknowledgedIsLost_TheOldPrimaryRejoinsAsAReplica()
     {
         var ct = TestContext.Current.CancellationToken;
         int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
@@ -109,15 +109,16 @@ public sealed class ReplicationTests : IDisposable
         // then each session's tally counts its tally requests, each account's balance its deposits: exactly once.
         await AssertExactlyOnceAsync(promoted, sessions, acknowledged);
 
-        // The old primary comes back on an empty directory with its old configuration: the new term fences it at its first
-        // shipment; it acknowledges nothing (a session start needs its record durable, which it never is there).
+        // The old primary comes back on an empty directory with its old configuration: it asks the group first, learns of the
+        // new term and starts as a replica (before that change, its first shipment fenced it); it acknowledges nothing
+        // either way (a session start needs its record durable, which it never is there).
         await using (var old = await ServiceProcess.StartAsync(a, ports[0], waitUntilReady: false))
         {
             await WaitAsync(async () => (await StatusAsync(old)).ValueKind == JsonValueKind.Object, old);
             using var start = await old.Client.PostAsync("/ps/sessions", null, ct);
             Assert.NotEqual(HttpStatusCode.Created, start.StatusCode);
             await WaitAsync(async () => (await StatusAsync(old)).GetProperty("role").GetString() == "Replica", old);
-            Assert.Contains("fenced", old.Output, StringComparison.OrdinalIgnoreCase);
+            Assert.Contains("another node took over while this one was away; it starts as a replica", old.Output, StringComparison.Ordinal);
             await old.KillAsync();
         }
 

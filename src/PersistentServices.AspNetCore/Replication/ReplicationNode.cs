@@ -131,7 +131,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
             Term = Role == ReplicationRole.Primary ? _options.Term : recorded?.Term ?? 0;
         }
 
-        if (Role == ReplicationRole.Primary && NewerTermInGroup() is { } newer)
+        if (Role == ReplicationRole.Primary && NewerTermInGroup(orSame: recorded is null) is { } newer)
         {
             // The group moved on while this node was away (a failover): it rejoins as a replica instead of serving until its
             // first shipment fences it, and a node whose directory was lost does not start an empty log as a primary.
@@ -170,9 +170,11 @@ internal sealed class ReplicationNode : IAsyncDisposable
 
     /// <summary>
     /// Asks the group's other nodes (and witnesses) for their terms, each within a second or two: the first that has
-    /// seen a term newer than this node's, or null (none has, or none answered: then, as before, the first shipment tells).
+    /// seen a term newer than this node's (<paramref name="orSame"/>: or the same, for a node whose directory records no
+    /// term, so an initial primary that lost its volume does not start an empty log in a group that already has one), or
+    /// null (none has, or none answered: then, as before, the first shipment tells).
     /// </summary>
-    private (long Term, Uri Node)? NewerTermInGroup()
+    private (long Term, Uri Node)? NewerTermInGroup(bool orSame)
     {
         var nodes = _options.Peers.Concat(_options.Witnesses).ToList();
         if (nodes.Count == 0)
@@ -190,7 +192,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
             {
                 var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token)
                     .ConfigureAwait(false);
-                return status is { } s && s.Term > term ? (s.Term, node) : ((long, Uri)?)null;
+                return status is { } s && (s.Term > term || (orSame && s.Term == term)) ? (s.Term, node) : ((long, Uri)?)null;
             }
             catch (Exception ex) when (ex is HttpRequestException or IOException or OperationCanceledException or System.Text.Json.JsonException)
             {
