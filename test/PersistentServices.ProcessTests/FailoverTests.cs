@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Net;
 using System.Text.Json;
+using static PersistentServices.ProcessTests.ReplicationLoad;
 
 namespace PersistentServices.ProcessTests;
 
@@ -318,38 +319,6 @@ public sealed class FailoverTests : IDisposable
 
         Assert.Fail($"no primary within 30 s:\n{Diagnose(nodes)}");
         return -1;
-    }
-
-    /// <summary>Each client resends what it had not seen answered (the same number); then each session's tally and account hold exactly its requests.</summary>
-    private static async Task AssertExactlyOnceAsync(ServiceProcess primary, string[] sessions, long[] acknowledged)
-    {
-        for (var i = 0; i < sessions.Length; i++)
-        {
-            var next = acknowledged[i] + 1;
-            var (status, _, _) = await primary.SendUntilAnsweredAsync(Path(next), sessions[i], next, Body(i));
-            Assert.Equal(HttpStatusCode.OK, status);
-            acknowledged[i] = next;
-        }
-
-        var (_, balances, _) = await primary.SendAsync(HttpMethod.Get, "/balances", null, null);
-        for (var i = 0; i < sessions.Length; i++)
-        {
-            var (status, tally, _) = await primary.SendAsync(HttpMethod.Get, "/tally", sessions[i], null);
-            Assert.Equal(HttpStatusCode.OK, status);
-            Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
-            Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
-        }
-    }
-
-    private static string Path(long seq) => seq % 2 == 1 ? "/tally" : "/deposit";
-
-    private static object Body(int client) => new { account = $"c{client}", amount = 1 };
-
-    private static async Task<JsonElement> StatusAsync(ServiceProcess node)
-    {
-        using var response = await node.Client.GetAsync("/ps/replication/status", TestContext.Current.CancellationToken);
-        response.EnsureSuccessStatusCode();
-        return JsonDocument.Parse(await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken)).RootElement.Clone();
     }
 
     /// <summary>What each node says of its replication now, and its last log lines (what tells why a wait failed).</summary>
