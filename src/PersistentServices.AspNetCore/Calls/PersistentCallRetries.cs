@@ -14,9 +14,15 @@ internal static partial class PersistentCallRetries
         "A persistent call to '{Callee}' is waiting for its callee (attempt {Attempt}: {Outcome}); it is asked again with the same id until it answers")]
     public static partial void CallWaits(Microsoft.Extensions.Logging.ILogger logger, string callee, int attempt, string outcome);
 
-    /// <summary>An exception a later attempt may not get: the callee was out of reach, or did not answer in time.</summary>
+    /// <summary>
+    /// An exception a later attempt may not get: the callee was out of reach, or did not answer in time. Besides
+    /// <see cref="HttpRequestException"/>, a bare <see cref="System.Net.Sockets.SocketException"/> or <see cref="IOException"/>:
+    /// SocketsHttpHandler lets one escape unwrapped when the callee's socket closes while the connection is being set up
+    /// (seen: "Transport endpoint is not connected" from <c>Socket.RemoteEndPoint</c> in <c>HttpConnectionPool.ConnectAsync</c>,
+    /// a store draining for an upgrade), and the call's id makes asking again safe.
+    /// </summary>
     public static bool IsTransient(Exception exception)
-        => exception is HttpRequestException or TimeoutRejectedException or OperationCanceledException;
+        => exception is HttpRequestException or TimeoutRejectedException or OperationCanceledException or System.Net.Sockets.SocketException or IOException;
 
     /// <summary>An answer that is not the call's reply: ask again.</summary>
     public static bool IsRetryable(HttpResponseMessage response)

@@ -67,7 +67,8 @@ public static class PersistentCallsHttpClientBuilderExtensions
                 // Not after the drain's DrainRetryTime: the handler then abandons the request (finished after the restart).
                 ShouldHandle = args => ValueTask.FromResult(availability.CanServe(RequestKind.CallRetry) && args.Outcome switch
                 {
-                    { Exception: { } exception } => exception is HttpRequestException or Polly.Timeout.TimeoutRejectedException,
+                    // Out of reach or no answer in time (PersistentCallRetries.IsTransient), never the caller's own cancellation.
+                    { Exception: { } exception } => exception is not OperationCanceledException && PersistentCallRetries.IsTransient(exception),
                     { Result: { } response } => PersistentCallRetries.IsRetryable(response),
                     _ => false,
                 }),
