@@ -139,6 +139,9 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     private SharedStateStore? _servingShared;
 
+    /// <summary>The open log, or null before recovery opened it.</summary>
+    public DurableLog? OpenLog => _log;
+
     /// <summary>The open log; throws before recovery opened it.</summary>
     public DurableLog Log => _log ?? throw new InvalidOperationException("The persistent log is not open yet.");
 

@@ -68,7 +68,8 @@ internal sealed class LoggedRequestPipeline(PersistentRuntime runtime, ILogger<L
     /// </summary>
     internal RequestExecution BeginExecution(Session session, LoggedPosition position, ReplayCursor? cursor)
     {
-        var execution = new RequestExecution(runtime.Log, runtime.Options.ServiceName, runtime.Epoch, session, position, cursor);
+        // A replica's hot follower replays before any log is open: its replays append nothing (RequestExecution.Log).
+        var execution = new RequestExecution(cursor is null ? runtime.Log : runtime.OpenLog, runtime.Options.ServiceName, runtime.Epoch, session, position, cursor);
         execution.Advance(position.RequestLsn);
         return execution;
     }

@@ -13,7 +13,8 @@ namespace PersistentServices.Recovery;
 /// <see cref="RecoveryStage.Scanning"/> to <see cref="RecoveryStage.Replaying"/> (or <see cref="RecoveryStage.Failed"/>).
 /// A singleton; disposed before the runtime (it is created after it), so an open still running ends before the log closes.
 /// </summary>
-internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability availability, Replication.ReplicationNode replication, ILogger<PersistentRuntime> logger)
+internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability availability, Replication.ReplicationNode replication, Replication.HotFollower follower,
+    ILogger<PersistentRuntime> logger)
     : IAsyncDisposable
 {
     // The logger keeps the category the log's, the store's and the checkpointer's messages have always had (PersistentRuntime).
@@ -61,20 +62,37 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
             var options = runtime.Options;
             var domain = runtime.Domain;
 
+            // A promoted replica's hot follower ran recovery on the copy as it grew: its scan and shared state go on from where
+            // it stopped (docs/replication.md, "Hot followers"); without it, recovery as at any start.
+            var handoff = await follower.HandOverAsync().ConfigureAwait(false);
+
             // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
             var logOptions = options.BuildLogOptions();
-            var captured = AnalysisScan.CaptureFor(logOptions, readAtRest: !domain.Enabled);
+            var captured = handoff is not null ? new RecordCapture(handoff.Progress.Next) : AnalysisScan.CaptureFor(logOptions, readAtRest: !domain.Enabled);
             var log = await DurableLog.OpenAsync(logOptions, logger, captured, runtime.Metrics, runtime.CrashPoints, cancellationToken).ConfigureAwait(false);
             runtime.LogOpened(log);
-            var shared = new SharedStateStore(log, options.ServiceName, options.SharedCheckpointInterval, logger, runtime.Codec);
+            if (handoff is not null && (log.BeginAddress > handoff.Progress.Next || log.DurableUntil < handoff.Progress.Next))
+            {
+                follower.Reject(handoff, $"the opened log holds [{log.BeginAddress}, {log.DurableUntil}), the follower stopped at {handoff.Progress.Next}");
+                handoff = null; // the capture from its stop is only a hint: the full scan reads whatever it does not hold from the log
+            }
+
+            var shared = handoff?.Shared ?? new SharedStateStore(log, options.ServiceName, options.SharedCheckpointInterval, logger, runtime.Codec);
+            if (handoff is not null)
+            {
+                shared.AttachLog(log);
+            }
+
             runtime.SharedOpened(shared);
             var directory = Path.GetFullPath(options.LogDirectory);
             var durableAtOpen = log.DurableUntil;
 
             // Outside a domain, sessions at rest are read directly and the scan starts after them (docs/checkpoints.md); in a
             // domain the scan also relearns members' recovered states from the log, so it starts where it always did.
-            var analysis = await AnalysisScan.RunAsync(log, directory, runtime.Sessions, shared, cancellationToken, recovered: domain.Recovered, readAtRest: !domain.Enabled, captured: captured)
-                .ConfigureAwait(false);
+            var analysis = handoff is not null
+                ? await AnalysisScan.ContinueAsync(log, handoff.Progress, captured, cancellationToken).ConfigureAwait(false)
+                : await AnalysisScan.RunAsync(log, directory, runtime.Sessions, shared, cancellationToken, recovered: domain.Recovered, readAtRest: !domain.Enabled, captured: captured)
+                    .ConfigureAwait(false);
             var checkpointer = new Checkpoints.ServiceCheckpointer(log, directory, runtime.Sessions, shared, options.IdleCheckpointAfter, logger, atRest: !domain.Enabled)
             {
                 BeforeSessionCheckpoint = runtime.BeforeSessionCheckpointAsync,

@@ -24,6 +24,7 @@ internal sealed class RecoveryHostedService(
     SessionReplayer replayer,
     Quarantines quarantines,
     Replication.ReplicationNode replication,
+    Replication.HotFollower follower,
     IHostApplicationLifetime lifetime,
     ILogger<RecoveryHostedService> logger,
     Testing.ReplayCheckRun? replayCheck = null) : IHostedLifecycleService, IDisposable
@@ -57,6 +58,12 @@ internal sealed class RecoveryHostedService(
         if (!replication.WaitsForPromotion)
         {
             return RecoverAsync(cancellationToken);
+        }
+
+        // A replica replays its copy as it arrives (not in the replay check, which replays one recovery in a sandbox).
+        if (replayCheck is null)
+        {
+            follower.Start();
         }
 
         _promotion = Task.Run(async () =>

@@ -164,6 +164,47 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
         return positions.Count;
     }
 
+    /// <summary>
+    /// A replica's hot follower (docs/replication.md): how many of the session's first positions it can replay now, requests
+    /// whose replies are logged and whose records the scan kept (a request still running on the primary, or one read back
+    /// only from the log, waits for the promotion's replay, and so does every request after it).
+    /// </summary>
+    public static int ReadyToReplayAhead(Session session)
+    {
+        if (session.QuarantineReason is not null || session.PendingCheckpoint is not null)
+        {
+            return 0;
+        }
+
+        var positions = session.PositionStream;
+        var ready = 0;
+        while (ready < positions.Count && positions[ready] is { RequestRecord: not null, AuxRecords: not null } position && session.LoggedReplies.ContainsKey(position.Sequence))
+        {
+            ready++;
+        }
+
+        return ready;
+    }
+
+    /// <summary>
+    /// Replays the first <paramref name="count"/> positions of <paramref name="session"/> (<see cref="ReadyToReplayAhead"/>) as
+    /// recovery would, each through the endpoint pipeline with its logged records and its reply compared with the logged
+    /// one, and moves the session past each (<see cref="Session.AdvanceReplay"/>): the promotion's replay goes on from there.
+    /// Nothing is appended (a request that would run past its records diverges). An exception leaves the session's state
+    /// part-way through a request: the follower's whole state is then thrown away, and the promotion recovers as a restart.
+    /// </summary>
+    public async Task ReplayAheadAsync(Session session, int count, RequestDelegate router, RequestDelegate next, CancellationToken cancellationToken)
+    {
+        for (var i = 0; i < count; i++)
+        {
+            var position = session.PositionStream[0];
+            var request = new LoadedRequest(position, ReplayRequestReader.Read(position.RequestRecord!), position.AuxRecords!);
+            var cursor = new ReplayCursor(request.Aux, allowLiveTail: false, session.TraceTag, request.Record.Sequence, position.RequestLsn);
+            var (reply, _) = await ReplayOneAsync(session, request, cursor, cutShort: false, router, next, cancellationToken).ConfigureAwait(false);
+            session.AdvanceReplay(1, reply);
+        }
+    }
+
     /// <summary>-1 when the request itself arrived as an orphan, the index of its first orphan record, or null.</summary>
     private static int? FindOrphanRecord(LoadedRequest request, Domain.RecoveredStates recovered)
     {

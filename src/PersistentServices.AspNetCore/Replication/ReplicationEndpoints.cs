@@ -158,7 +158,12 @@ internal static class ReplicationEndpoints
 
     internal static ReplicationStatus Status(ReplicationNode node)
     {
-        ReplicaStatus? replica = node.Replica is { } r ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm) : null;
+        var follower = node.Follower;
+        ReplicaStatus? replica = node.Replica is { } r
+            ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, follower is null ? null
+                : new ReplayStatus(follower.Running, follower.AppliedUntil, follower.LagBytes, follower.LagRequests, (long)follower.LagTime.TotalMilliseconds, follower.Replayed,
+                    follower.StoppedBecause))
+            : null;
         PrimaryStatus? primary = null;
         if (node.Watermark is { } watermark)
         {

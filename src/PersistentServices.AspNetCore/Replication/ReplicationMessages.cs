@@ -162,7 +162,10 @@ internal sealed record ShipmentAnswer(string Outcome, long Term, long ContentTer
 /// <summary>What <c>GET</c> <see cref="ReplicationEndpoints.StatusPath"/> shows: this node's role and term, and what it holds or ships.</summary>
 internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? Replica, PrimaryStatus? Primary);
 
-internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm);
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, ReplayStatus? Replay = null);
+
+/// <summary>A replica's hot follower: how far its replay of the copy is (docs/replication.md, "Hot followers").</summary>
+internal sealed record ReplayStatus(bool Following, long AppliedUntil, long LagBytes, long LagRequests, long LagMilliseconds, long Replayed, string? StoppedBecause);
 
 internal sealed record PrimaryStatus(long LocalDurableUntil, long ReplicatedUntil, int RequiredReplicas, IReadOnlyList<ShipperStatus> Replicas);
 

@@ -74,6 +74,9 @@ internal sealed class ReplicationNode : IAsyncDisposable
     /// <summary>The replica's copy of the log, while this process is a replica.</summary>
     public ReplicaLog? Replica => Volatile.Read(ref _replica);
 
+    /// <summary>This replica's hot follower, once it started (for status).</summary>
+    public HotFollower? Follower { get; set; }
+
     /// <summary>The primary's watermark, once its log is open.</summary>
     public ReplicationWatermark? Watermark => _watermark;
 

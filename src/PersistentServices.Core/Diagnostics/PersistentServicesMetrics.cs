@@ -130,6 +130,20 @@ internal sealed class PersistentServicesMetrics
             "1 while a replica answers the primary's shipments, 0 while it is out of reach or refuses them.");
     }
 
+    /// <summary>
+    /// A replica's hot follower (docs/replication.md, "Hot followers"): how far its replay of the copy is behind what the
+    /// copy durably holds, in bytes not applied, answered requests not replayed, and time since it was last caught up.
+    /// </summary>
+    public void ObserveFollower(Func<(long LagBytes, long LagRequests, double LagSeconds)> lag)
+    {
+        Meter.CreateObservableGauge("persistentservices.replication.replay_lag.bytes", () => lag().LagBytes, "By",
+            "Bytes of a replica's durable copy its hot follower has not applied yet.");
+        Meter.CreateObservableGauge("persistentservices.replication.replay_lag.requests", () => lag().LagRequests, "{request}",
+            "Answered requests of a replica's copy its hot follower has not replayed yet (what a promotion now would replay).");
+        Meter.CreateObservableGauge("persistentservices.replication.replay_lag.time", () => lag().LagSeconds, "s",
+            "How long a replica's hot follower has been behind its copy (0 when caught up).");
+    }
+
     public void ObserveSessions(Sessions.SessionTable sessions)
     {
         Meter.CreateObservableGauge("persistentservices.sessions.live", () => sessions.Count, "{session}", "Live sessions.");

@@ -27,6 +27,41 @@ internal sealed record AnalysisResult(
     int StatesReadFromParts = 0);
 
 /// <summary>
+/// An analysis scan under way (<see cref="AnalysisScan.StartAsync"/>): what it rebuilt so far and where it goes on. Recovery
+/// runs it to the log's end at once; a hot follower (docs/replication.md) applies a replica's records as they arrive and
+/// hands it to the promotion, which ends it on the opened log (<see cref="AnalysisScan.ContinueAsync"/>).
+/// </summary>
+internal sealed class AnalysisProgress(AnalysisScan.RecordApplier applier, long anchor, long scanFrom, bool clean, int sessionsReadAtRest, int variablesReadAtRest)
+{
+    internal AnalysisScan.RecordApplier Applier { get; } = applier;
+
+    public long Anchor { get; } = anchor;
+
+    public long ScanFrom { get; } = scanFrom;
+
+    public bool Clean { get; } = clean;
+
+    public int SessionsReadAtRest { get; } = sessionsReadAtRest;
+
+    public int VariablesReadAtRest { get; } = variablesReadAtRest;
+
+    /// <summary>The first LSN not applied yet (a record's start).</summary>
+    public long Next { get; set; } = scanFrom;
+
+    /// <summary>Set when a promotion takes the scan over from a follower: where the promotion's part of it started.</summary>
+    public long? ResumedAt { get; set; }
+
+    /// <summary>The time the scan took so far (reported with the result); a follower's hand-over counts only the promotion's part.</summary>
+    public TimeSpan Elapsed { get; set; }
+
+    /// <summary>Records applied so far.</summary>
+    public long Records => Applier.Records;
+
+    /// <summary>Applies the next committed record, in log order.</summary>
+    public void Apply(LogRecord record) => Applier.Apply(record);
+}
+
+/// <summary>
 /// The single-threaded analysis scan of MSP crash recovery (MSP §4.3, Fig. 12; Phoenix/App §4.4). It starts where the
 /// anchored service checkpoint says (the log's begin when there is no anchor), reads the log once, sequentially, and
 /// (a) rebuilds every live session from its start or its latest checkpoint, with the position stream of what followed
@@ -75,10 +110,23 @@ internal static class AnalysisScan
     public static async Task<AnalysisResult> RunAsync(DurableLog log, string directory, SessionTable sessions, SharedStateStore shared, CancellationToken cancellationToken,
         long keepBudgetBytes = DefaultKeepBudgetBytes, RecoveredStates? recovered = null, bool readAtRest = false, RecordCapture? captured = null)
     {
+        var progress = await StartAsync(new OpenLogSource(log), directory, sessions, shared, readAtRest, captured, recovered, keepBudgetBytes, cancellationToken).ConfigureAwait(false);
+        return await ContinueAsync(log, progress, captured, cancellationToken).ConfigureAwait(false);
+    }
+
+    /// <summary>
+    /// The scan's first part, on any <paramref name="source"/> of committed records (the open log, or a replica's copy that a
+    /// hot follower reads as it grows): where it starts (the anchored checkpoint), and the sessions and shared variables at
+    /// rest below that start, read directly. Records from <see cref="AnalysisProgress.Next"/> on are then applied in log
+    /// order (<see cref="AnalysisProgress.Apply"/>), and <see cref="ContinueAsync"/> ends the scan on the open log.
+    /// </summary>
+    public static async Task<AnalysisProgress> StartAsync(IRecordSource source, string directory, SessionTable sessions, SharedStateStore shared, bool readAtRest,
+        RecordCapture? captured, RecoveredStates? recovered, long keepBudgetBytes, CancellationToken cancellationToken)
+    {
         var started = Stopwatch.GetTimestamp();
-        var scan = new RecordApplier(log, sessions, shared, recovered, keepBudgetBytes);
+        var scan = new RecordApplier(source.MaxRecordBytes, sessions, shared, recovered, keepBudgetBytes);
         var codec = shared.Codec;
-        var (anchor, scanFrom, clean, atRest) = await StartPointAsync(log, directory, readAtRest, cancellationToken).ConfigureAwait(false);
+        var (anchor, scanFrom, clean, atRest) = await StartPointAsync(source, directory, readAtRest, cancellationToken).ConfigureAwait(false);
 
         // Sessions and shared variables at rest below the scan start: nothing of theirs follows the one record they start from.
         var variablesReadAtRest = 0;
@@ -86,7 +134,7 @@ internal static class AnalysisScan
         {
             var restRecord = captured is not null && captured.TryGetSingle(position.Lsn, out var single)
                 ? single
-                : await log.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
+                : await source.ReadAsync(position.Lsn, cancellationToken).ConfigureAwait(false);
             if (position.Variable.Length > 0)
             {
                 var variableAtRest = restRecord.Kind == RecordKind.SharedCheckpoint ? restRecord.Parse(SharedCheckpoint.Parser) : null;
@@ -121,6 +169,21 @@ internal static class AnalysisScan
             }
         }
 
+        return new AnalysisProgress(scan, anchor, scanFrom, clean, atRest.Count - variablesReadAtRest, variablesReadAtRest) { Elapsed = Stopwatch.GetElapsedTime(started) };
+    }
+
+    /// <summary>
+    /// Ends the scan on the open <paramref name="log"/>: applies every committed record from <see cref="AnalysisProgress.Next"/>
+    /// to the log's durable end (what <paramref name="captured"/> holds from memory, the rest from the log), then what the
+    /// scan leaves behind: reservations of sessions that crashed inside an update, checkpoint states in parts.
+    /// </summary>
+    public static async Task<AnalysisResult> ContinueAsync(DurableLog log, AnalysisProgress progress, RecordCapture? captured, CancellationToken cancellationToken)
+    {
+        var started = Stopwatch.GetTimestamp();
+        var scan = progress.Applier;
+        var sessions = scan.Sessions;
+        var shared = scan.Shared;
+        var scanFrom = progress.Next;
         var until = log.DurableUntil;
         var next = scanFrom;
         if (captured is not null && captured.From <= scanFrom && captured.Until > scanFrom)
@@ -147,6 +210,8 @@ internal static class AnalysisScan
             scan.Apply(record);
         }
 
+        progress.Next = Math.Max(until, scanFrom);
+
         // A session whose last request read a variable for an update and crashed before writing it held that variable's
         // lock: keep it reserved until the session's replay completes the update (SharedCell.ReservedFor).
         var reservations = 0;
@@ -168,15 +233,38 @@ internal static class AnalysisScan
         var statesFromParts = await SessionCheckpoints.ReadPendingStatesAsync(log, sessions, cancellationToken).ConfigureAwait(false);
 
         log.CrashPoints.Hit(CrashPoints.RecoveryScanned);
-        return new AnalysisResult(sessions.Count, scan.Requests, scan.Records, scanFrom, until, Stopwatch.GetElapsedTime(started), scan.Epoch, scan.Variables.Count, reservations,
-            anchor, scan.FromCheckpoints, CleanShutdown: clean && scan.Last == anchor, SessionsReadAtRest: atRest.Count - variablesReadAtRest,
-            VariablesReadAtRest: variablesReadAtRest, StatesReadFromParts: statesFromParts);
+        return new AnalysisResult(sessions.Count, scan.Requests, scan.Records, progress.ResumedAt ?? progress.ScanFrom, until, Stopwatch.GetElapsedTime(started) + progress.Elapsed,
+            scan.Epoch, scan.Variables.Count, reservations, progress.Anchor, scan.FromCheckpoints, CleanShutdown: progress.Clean && scan.Last == progress.Anchor,
+            SessionsReadAtRest: progress.SessionsReadAtRest, VariablesReadAtRest: progress.VariablesReadAtRest, StatesReadFromParts: statesFromParts);
+    }
+
+    /// <summary>Where the scan reads single records (the anchor, those at rest): the open log, or a copy's files (a hot follower).</summary>
+    internal interface IRecordSource
+    {
+        long BeginAddress { get; }
+
+        long DurableUntil { get; }
+
+        int MaxRecordBytes { get; }
+
+        ValueTask<LogRecord> ReadAsync(long lsn, CancellationToken cancellationToken);
+    }
+
+    private sealed class OpenLogSource(DurableLog log) : IRecordSource
+    {
+        public long BeginAddress => log.BeginAddress;
+
+        public long DurableUntil => log.DurableUntil;
+
+        public int MaxRecordBytes => log.MaxRecordBytes;
+
+        public ValueTask<LogRecord> ReadAsync(long lsn, CancellationToken cancellationToken) => log.ReadAsync(lsn, cancellationToken);
     }
 
     /// <summary>The scan's state while it applies records in log order (what each kind of record rebuilds).</summary>
-    private sealed class RecordApplier(DurableLog log, SessionTable sessions, SharedStateStore shared, RecoveredStates? recovered, long keepBudgetBytes)
+    internal sealed class RecordApplier(int maxRecordBytes, SessionTable sessions, SharedStateStore shared, RecoveredStates? recovered, long keepBudgetBytes)
     {
-        private readonly DurableLog _log = log;
+        private readonly int _maxRecordBytes = maxRecordBytes;
         private readonly SessionTable _sessions = sessions;
         private readonly SharedStateStore _shared = shared;
         private readonly RecoveredStates? _recovered = recovered;
@@ -187,6 +275,17 @@ internal static class AnalysisScan
         private long _epoch;
         private long _kept;
         private long _last;
+
+        public SessionTable Sessions => _sessions;
+
+        /// <summary>Record bytes kept for replay, counted against the budget; a hot follower lowers it as its replays let records go.</summary>
+        public long KeptBytes
+        {
+            get => _kept;
+            set => _kept = value;
+        }
+
+        public SharedStateStore Shared => _shared;
 
         public long Records => _records;
 
@@ -265,7 +364,7 @@ internal static class AnalysisScan
                         if (reply.HasFullReply && record.Parse(ReplySent.Parser) is { FullReply: not null } full)
                         {
                             // Kept in the log: once replayed, the session holds this location, not the replayed body.
-                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _log.MaxRecordBytes));
+                            replied.RecoverFullReply(reply.Sequence, ReplyStore.LocationOf(full, record.Lsn, record.Body.Length, _maxRecordBytes));
                         }
 
                         replied.NoteLogged(record.Lsn, record.Body.Length);
@@ -385,7 +484,7 @@ internal static class AnalysisScan
     /// anchor that does not name a service checkpoint inside the log stops recovery (it is never guessed around).
     /// </summary>
     private static async Task<(long Anchor, long ScanFrom, bool Clean, IReadOnlyList<CheckpointPosition> AtRest)> StartPointAsync(
-        DurableLog log, string directory, bool readAtRest, CancellationToken cancellationToken)
+        IRecordSource log, string directory, bool readAtRest, CancellationToken cancellationToken)
     {
         if (AnchorFile.Read(directory) is not { } anchor)
         {

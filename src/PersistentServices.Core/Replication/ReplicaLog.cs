@@ -99,6 +99,25 @@ internal sealed class ReplicaLog : IDisposable
     /// <summary>The directory.</summary>
     public string Directory => _directory;
 
+    /// <summary>How many times this copy was reset (replaced by another log) since it opened: a hot follower starts over.</summary>
+    public int Resets { get; private set; }
+
+    /// <summary>Completes at the next durable change of the copy (bytes appended, a reset, a truncation): what a hot follower waits for.</summary>
+    public Task Changed => Volatile.Read(ref _changed).Task;
+
+    private TaskCompletionSource _changed = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    /// <summary>The copy's begin, durable end and reset count, read together.</summary>
+    public (long Begin, long DurableUntil, int Resets, bool IsEmpty) Snapshot()
+    {
+        lock (_gate)
+        {
+            return (Begin, DurableUntil, Resets, IsEmpty);
+        }
+    }
+
+    private void NotifyChanged() => Interlocked.Exchange(ref _changed, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).TrySetResult();
+
     /// <summary>
     /// Opens (creating when new) the replica directory <see cref="LogOptions.Directory"/>: verifies what it holds as a log
     /// open would (fail-stop on damage inside committed data; a torn tail after the last commit is cut), finishes a reset a
@@ -196,6 +215,7 @@ internal sealed class ReplicaLog : IDisposable
                 DurableFile.FsyncDirectory(_directory);
                 Begin = DurableUntil = shipment.Begin;
                 IsEmpty = false;
+                Resets++;
                 SetContentTerm(shipment.Term);
             }
             else if (IsEmpty)
@@ -240,6 +260,7 @@ internal sealed class ReplicaLog : IDisposable
                 SegmentFiles.DeleteSegmentsBefore(_directory, _options, Begin);
             }
 
+            NotifyChanged();
             return Result(ShipmentOutcome.Appended);
         }
     }
@@ -254,6 +275,7 @@ internal sealed class ReplicaLog : IDisposable
             }
 
             _disposed = true;
+            NotifyChanged();
             try
             {
                 if (_metadata is not null && !IsEmpty)

@@ -10,9 +10,10 @@ namespace PersistentServices.Sessions;
 /// One logged request as it runs, live or in replay: the records it writes go into its position in the session's
 /// position stream; in replay they come back, in order, from <see cref="Cursor"/>.
 /// </summary>
-internal sealed class RequestExecution(DurableLog log, string service, long epoch, Session session, LoggedPosition position, ReplayCursor? cursor)
+internal sealed class RequestExecution(DurableLog? log, string service, long epoch, Session session, LoggedPosition position, ReplayCursor? cursor)
 {
-    public DurableLog Log { get; } = log;
+    /// <summary>The log the request appends to; none in a replica's hot follower, whose replays append nothing (their records are all logged).</summary>
+    public DurableLog Log => log ?? throw new InvalidOperationException("A hot follower's replay appends nothing: its request ran past its logged records.");
 
     public string Service { get; } = service;
 

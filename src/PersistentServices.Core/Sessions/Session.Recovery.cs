@@ -58,6 +58,35 @@ internal sealed partial class Session
     }
 
     /// <summary>
+    /// A replica's hot follower (docs/replication.md) replayed the first <paramref name="replayed"/> positions of the stream,
+    /// requests whose replies are logged, with <paramref name="lastReply"/> the reply of the last of them: they leave the
+    /// stream (a promotion's replay goes on after them), the reply becomes the buffered one as <see cref="FinishReplay"/> would
+    /// make it, and their kept records are let go. The session stays replaying (not ready) until the promotion's replay ends.
+    /// </summary>
+    public void AdvanceReplay(int replayed, BufferedReply lastReply)
+    {
+        var last = PositionStream[replayed - 1];
+        lock (_gate)
+        {
+            SetLastReplyLocked(lastReply.Location is null && _loggedFullReply is { } full && full.Sequence == last.Sequence
+                ? HeldReply.InTheLog(full.Location, lastReply)
+                : Hold(lastReply));
+            if (_loggedFullReply is { } replayedFull && replayedFull.Sequence <= last.Sequence)
+            {
+                _loggedFullReply = null;
+            }
+        }
+
+        for (var i = 0; i < replayed; i++)
+        {
+            PositionStream[i].RequestRecord = null;
+            PositionStream[i].AuxRecords = null;
+        }
+
+        PositionStream.RemoveRange(0, replayed);
+    }
+
+    /// <summary>
     /// A rollback's replay went through the whole position stream without finding an orphan record (what made the session an
     /// orphan was not in its log, or a later rollback found it already cut): the numbering goes back to the last request of
     /// the stream, where <see cref="ResetToRecoveryPoint"/> had taken it away. Without this, the session would expect

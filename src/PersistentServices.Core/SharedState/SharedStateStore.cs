@@ -39,9 +39,9 @@ internal sealed partial class SharedStateStore
     private readonly int _checkpointInterval;
     private readonly ILogger _logger;
 
-    public SharedStateStore(DurableLog log, string service, int checkpointInterval, ILogger? logger = null, ValueCodec? codec = null)
+    public SharedStateStore(DurableLog? log, string service, int checkpointInterval, ILogger? logger = null, ValueCodec? codec = null)
     {
-        Log = log;
+        _log = log;
         Service = service;
         _checkpointInterval = checkpointInterval;
         _logger = logger ?? NullLogger.Instance;
@@ -99,7 +99,23 @@ internal sealed partial class SharedStateStore
         public void Dispose() => Ambient.Value = previous;
     }
 
-    public DurableLog Log { get; }
+    /// <summary>
+    /// The log the store writes to. A hot follower's store (docs/replication.md) has none until its promotion attaches the
+    /// opened log (<see cref="AttachLog"/>): before that it is only rolled forward and read by replays, which write nothing.
+    /// </summary>
+    public DurableLog Log => _log ?? throw new InvalidOperationException("This shared state store has no log yet (a replica's hot follower writes nothing).");
+
+    private DurableLog? _log;
+
+    /// <summary>A hot follower's store becomes the service's: from now on it writes to <paramref name="log"/>.</summary>
+    public void AttachLog(DurableLog log)
+    {
+        ArgumentNullException.ThrowIfNull(log);
+        if (Interlocked.CompareExchange(ref _log, log, null) is not null)
+        {
+            throw new InvalidOperationException("This shared state store already writes to a log.");
+        }
+    }
 
     public string Service { get; }
 

@@ -34,7 +34,7 @@ public sealed class ReplicationEndpointsTests : IDisposable
             o.Replication.Replicas.Add(new Uri("http://127.0.0.1:1/"));
         });
 
-    private static HttpRequestMessage Shipment(string header, byte[] body, string caller = "orders", string key = PeerKey, byte[]? signedBody = null, string? path = null)
+    internal static HttpRequestMessage Shipment(string header, byte[] body, string caller = "orders", string key = PeerKey, byte[]? signedBody = null, string? path = null)
     {
         path ??= ReplicationEndpoints.AppendPath;
         var request = new HttpRequestMessage(HttpMethod.Post, path) { Content = new ByteArrayContent(body) };

@@ -1,0 +1,171 @@
+using System.Net;
+using System.Net.Sockets;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Hosting;
+using Microsoft.Extensions.DependencyInjection;
+using PersistentServices.AspNetCore.Tests.TestSupport;
+using PersistentServices.Hosting;
+using PersistentServices.Replication;
+
+namespace PersistentServices.AspNetCore.Tests.Replication;
+
+/// <summary>
+/// A replica's hot follower (docs/replication.md, "Hot followers"): a primary ships to a replica in the same test process
+/// and a second replica (three applications, each its own log); the replica replays every answered request as it arrives, and its promotion
+/// takes the scan over where the follower stopped, with nothing left to replay; the sessions it serves then hold exactly
+/// what the primary acknowledged. A replay on the replica that diverges throws the follower's state away, and the
+/// promotion recovers the copy as a restart does.
+/// </summary>
+public sealed class HotFollowerTests : IDisposable
+{
+    private const string PeerKey = "hot-follower-test-peer-key-0123456789ab";
+
+    private readonly TempDirectory _dir = new();
+
+    public void Dispose() => _dir.Dispose();
+
+    private static CancellationToken Ct => TestContext.Current.CancellationToken;
+
+    private static int FreePort()
+    {
+        using var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        return ((IPEndPoint)listener.LocalEndpoint).Port;
+    }
+
+    /// <summary>Node <paramref name="index"/> of a group of three on <paramref name="ports"/> (a promotion needs a majority to take its term).</summary>
+    private Task<TestServer> StartAsync(int index, int[] ports, TestBehavior? behavior = null)
+        => TestServer.StartAsync(Path.Combine(_dir.Path, $"node{index}"), o =>
+        {
+            o.ServiceName = "orders";
+            o.Calls.PeerKey = PeerKey;
+            o.Replication.Role = index == 0 ? ReplicationRole.Primary : ReplicationRole.Replica;
+            foreach (var other in ports.Where((_, i) => i != index))
+            {
+                o.Replication.Replicas.Add(new Uri($"http://127.0.0.1:{other}/"));
+            }
+        }, build: b => b.WebHost.UseUrls($"http://127.0.0.1:{ports[index]}"), behavior: behavior);
+
+    private static async Task WaitUntilAsync(Func<bool> done, Func<string> why)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (!done())
+        {
+            Assert.True(DateTime.UtcNow < deadline, why());
+            await Task.Delay(20, Ct);
+        }
+    }
+
+    private static async Task PromoteAsync(TestServer replica, long term)
+    {
+        using var promote = ReplicationEndpointsTests.Shipment($"term={term}", [], key: PeerKey, path: ReplicationEndpoints.PromotePath);
+        using var response = await replica.Client.SendAsync(promote, Ct);
+        Assert.True(response.StatusCode == HttpStatusCode.OK, await response.Content.ReadAsStringAsync(Ct));
+    }
+
+    /// <summary>The next request of the session at <paramref name="server"/>, once it serves (a promoted node recovers first).</summary>
+    private static async Task<System.Text.Json.JsonElement> SendWhenServingAsync(TestServer server, string path, string session, long seq, object body)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (true)
+        {
+            var (response, json) = await server.SendAsync(HttpMethod.Post, path, session, seq, body);
+            using (response)
+            {
+                if (response.StatusCode == HttpStatusCode.OK)
+                {
+                    return json;
+                }
+
+                Assert.True(DateTime.UtcNow < deadline, $"request {seq} was not answered within 30 s: {(int)response.StatusCode}");
+            }
+
+            await Task.Delay(20, Ct);
+        }
+    }
+
+    [Fact]
+    public async Task AReplica_ReplaysWhatThePrimaryAnswered_AndItsPromotionReplaysNothingMore_ServingExactlyWhatWasAcknowledged()
+    {
+        int[] ports = [FreePort(), FreePort(), FreePort()];
+        var behavior = new TestBehavior();
+        await using var replica = await StartAsync(1, ports, behavior);
+        await using var other = await StartAsync(2, ports);
+        await using var primary = await StartAsync(0, ports);
+        var session = await primary.StartSessionAsync();
+        long total = 0;
+        for (var seq = 1; seq <= 20; seq++)
+        {
+            total += seq;
+            var (response, body) = await primary.SendAsync(HttpMethod.Post, "/counter/add", session, seq, new AddAmount($"op{seq}", seq));
+            using (response)
+            {
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                Assert.Equal(total, body.GetProperty("total").GetInt64());
+            }
+        }
+
+        // Every answered request is replayed on the replica, before any promotion.
+        var follower = replica.App.Services.GetRequiredService<HotFollower>();
+        await WaitUntilAsync(() => follower.Replayed >= 20 && follower.LagRequests == 0,
+            () => $"the follower replayed {follower.Replayed} of 20 requests ({follower.LagRequests} waiting, stopped: {follower.StoppedBecause})");
+        Assert.Equal(20, Enumerable.Range(1, 20).Sum(i => behavior.Count($"counter:op{i}")));
+        using (var status = await replica.Client.GetAsync(ReplicationEndpoints.StatusPath, Ct))
+        {
+            var replay = System.Text.Json.JsonDocument.Parse(await status.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("replica").GetProperty("replay");
+            Assert.True(replay.GetProperty("following").GetBoolean());
+            Assert.Equal(0, replay.GetProperty("lagRequests").GetInt64());
+            Assert.True(replay.GetProperty("replayed").GetInt64() >= 20);
+        }
+
+        await PromoteAsync(replica, term: 2);
+
+        // The retry of the last request gets the reply the follower's replay rebuilt; the next one runs once, on top of all 20.
+        var retried = await SendWhenServingAsync(replica, "/counter/add", session, 20, new AddAmount("op20", 20));
+        Assert.Equal(total, retried.GetProperty("total").GetInt64());
+        var next = await SendWhenServingAsync(replica, "/counter/add", session, 21, new AddAmount("op21", 21));
+        Assert.Equal(total + 21, next.GetProperty("total").GetInt64());
+        Assert.Equal(1, behavior.Count("counter:op21"));
+        Assert.Equal(1, behavior.Count("counter:op20")); // replayed once by the follower, never again
+
+        var runtime = replica.App.Services.GetRequiredService<PersistentRuntime>();
+        Assert.NotNull(follower.HandedOverAt);
+        Assert.Equal(follower.HandedOverAt, runtime.Analysis!.ScannedFrom);
+    }
+
+    [Fact]
+    public async Task AReplayThatDivergesOnTheReplica_StopsTheFollower_AndThePromotionRecoversTheCopyAsARestartDoes()
+    {
+        int[] ports = [FreePort(), FreePort(), FreePort()];
+        var behavior = new TestBehavior { Salt = "-changed" }; // this replica's build answers /cart/add differently
+        await using var replica = await StartAsync(1, ports, behavior);
+        await using var other = await StartAsync(2, ports);
+        await using var primary = await StartAsync(0, ports);
+        var diverging = await primary.StartSessionAsync();
+        var counting = await primary.StartSessionAsync();
+        var (added, _) = await primary.SendAsync(HttpMethod.Post, "/cart/add", diverging, 1, new AddItem("book"));
+        using (added)
+        {
+            Assert.Equal(HttpStatusCode.OK, added.StatusCode);
+        }
+
+        var (counted, _) = await primary.SendAsync(HttpMethod.Post, "/counter/add", counting, 1, new AddAmount("op1", 5));
+        using (counted)
+        {
+            Assert.Equal(HttpStatusCode.OK, counted.StatusCode);
+        }
+
+        var follower = replica.App.Services.GetRequiredService<HotFollower>();
+        await WaitUntilAsync(() => follower.StoppedBecause is not null, () => $"the follower did not stop (replayed {follower.Replayed})");
+        Assert.Contains("different reply", follower.StoppedBecause, StringComparison.Ordinal);
+
+        await PromoteAsync(replica, term: 2);
+
+        // Recovered as at a restart: the other session serves, the diverging one is quarantined as recovery always does.
+        var next = await SendWhenServingAsync(replica, "/counter/add", counting, 2, new AddAmount("op2", 7));
+        Assert.Equal(12, next.GetProperty("total").GetInt64());
+        Assert.Null(follower.HandedOverAt);
+        var runtime = replica.App.Services.GetRequiredService<PersistentRuntime>();
+        Assert.True(runtime.Sessions.All.Single(s => s.Diverged is not null || s.QuarantineReason is not null) is not null);
+    }
+}
