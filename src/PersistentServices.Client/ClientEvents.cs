@@ -41,3 +41,20 @@ internal static partial class ClientEvents
     [LoggerMessage(1361, LogLevel.Information, "No node of replication group ({Group}) served this attempt ({Reasons}); the request is retried after the backoff")]
     public static partial void NoNodeServing(ILogger logger, string group, string reasons);
 }
+
+/// <summary>
+/// What the client's replication groups (<see cref="PersistentClientOptions.ReplicationGroups"/>) log and count: events
+/// 1359–1361 and <c>persistentservices.client.replication.node_changes</c>, tagged with the named client.
+/// </summary>
+internal sealed class ClientGroupEvents(ILogger logger, ClientMetrics metrics, string client) : Replication.IReplicationGroupEvents
+{
+    public void PassedOver(string node, string group, string reason) => ClientEvents.NodePassedOver(logger, node, group, reason);
+
+    public void ServingChanged(string node, string group, string? previous)
+    {
+        ClientEvents.NodeServing(logger, node, group, previous ?? "none");
+        metrics.NodeChanges.Add(1, ClientMetrics.Tag(client), new KeyValuePair<string, object?>("node", node));
+    }
+
+    public void NoneServed(string group, string reasons) => ClientEvents.NoNodeServing(logger, group, reasons);
+}

@@ -115,44 +115,9 @@ public sealed class PersistentClientOptions
             yield return $"PersistentClientOptions.MaxRetryAttempts must be positive (was {MaxRetryAttempts}).";
         }
 
-        foreach (var failure in ValidateReplicationGroups())
+        foreach (var failure in Replication.ReplicationGroupRouter.Validate(ReplicationGroups, "PersistentClientOptions.ReplicationGroups"))
         {
             yield return failure;
-        }
-    }
-
-    private IEnumerable<string> ValidateReplicationGroups()
-    {
-        var owner = new Dictionary<string, int>(StringComparer.OrdinalIgnoreCase);
-        for (var g = 0; g < ReplicationGroups.Count; g++)
-        {
-            var group = ReplicationGroups[g];
-            if (group is null || group.Count < 2)
-            {
-                yield return $"PersistentClientOptions.ReplicationGroups[{g}] must list at least 2 node addresses (had {group?.Count ?? 0}): a group is a primary and its replicas.";
-                continue;
-            }
-
-            for (var n = 0; n < group.Count; n++)
-            {
-                var address = group[n];
-                if (ReplicationGroupRouter.NodeError(address) is { } error)
-                {
-                    yield return $"PersistentClientOptions.ReplicationGroups[{g}][{n}] {error}";
-                    continue;
-                }
-
-                var authority = ReplicationGroupRouter.Authority(address!);
-                if (owner.TryGetValue(authority, out var other))
-                {
-                    yield return other == g
-                        ? $"PersistentClientOptions.ReplicationGroups[{g}] lists {authority} twice."
-                        : $"PersistentClientOptions.ReplicationGroups[{g}] and [{other}] both list {authority}: a node belongs to one group.";
-                    continue;
-                }
-
-                owner[authority] = g;
-            }
         }
     }
 }

@@ -78,11 +78,11 @@ public sealed class PersistentSessionClient : IAsyncDisposable
         _logger = logger;
         _pool = new SessionPool(options.MaxSessionsPerService);
         _tag = ClientMetrics.Tag(name);
-        Groups = new ReplicationGroupRouter(options.ReplicationGroups, logger, metrics, name);
+        Groups = new Replication.ReplicationGroupRouter(options.ReplicationGroups, new ClientGroupEvents(logger, metrics, name));
     }
 
     /// <summary>The replication groups this client follows (<see cref="PersistentClientOptions.ReplicationGroups"/>): each attempt goes to its group's serving node.</summary>
-    internal ReplicationGroupRouter Groups { get; }
+    internal Replication.ReplicationGroupRouter Groups { get; }
 
     /// <summary>The name of the <see cref="HttpClient"/> this belongs to.</summary>
     public string Name => _name;

@@ -15,7 +15,7 @@ internal sealed class PersistentSessionHandler(PersistentSessionClient client) :
 
 /// <summary>
 /// The innermost handler <c>AddPersistentSessions</c> adds, inside the resilience pipeline: each attempt to an address of
-/// a replication group goes to the group's serving node (<see cref="ReplicationGroupRouter"/>); other requests pass as they are.
+/// a replication group goes to the group's serving node (<see cref="Replication.ReplicationGroupRouter"/>, in PersistentServices.Core); other requests pass as they are.
 /// </summary>
 internal sealed class ReplicationGroupHandler(PersistentSessionClient client) : DelegatingHandler
 {

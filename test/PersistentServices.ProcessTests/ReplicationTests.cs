@@ -339,6 +339,65 @@ public sealed class ReplicationTests : IDisposable
         await provider.GetRequiredKeyedService<PersistentServices.Client.PersistentSessionClient>(name).CloseIdleSessionsAsync(ct);
     }
 
+    [Fact]
+    public async Task CallsGivenTheGroupsNodes_FollowThePromotedReplica_EachCreditRunsOnce()
+    {
+        // Persistent calls between services (docs/calls.md, "Calling a replicated service"): a caller whose calls follow the
+        // group (PersistentServices__Calls__ReplicationGroups, bound from configuration) pays through "orders", the
+        // primary its client's address. The primary is killed; a payment made meanwhile waits (the replicas answer 503
+        // replica, the dead node refuses); the longest replica is promoted; the payment's credit lands there with the
+        // same call id, and the next payment's goes there at once. Every credit ran once on the group.
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
+        await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
+        await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);
+        var callerEnvironment = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("payer"),
+            ["PS_SERVICE_NAME"] = "payer",
+            ["PS_PEER_KEY"] = PeerKey,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{ports[0]}",
+            ["PS_CALLEE_SERVICE"] = "orders",
+        };
+        for (var n = 0; n < ports.Length; n++)
+        {
+            callerEnvironment[$"PersistentServices__Calls__ReplicationGroups__0__{n}"] = $"http://127.0.0.1:{ports[n]}";
+        }
+
+        await using var caller = await ServiceProcess.StartAsync(callerEnvironment);
+        var session = await caller.StartSessionAsync();
+
+        async Task PayAsync(string op, long seq)
+        {
+            var (status, body, _) = await caller.SendAsync(HttpMethod.Post, "/pay", session, seq, new { account = op, amount = 10 });
+            Assert.True(status == HttpStatusCode.OK, $"/pay {op}: {(int)status} {body}\n{caller.RecentOutput()}");
+        }
+
+        await PayAsync("op-1", 1);
+        await primary.KillAsync();
+        var during = PayAsync("op-2", 2);
+        await Task.Delay(TimeSpan.FromSeconds(1.5), ct);
+        Assert.False(during.IsCompleted, "a payment was answered while no node of the group served"); // a replica ran nothing
+
+        var endB = (await StatusAsync(replicaB)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var endC = (await StatusAsync(replicaC)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
+        var promoted = endB >= endC ? replicaB : replicaC;
+        var (exit, output) = await RunPsctlAsync("replication", "promote", $"http://127.0.0.1:{promoted.Port}", "--service", "orders", "--term", "2");
+        Assert.True(exit == 0, output);
+
+        await during.WaitAsync(TimeSpan.FromSeconds(60), ct);
+        await PayAsync("op-3", 3);
+        foreach (var op in new[] { "op-1", "op-2", "op-3" })
+        {
+            var (status, body, _) = await promoted.SendAsync(HttpMethod.Get, $"/bank/credits/{op}", null, null);
+            Assert.Equal(HttpStatusCode.OK, status);
+            Assert.True(body.GetProperty("count").GetInt32() == 1, $"{op} credited {body.GetProperty("count").GetInt32()} times");
+        }
+
+        Assert.Contains($"calls now go to http://127.0.0.1:{promoted.Port}", caller.RecentOutput(60_000), StringComparison.Ordinal);
+    }
+
     private static async Task WaitAsync(Func<Task<bool>> condition, ServiceProcess node)
     {
         var deadline = DateTime.UtcNow.AddSeconds(30);

@@ -37,6 +37,8 @@ using PersistentServices.SharedState;
 //                            PS_ELECTION_TIMEOUT_MS (PS_REPLICATION=None with PS_INITIAL_PRIMARY: the role from the initial primary)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
+//   PersistentServices__Calls__ReplicationGroups__0__0 (and __0__1, ...)  the replication groups its calls follow
+//                            (PersistentCallOptions.ReplicationGroups), bound from configuration as docs/calls.md shows
 //   PS_CALLEE_CLIENT_TIMEOUT_MS  the callee client's HttpClient.Timeout, set after AddPersistentCalls() (an application's
 //                            own timeout, shorter than a callee's outage: a persistent call must not end with it)
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
@@ -131,6 +133,9 @@ builder.Services.AddPersistentServices(options =>
     }
 
     options.Calls.PeerKey = Environment.GetEnvironmentVariable("PS_PEER_KEY");
+
+    // The replication groups its calls follow, bound from configuration as docs/calls.md shows.
+    builder.Configuration.GetSection("PersistentServices:Calls:ReplicationGroups").Bind(options.Calls.ReplicationGroups);
     if (Environment.GetEnvironmentVariable("PS_LEGACY_SIGNATURES") is { Length: > 0 } legacy)
     {
         options.Calls.LegacySignatures = Enum.Parse<LegacySignatures>(legacy);

@@ -21,13 +21,14 @@ namespace Bookstore.Buyer;
 /// <c>curl</c> would have shown its user.
 /// </para>
 /// </summary>
-internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null, bool plain = false, Bookstore.Services.ReplicationGroups? groups = null) : IDisposable
+internal sealed class SessionClient(string service, Uri baseAddress, Action<string>? onRetry = null, bool plain = false, IEnumerable<IEnumerable<Uri>>? groups = null) : IDisposable
 {
     private static readonly JsonSerializerOptions Json = new(JsonSerializerDefaults.Web);
     private static readonly TimeSpan AttemptTimeout = TimeSpan.FromSeconds(20);
 
-    // With replicas each attempt goes to the service's primary (a node refusing or answering 503 replica is passed over).
-    private readonly HttpClient _http = new(new Bookstore.Services.FollowPrimaryHandler(groups ?? Bookstore.Services.ReplicationGroups.None)
+    // With replicas each attempt goes to the service's primary (a node refusing or answering 503 replica is passed over):
+    // the library's handler for plain HttpClients.
+    private readonly HttpClient _http = new(new PersistentServices.ReplicationGroupsHandler(groups ?? [])
     {
         InnerHandler = new SocketsHttpHandler { ConnectTimeout = TimeSpan.FromSeconds(2) },
     })

@@ -67,8 +67,12 @@ internal sealed class Deployment : IAsyncDisposable
     /// </summary>
     public IReadOnlyDictionary<string, IReadOnlyList<ComponentProcess>> Groups { get; private set; } = new Dictionary<string, IReadOnlyList<ComponentProcess>>();
 
-    /// <summary>The replication groups as callers follow them (<see cref="Bookstore.Services.FollowPrimaryHandler"/>).</summary>
-    public Bookstore.Services.ReplicationGroups ReplicationGroups { get; private set; } = Bookstore.Services.ReplicationGroups.None;
+    /// <summary>
+    /// The replication groups, each a service's log nodes (the primary and its replicas) by base address, as callers follow
+    /// them: the services through <c>PersistentServices__Calls__ReplicationGroups</c>, the launcher's clients through
+    /// <see cref="PersistentServices.ReplicationGroupsHandler"/>.
+    /// </summary>
+    public IReadOnlyList<IReadOnlyList<Uri>> ReplicationGroups { get; private set; } = [];
 
     /// <summary>Replicas per persistent service (<c>--replicas</c>).</summary>
     public int Replicas { get; private set; }
@@ -110,7 +114,7 @@ internal sealed class Deployment : IAsyncDisposable
             .ToDictionary(p => p.Name, p => (IReadOnlyList<Uri>)[.. portsOf[p.Name].Take(replicas + 1).Select(port => new Uri(Address(port)))]);
         var storeList = string.Join(';', storeNames.Select(n => $"{n}={Address(portsOf[n][0])}"));
         var taxUrl = Address(portsOf["taxcalculator"][0]);
-        var groups = Bookstore.Services.ReplicationGroups.Format(logNodes.Values);
+        var groups = logNodes.Values.ToList();
 
         ComponentProcess Service(string name, string component, string kind, int port, string directory, Dictionary<string, string>? more = null, IReadOnlyList<Uri>? group = null, int node = -1)
         {
@@ -123,9 +127,17 @@ internal sealed class Deployment : IAsyncDisposable
                 ["PersistentServices__Calls__UseRoles"] = roles ? "true" : "false",
                 ["Bookstore__Stores"] = storeList,
                 ["Bookstore__TaxUrl"] = taxUrl,
-                ["Bookstore__ReplicationGroups"] = groups,
                 ["Bookstore__ParentPid"] = Environment.ProcessId.ToString(CultureInfo.InvariantCulture),
             };
+            // Every service's calls follow the groups' primaries (PersistentCallOptions.ReplicationGroups, by index).
+            for (var g = 0; g < groups.Count; g++)
+            {
+                for (var n = 0; n < groups[g].Count; n++)
+                {
+                    environment[$"PersistentServices__Calls__ReplicationGroups__{g.ToString(CultureInfo.InvariantCulture)}__{n.ToString(CultureInfo.InvariantCulture)}"] = groups[g][n].ToString().TrimEnd('/');
+                }
+            }
+
             foreach (var (key, value) in more ?? [])
             {
                 environment[key] = value;
@@ -185,7 +197,7 @@ internal sealed class Deployment : IAsyncDisposable
         var deployment = new Deployment(root, configuration, services, events)
         {
             Groups = groupNodes,
-            ReplicationGroups = Bookstore.Services.ReplicationGroups.Parse(groups),
+            ReplicationGroups = groups,
             Replicas = replicas,
         };
         try

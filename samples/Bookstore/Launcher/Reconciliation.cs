@@ -33,10 +33,10 @@ internal sealed class Reconciliation
     /// (restarting, recovering, draining: a connection error or a 503) is asked again, for at most <paramref name="patience"/>.
     /// </summary>
     public static async Task<Reconciliation> ReadAsync(IReadOnlyList<(string Name, Uri Url)> storeUrls, Uri seller, CancellationToken cancellationToken, TimeSpan? patience = null,
-        Bookstore.Services.ReplicationGroups? groups = null)
+        IEnumerable<IEnumerable<Uri>>? groups = null)
     {
         // With replicas each read goes to its service's primary.
-        using var http = new HttpClient(new Bookstore.Services.FollowPrimaryHandler(groups ?? Bookstore.Services.ReplicationGroups.None) { InnerHandler = new SocketsHttpHandler() })
+        using var http = new HttpClient(new PersistentServices.ReplicationGroupsHandler(groups ?? []) { InnerHandler = new SocketsHttpHandler() })
         {
             Timeout = TimeSpan.FromSeconds(30),
         };

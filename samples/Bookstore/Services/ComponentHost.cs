@@ -48,17 +48,16 @@ internal static class ComponentHost
         builder.Services.AddHostedService<ParentWatch>();
         var useRoles = builder.Configuration.GetValue("PersistentServices:Calls:UseRoles", defaultValue: true);
 
-        // With --replicas the stores (and, in configurations a and b, TaxCalculator) are replication groups: each call goes
-        // to its group's primary, attempt by attempt (innermost, after the persistent-calls handlers: README.md "Replicas").
-        var groups = Bookstore.Services.ReplicationGroups.Parse(settings.ReplicationGroups);
+        // With --replicas the stores (and, in configurations a and b, TaxCalculator) are replication groups: the launcher
+        // names them in PersistentServices__Calls__ReplicationGroups__<g>__<n>, bound above, and each call through an
+        // AddPersistentCalls() client follows its group's primary (the library's option: README.md "Replicas").
         if (component is "pricegrabber" or "seller")
         {
             // One named client per store, each a persistent-calls client of a typed StoreClient: the client's name is the
             // callee in call ids.
             foreach (var (name, url) in settings.ParseStores())
             {
-                builder.Services.AddHttpClient<StoreClient>(name, c => c.BaseAddress = url).AddPersistentCalls()
-                    .AddHttpMessageHandler(() => new FollowPrimaryHandler(groups));
+                builder.Services.AddHttpClient<StoreClient>(name, c => c.BaseAddress = url).AddPersistentCalls();
             }
 
             builder.Services.AddSingleton<StoreDirectory>();
@@ -68,8 +67,7 @@ internal static class ComponentHost
         {
             // The client's name ("tax") stays the callee in call ids; its calls are signed for TaxCalculator's service name.
             builder.Services.AddHttpClient(BookSellerEndpoints.TaxClient, c => c.BaseAddress = new Uri(settings.TaxUrl ?? throw new InvalidOperationException("Bookstore:TaxUrl is required")))
-                .AddPersistentCalls(BookSellerEndpoints.TaxService)
-                .AddHttpMessageHandler(() => new FollowPrimaryHandler(groups));
+                .AddPersistentCalls(BookSellerEndpoints.TaxService);
             builder.Services.AddSingleton<BasketManager>();
         }
 

@@ -13,12 +13,6 @@ internal sealed class ComponentSettings
     /// <summary>The TaxCalculator's base address (BookSeller calls it).</summary>
     public string? TaxUrl { get; set; }
 
-    /// <summary>
-    /// The replication groups of the services this one calls (<c>--replicas</c>: <see cref="ReplicationGroups"/>'s format):
-    /// its calls to a node of a group go to the group's primary (<see cref="FollowPrimaryHandler"/>). Empty: none.
-    /// </summary>
-    public string ReplicationGroups { get; set; } = "";
-
     /// <summary>The launcher's process id: the component stops when the launcher is gone (no orphans after a kill of the launcher).</summary>
     public int ParentPid { get; set; }
 

@@ -69,6 +69,21 @@ public sealed class PersistentCallOptions
     /// the bookstore benchmark compares with). Default true.
     /// </summary>
     public bool UseRoles { get; set; } = true;
+
+    /// <summary>
+    /// The replication groups (docs/replication.md) among this service's callees: each a list of the base addresses (scheme,
+    /// host and port, http or https, no path) of one service's nodes, a primary and its replicas, at least two; a node in
+    /// one group only. An attempt of a call (persistent or not) through an <c>AddPersistentCalls()</c> client to an address
+    /// of a group goes to the group's node that last served (at first, the call's own address); a node that refuses or
+    /// drops the connection, or answers no reply within <see cref="AttemptTimeout"/>, or answers <c>503</c> problem
+    /// <c>replica</c>, is passed over for the next node of the group, once around; then the call is retried as any other
+    /// (<see cref="RetryDelay"/>), each retry going around again. The call keeps its id, headers and signature on every
+    /// node, so its callee runs it once; it never goes to an address outside its group. Validated at startup. From
+    /// configuration: <c>PersistentServices:Calls:ReplicationGroups:0:0=http://store-0:8080</c>,
+    /// <c>PersistentServices:Calls:ReplicationGroups:0:1=http://store-1:8080</c>, ... (environment variables
+    /// <c>PersistentServices__Calls__ReplicationGroups__0__0</c>, ...). Default: none (docs/calls.md, "Calling a replicated service").
+    /// </summary>
+    public IList<IList<Uri>> ReplicationGroups { get; } = new List<IList<Uri>>();
 }
 
 /// <summary>

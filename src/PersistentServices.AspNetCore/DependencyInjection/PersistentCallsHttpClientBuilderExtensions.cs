@@ -22,7 +22,9 @@ public static class PersistentCallsHttpClientBuilderExtensions
     /// <see cref="PersistentCallOptions.PeerKey"/> for the callee. The client's name identifies the callee in call ids: keep
     /// it stable. The client's name is also the callee's <see cref="PersistentServicesOptions.ServiceName"/>, which the
     /// signature names and the callee checks: when it is another, use <see cref="AddPersistentCalls(IHttpClientBuilder, string)"/>.
-    /// Calls made outside persistent requests pass through unchanged.
+    /// Calls made outside persistent requests pass through unchanged. Every attempt, of a persistent call or not, to a node of
+    /// one of <see cref="PersistentCallOptions.ReplicationGroups"/> goes to the group's serving node (docs/calls.md,
+    /// "Calling a replicated service").
     /// </summary>
     public static IHttpClientBuilder AddPersistentCalls(this IHttpClientBuilder builder)
     {
@@ -41,6 +43,7 @@ public static class PersistentCallsHttpClientBuilderExtensions
         ArgumentNullException.ThrowIfNull(builder);
         ArgumentException.ThrowIfNullOrWhiteSpace(calleeService);
         builder.Services.TryAddSingleton<CallRoles>();
+        builder.Services.TryAddSingleton<CallReplicationGroups>();
         var callee = builder.Name;
 
         // The call is retried until a reply arrives (condition 4): .NET's default HttpClient.Timeout of 100 s would cut it
@@ -88,6 +91,10 @@ public static class PersistentCallsHttpClientBuilderExtensions
             pipeline.AddTimeout(options.AttemptTimeout);
         });
         builder.AddHttpMessageHandler(sp => new PeerSigningHandler(sp.GetRequiredService<PersistentRuntime>(), calleeService));
+
+        // Innermost: each attempt goes to its replication group's serving node (PersistentCallOptions.ReplicationGroups), once
+        // around the group, the signed message unchanged but for its host; outside every group it is sent as it is.
+        builder.AddHttpMessageHandler(sp => new ReplicationGroupCallHandler(sp.GetRequiredService<CallReplicationGroups>()));
         return builder;
     }
 

@@ -138,6 +138,8 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
             failures.Add($"PersistentServicesOptions.Calls.LegacySignatures must be Refuse, Accept or SignAndAccept (was {options.Calls.LegacySignatures}).");
         }
 
+        failures.AddRange(Replication.ReplicationGroupRouter.Validate(options.Calls.ReplicationGroups, "PersistentServicesOptions.Calls.ReplicationGroups"));
+
         if (options.Calls.SignatureWindow < TimeSpan.FromSeconds(1) || options.Calls.AttemptTimeout < TimeSpan.FromMilliseconds(10) ||
             options.Calls.RetryDelay < TimeSpan.Zero || options.Calls.MaxRetryDelay < options.Calls.RetryDelay)
         {

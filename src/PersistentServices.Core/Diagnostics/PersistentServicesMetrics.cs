@@ -49,6 +49,9 @@ internal sealed class PersistentServicesMetrics
             "persistentservices.log.forces", "{force}", "Times a request waited for the log to be durable, by reason (reply, call, every-message); commits are shared, see log.commits.");
         Calls = Meter.CreateCounter<long>(
             "persistentservices.calls", "{call}", "Calls persistent requests made to other services, by callee role and how they were answered (sent, from-log).");
+        CallNodeChanges = Meter.CreateCounter<long>(
+            "persistentservices.calls.replication.node_changes", "{change}",
+            "Times a replication group's serving node changed for this service's calls (PersistentCallOptions.ReplicationGroups): an attempt was served by another node of the group than the one that served before (tag node: the one that serves now).");
         DomainMessages = Meter.CreateCounter<long>(
             "persistentservices.domain.messages", "{message}", "Domain messages sent to members, by kind (flush, recovered).");
         Orphans = Meter.CreateCounter<long>(
@@ -92,6 +95,8 @@ internal sealed class PersistentServicesMetrics
     public Counter<long> Forces { get; }
 
     public Counter<long> Calls { get; }
+
+    public Counter<long> CallNodeChanges { get; }
 
     public Counter<long> DomainMessages { get; }
 

@@ -1,14 +1,29 @@
 using System.Net;
 using System.Runtime.ExceptionServices;
 using System.Text.Json;
-using Microsoft.Extensions.Logging;
 
-namespace PersistentServices.Client;
+namespace PersistentServices.Replication;
 
 /// <summary>
-/// One replication group of <see cref="PersistentClientOptions.ReplicationGroups"/>: its nodes' base addresses and the
-/// node requests go to now, the one that last served (a hint in memory only: a new process finds the primary again by
-/// trying the nodes in turn, starting with each request's own node), as the gateway's <c>GatewayInstance</c> keeps it.
+/// What a <see cref="ReplicationGroupRouter"/>'s owner logs and counts (the client package, persistent calls: each with
+/// its own event ids and meter). The router calls it; it never throws.
+/// </summary>
+internal interface IReplicationGroupEvents
+{
+    /// <summary>Node <paramref name="node"/> of <paramref name="group"/> did not serve an attempt (<paramref name="reason"/>): the next node is tried.</summary>
+    void PassedOver(string node, string group, string reason);
+
+    /// <summary><paramref name="node"/> served, where <paramref name="previous"/> (or no node yet: null) served before.</summary>
+    void ServingChanged(string node, string group, string? previous);
+
+    /// <summary>No node of <paramref name="group"/> served an attempt (each node's reason, <paramref name="reasons"/>): the caller's retry pipeline goes on.</summary>
+    void NoneServed(string group, string reasons);
+}
+
+/// <summary>
+/// One replication group of a router: its nodes' base addresses and the node requests go to now, the one that last served
+/// (a hint in memory only: a new process finds the primary again by trying the nodes in turn, starting with each request's
+/// own node), as the gateway's <c>GatewayInstance</c> keeps it.
 /// </summary>
 internal sealed class ReplicationGroup(int index, IReadOnlyList<string> nodes)
 {
@@ -72,32 +87,32 @@ internal sealed class ReplicationGroup(int index, IReadOnlyList<string> nodes)
 }
 
 /// <summary>
-/// Sends each attempt of a request to an address of a replication group to the group's node that serves (docs/client.md,
-/// "Replication groups"): inside the resilience pipeline, once per attempt, so the pipeline's retries and backoff are the
-/// only retry loop; an attempt goes once around the group at most. The request message is the attempt's own (its session,
-/// number and buffered body): only its address changes, to another node of the same group, never to any other address.
+/// The one implementation of following a replication group's primary (docs/replication.md, "Clients"), used by the .NET
+/// client (<c>PersistentClientOptions.ReplicationGroups</c>), by persistent calls between services
+/// (<c>PersistentCallOptions.ReplicationGroups</c>) and by <see cref="PersistentServices.ReplicationGroupsHandler"/>. Each attempt of a
+/// request to an address of a group goes to the group's node that serves: inside the caller's resilience pipeline, once
+/// per attempt, so the pipeline's retries and backoff are the only retry loop; an attempt goes once around the group at
+/// most. The request message is the attempt's own (its session, number, headers, signature and buffered body): only its
+/// address changes, to another node of the same group, never to any other address.
 /// </summary>
 internal sealed class ReplicationGroupRouter
 {
-    private const string ReplicaProblem = PersistentSessionClient.ProblemPrefix + "replica";
+    private const string ReplicaProblem = "urn:persistentservices:problem:replica";
     private const string ProblemMediaType = "application/problem+json";
 
     /// <summary>A problem's body is small; a larger 503 is not a replica's (and is not buffered to find out).</summary>
     private const int MaxProblemBytes = 16 * 1024;
 
     private readonly Dictionary<string, ReplicationGroup> _byNode = new(StringComparer.OrdinalIgnoreCase);
-    private readonly ILogger _logger;
-    private readonly ClientMetrics _metrics;
-    private readonly string _client;
+    private readonly IReplicationGroupEvents? _events;
 
-    public ReplicationGroupRouter(IList<IList<Uri>> groups, ILogger logger, ClientMetrics metrics, string client)
+    /// <summary>A router for <paramref name="groups"/> (validated already: <see cref="Validate"/>), telling <paramref name="events"/> what it does.</summary>
+    public ReplicationGroupRouter(IEnumerable<IEnumerable<Uri>> groups, IReplicationGroupEvents? events)
     {
-        _logger = logger;
-        _metrics = metrics;
-        _client = client;
-        for (var g = 0; g < groups.Count; g++)
+        _events = events;
+        foreach (var nodes in groups)
         {
-            var group = new ReplicationGroup(g, [.. groups[g].Select(Authority)]);
+            var group = new ReplicationGroup(Groups.Count, [.. nodes.Select(Authority)]);
             Groups.Add(group);
             foreach (var node in group.Nodes)
             {
@@ -108,7 +123,7 @@ internal sealed class ReplicationGroupRouter
 
     public List<ReplicationGroup> Groups { get; } = [];
 
-    /// <summary>The scheme, host and port of <paramref name="address"/>, as the client keys services (default ports left out).</summary>
+    /// <summary>The scheme, host and port of <paramref name="address"/>, as nodes are keyed (default ports left out).</summary>
     public static string Authority(Uri address) => address.GetLeftPart(UriPartial.Authority);
 
     /// <summary>Why <paramref name="address"/> is not a node's base address, or null.</summary>
@@ -132,9 +147,60 @@ internal sealed class ReplicationGroupRouter
         return null;
     }
 
+    /// <summary>
+    /// What is wrong with <paramref name="groups"/>, each message naming the option (<paramref name="option"/>, e.g.
+    /// <c>PersistentClientOptions.ReplicationGroups</c>) and the group and node: each group at least 2 nodes, each an
+    /// absolute http(s) base address, no node listed twice or in two groups.
+    /// </summary>
+    public static IEnumerable<string> Validate(IEnumerable<IEnumerable<Uri?>?> groups, string option)
+    {
+        var owner = new Dictionary<string, int>(StringComparer.OrdinalIgnoreCase);
+        var g = -1;
+        foreach (var nodes in groups)
+        {
+            g++;
+            var group = nodes?.ToList();
+            if (group is null || group.Count < 2)
+            {
+                yield return $"{option}[{g}] must list at least 2 node addresses (had {group?.Count ?? 0}): a group is a primary and its replicas.";
+                continue;
+            }
+
+            for (var n = 0; n < group.Count; n++)
+            {
+                var address = group[n];
+                if (NodeError(address) is { } error)
+                {
+                    yield return $"{option}[{g}][{n}] {error}";
+                    continue;
+                }
+
+                var authority = Authority(address!);
+                if (owner.TryGetValue(authority, out var other))
+                {
+                    yield return other == g
+                        ? $"{option}[{g}] lists {authority} twice."
+                        : $"{option}[{g}] and [{other}] both list {authority}: a node belongs to one group.";
+                    continue;
+                }
+
+                owner[authority] = g;
+            }
+        }
+    }
+
     /// <summary>The group <paramref name="address"/> belongs to, or null.</summary>
     public ReplicationGroup? Find(Uri address)
         => _byNode.Count > 0 && address.IsAbsoluteUri && _byNode.TryGetValue(Authority(address), out var group) ? group : null;
+
+    /// <summary>
+    /// An exception that means no answer from the node (refused, reset, unreachable, the reply cut off), so the next node
+    /// may be the primary: an <see cref="HttpRequestException"/> without a status, or the bare
+    /// <see cref="System.Net.Sockets.SocketException"/> or <see cref="IOException"/> SocketsHttpHandler lets escape when a
+    /// socket closes while the connection is set up.
+    /// </summary>
+    private static bool IsNoAnswer(Exception exception)
+        => exception is HttpRequestException { StatusCode: null } or System.Net.Sockets.SocketException or IOException;
 
     /// <summary>One attempt of <paramref name="request"/>: at its group's serving node, once around the group; or as it is, outside any group.</summary>
     public async Task<HttpResponseMessage> SendAsync(
@@ -159,14 +225,15 @@ internal sealed class ReplicationGroupRouter
             {
                 response = await inner(request, cancellationToken).ConfigureAwait(false);
             }
-            catch (HttpRequestException ex) when (ex.StatusCode is null && !cancellationToken.IsCancellationRequested)
+            catch (Exception ex) when (IsNoAnswer(ex) && !cancellationToken.IsCancellationRequested)
             {
-                // No answer from this node (refused, reset, unreachable, the reply cut off): the next node may be the primary.
-                // The same session and number go there, so the request runs once whichever node has it.
+                // No answer from this node: the next node may be the primary. The same message (session and number, or call
+                // id) goes there, so the request runs once whichever node has it.
                 failure = ExceptionDispatchInfo.Capture(ex);
-                reasons.Add($"{node}: {ex.HttpRequestError}");
+                var reason = ex is HttpRequestException http ? http.HttpRequestError.ToString() : ex.GetType().Name;
+                reasons.Add($"{node}: {reason}");
                 group.PassOver(index);
-                ClientEvents.NodePassedOver(_logger, node, group.ToString(), ex.HttpRequestError.ToString());
+                _events?.PassedOver(node, group.ToString(), reason);
                 continue;
             }
             catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
@@ -174,7 +241,7 @@ internal sealed class ReplicationGroupRouter
                 // The attempt's timeout (or the caller) cancelled it with no answer from this node: the pipeline's next attempt
                 // starts at the next node, so a node that neither answers nor refuses does not hold the group.
                 group.PassOver(index);
-                ClientEvents.NodePassedOver(_logger, node, group.ToString(), "no answer before the attempt ended");
+                _events?.PassedOver(node, group.ToString(), "no answer before the attempt ended");
                 replica?.Dispose();
                 throw;
             }
@@ -187,21 +254,20 @@ internal sealed class ReplicationGroupRouter
                 replica = response;
                 reasons.Add($"{node}: replica");
                 group.PassOver(index);
-                ClientEvents.NodePassedOver(_logger, node, group.ToString(), "replica");
+                _events?.PassedOver(node, group.ToString(), "replica");
                 continue;
             }
 
             replica?.Dispose();
             if (group.Served(index, out var previous))
             {
-                ClientEvents.NodeServing(_logger, node, group.ToString(), previous ?? "none");
-                _metrics.NodeChanges.Add(1, ClientMetrics.Tag(_client), new KeyValuePair<string, object?>("node", node));
+                _events?.ServingChanged(node, group.ToString(), previous);
             }
 
             return response;
         }
 
-        ClientEvents.NoNodeServing(_logger, group.ToString(), string.Join("; ", reasons));
+        _events?.NoneServed(group.ToString(), string.Join("; ", reasons));
         if (replica is not null)
         {
             return replica;
