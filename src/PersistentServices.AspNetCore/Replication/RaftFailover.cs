@@ -219,6 +219,37 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
     }
 
     /// <summary>
+    /// The primary never leads Raft (DotNext's standby mode: it votes, but is never elected): when it dies, the coordinator
+    /// is already on another node, and no Raft election lies in the failover's path. A primary that leads resigns first;
+    /// a node that is no longer the primary (fenced, or a replica again) can be elected again.
+    /// </summary>
+    private async Task StandbyWhilePrimaryAsync(IRaftCluster cluster, CancellationToken cancellationToken)
+    {
+        if (cluster is not DotNext.Net.Cluster.Consensus.Raft.Extensions.IStandbyModeSupport standby)
+        {
+            return;
+        }
+
+        var primary = _node.Role == ReplicationRole.Primary;
+        if (primary && !standby.Standby)
+        {
+            if (cluster.Leader is { IsRemote: false })
+            {
+                await cluster.ResignAsync(cancellationToken).ConfigureAwait(false);
+            }
+
+            if (await standby.EnableStandbyModeAsync(cancellationToken).ConfigureAwait(false))
+            {
+                StandbyChanged(_logger, true);
+            }
+        }
+        else if (!primary && standby.Standby && await standby.RevertToNormalModeAsync(cancellationToken).ConfigureAwait(false))
+        {
+            StandbyChanged(_logger, false);
+        }
+    }
+
+    /// <summary>
     /// The coordinator's loop: while this node leads the Raft cluster, every third of the election timeout it asks each log
     /// node where it stands; with no primary answering twice in a row, it promotes the replica holding the most log.
     /// </summary>
@@ -233,6 +264,7 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
             try
             {
                 await Task.Delay(interval, _time, cancellationToken).ConfigureAwait(false);
+                await StandbyWhilePrimaryAsync(cluster, cancellationToken).ConfigureAwait(false);
                 // The leader's lease: renewed at every heartbeat a majority answers (DotNext's), so a deposed leader that has not
                 // heard of it yet stops coordinating within a lease. (Not LeadershipToken: that waits for the term's first entry to
                 // commit, which a member that lost its Raft state with its volume can hold back for a long while.)
@@ -465,6 +497,9 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
 
     [LoggerMessage(1444, LogLevel.Debug, "Replication: the failover coordinator's round ({Misses} without a primary before it): {Seen}")]
     private static partial void Round(ILogger logger, int misses, string seen);
+
+    [LoggerMessage(1455, LogLevel.Information, "Replication: this node's Raft member is in standby (never elected) now: {Standby} (the primary stays out of the coordinator's role)")]
+    private static partial void StandbyChanged(ILogger logger, bool standby);
 
     [LoggerMessage(1442, LogLevel.Error, "Replication: the failover coordinator's round failed; it goes on")]
     private static partial void CoordinatorFailed(ILogger logger, Exception exception);
