@@ -282,7 +282,7 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
 
                 var term = newest + 1;
                 Promoting(_logger, candidate.Node.ToString(), term, candidate.Status!.Replica!.DurableUntil, seen);
-                var (promoted, why) = await PromoteAsync(http, candidate.Node, term, cancellationToken).ConfigureAwait(false);
+                var (promoted, why) = await ReplicationMessages.RequestPromotionAsync(http, candidate.Node, term, _node, cancellationToken).ConfigureAwait(false);
                 if (promoted)
                 {
                     misses = 0;
@@ -324,25 +324,6 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
         {
             var refused = ex is HttpRequestException { InnerException: System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused } };
             return (node, null, ex is OperationCanceledException ? "no answer in time" : ex.Message, refused);
-        }
-    }
-
-    private async Task<(bool Promoted, string Why)> PromoteAsync(HttpClient http, Uri node, long term, CancellationToken cancellationToken)
-    {
-        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(node, ReplicationEndpoints.PromotePath)) { Content = new ByteArrayContent([]) };
-        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue(ReplicationMessages.ContentType);
-        ReplicationMessages.Sign(request, string.Create(CultureInfo.InvariantCulture, $"term={term}"), _node, []);
-        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        timeout.CancelAfter(TimeSpan.FromSeconds(10));
-        try
-        {
-            using var response = await http.SendAsync(request, timeout.Token).ConfigureAwait(false);
-            var body = await response.Content.ReadAsStringAsync(timeout.Token).ConfigureAwait(false);
-            return (response.IsSuccessStatusCode, string.Create(CultureInfo.InvariantCulture, $"{(int)response.StatusCode}: {body[..Math.Min(body.Length, 400)]}"));
-        }
-        catch (Exception ex) when (ex is HttpRequestException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
-        {
-            return (false, ex.Message);
         }
     }
 

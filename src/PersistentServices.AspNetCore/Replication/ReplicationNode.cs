@@ -14,7 +14,7 @@ namespace PersistentServices.Replication;
 /// wait for and a <see cref="LogShipper"/> per replica. A singleton; inactive when <see cref="ReplicationOptions.Role"/>
 /// is <see cref="ReplicationRole.None"/>.
 /// </summary>
-internal sealed class ReplicationNode : IAsyncDisposable
+internal sealed partial class ReplicationNode : IAsyncDisposable
 {
     /// <summary>The named client shipments go out on.</summary>
     public const string HttpClientName = "PersistentServices.Replication";
@@ -384,7 +384,8 @@ internal sealed class ReplicationNode : IAsyncDisposable
 
     /// <summary>
     /// A replica answered for a newer term: this primary is fenced. Its directory records the newer term and the replica
-    /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503, liveness fails.
+    /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503 problem
+    /// <c>replica</c> (gateways and clients go to the group's other nodes), liveness fails.
     /// </summary>
     public void Fence(long newerTerm, string replica)
     {
@@ -400,6 +401,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
         }
 
         ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, replica);
+        _availability.BecomeReplica();
         _watermark?.Fence(new LogFaultedException(
             $"This primary (term {Term}) was fenced: replica {replica} has seen term {newerTerm}, so another node is the primary now. Nothing more is acknowledged " +
             "here; restart the process and it rejoins as a replica (docs/replication.md)."));

@@ -55,6 +55,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>The log's tail right after the latest service checkpoint record was appended: what the log grew by since is new.</summary>
     public long TailAfterCheckpoint { get; private set; }
 
+    /// <summary>Whether a service checkpoint is being taken now (a switchover waits until it is done: it appends to the log).</summary>
+    public bool IsTaking => _gate.CurrentCount == 0;
+
     /// <summary>Service checkpoints taken since start.</summary>
     public long Taken => Interlocked.Read(ref _taken);
 
