@@ -108,6 +108,13 @@ internal static class ReplicationEndpoints
             return;
         }
 
+        if (shipment.From == -1 && shipment.Term == replica.Term && node.IsPromoting)
+        {
+            // Another candidate's claim of the term this replica claims for itself: refused, as a Raft candidate votes only for itself.
+            await WriteAnswerAsync(context, 409, new ShipmentAnswer("fenced", replica.Term, replica.ContentTerm, replica.Begin, replica.DurableUntil, 0)).ConfigureAwait(false);
+            return;
+        }
+
         ShipmentResult result;
         try
         {

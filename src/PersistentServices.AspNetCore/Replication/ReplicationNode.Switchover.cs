@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using Microsoft.Extensions.Logging;
+using PersistentServices.Log;
 
 namespace PersistentServices.Replication;
 
@@ -17,6 +18,22 @@ internal sealed record SwitchoverResult(bool Done, string? Why, Uri? Target, lon
 internal sealed partial class ReplicationNode
 {
     private int _switching;
+
+    /// <summary>
+    /// Whether this replica is claiming a term for its own promotion now (<see cref="PromoteAsync"/>): it has voted for
+    /// itself in that term, so another candidate's claim of the same term must not count it (two promotions overlapping,
+    /// a switchover's and the failover coordinator's, would otherwise both find a majority).
+    /// </summary>
+    public bool IsPromoting
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _promoting;
+            }
+        }
+    }
 
     /// <summary>
     /// Hands this primary's role to a replica (<paramref name="to"/>, or the one that holds the most of the log) without
@@ -117,7 +134,22 @@ internal sealed partial class ReplicationNode
                     return Refused(why, target.Replica, term, Stopwatch.GetElapsedTime(started), resumed: _watermark?.Fault is null);
                 }
 
-                await Task.Delay(2, CancellationToken.None).ConfigureAwait(false);
+                if (log.TailAddress > log.LocalDurableUntil)
+                {
+                    // Appended and not committed yet (a record nobody waits for, as a session's end): commit it, so it is shipped too.
+                    try
+                    {
+                        await log.WaitUntilLocallyDurableAsync(log.TailAddress - 1, timeout.Token).ConfigureAwait(false);
+                    }
+                    catch (Exception ex) when (ex is OperationCanceledException or LogFaultedException)
+                    {
+                        // the loop's test says which
+                    }
+                }
+                else
+                {
+                    await Task.Delay(2, CancellationToken.None).ConfigureAwait(false);
+                }
             }
 
             var waited = Stopwatch.GetElapsedTime(started);
@@ -150,7 +182,7 @@ internal sealed partial class ReplicationNode
     /// Whether nothing runs here (no request, no service checkpoint), nothing appended waits for its commit, and
     /// <paramref name="target"/> holds this log to its durable end (<paramref name="until"/>).
     /// </summary>
-    private bool IsCaughtUp(Log.DurableLog log, LogShipper target, out long until)
+    private bool IsCaughtUp(DurableLog log, LogShipper target, out long until)
     {
         until = log.LocalDurableUntil;
         return _availability.Executing == 0 && !_runtime.Checkpointer.IsTaking && log.TailAddress == until && target.ShippedUntil >= until;
