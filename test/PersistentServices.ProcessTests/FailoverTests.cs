@@ -282,7 +282,8 @@ public sealed class FailoverTests : IDisposable
             Assert.Equal(0, await nodes[promoted].TerminateAsync(TimeSpan.FromSeconds(20)));
             var third = await PrimaryAsync(nodes);
             Assert.NotEqual(promoted, third);
-            Assert.Contains("switched over", nodes[promoted].Output, StringComparison.Ordinal);
+            Assert.True(nodes[promoted].Output.Contains("switched over", StringComparison.Ordinal),
+                string.Join('\n', nodes[promoted].Output.Split('\n').Where(l => l.Contains("Replication", StringComparison.Ordinal) || l.Contains("Drain", StringComparison.Ordinal)).TakeLast(30)));
             await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(stopAt, third) is not null), nodes);
             var (stopPause, stopToFirstAnswer) = Pause(load, stopAt, from: promoted, to: third);
             await RestartAsync(nodes, ports, promoted);

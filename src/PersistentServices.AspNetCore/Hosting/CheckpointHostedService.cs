@@ -14,11 +14,9 @@ namespace PersistentServices.Hosting;
 /// with <c>Retry-After</c>; persistent requests already running finish; then every session and shared variable is
 /// checkpointed and a clean-shutdown service checkpoint is forced, so the next start, whatever its code, replays
 /// nothing. All within the host's shutdown timeout (<c>HostOptions.ShutdownTimeout</c>, 30 s by default, like
-/// Kubernetes' default grace period). A replicated primary with automatic failover first hands its role to a caught-up
-/// replica (a switchover, docs/replication.md); when it did, nothing is left to drain here.
+/// Kubernetes' default grace period).
 /// </summary>
-internal sealed partial class CheckpointHostedService(PersistentRuntime runtime, ServiceAvailability availability, Replication.ReplicationNode replication,
-    IHostApplicationLifetime lifetime, ILogger<CheckpointHostedService> logger) : BackgroundService
+internal sealed partial class CheckpointHostedService(PersistentRuntime runtime, ServiceAvailability availability, IHostApplicationLifetime lifetime, ILogger<CheckpointHostedService> logger) : BackgroundService
 {
     private static readonly TimeSpan Poll = TimeSpan.FromSeconds(1);
 
@@ -111,11 +109,6 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         var started = Stopwatch.GetTimestamp();
         try
         {
-            if (await replication.SwitchoverOnStopAsync().ConfigureAwait(false))
-            {
-                return; // the role and the log went to a replica: this node is fenced, and rejoins as a replica when it starts again
-            }
-
             while (availability.Executing > 0)
             {
                 await Task.Delay(10, cancellationToken).ConfigureAwait(false);

@@ -22,6 +22,7 @@ internal sealed class ServiceAvailability
     private int _executing;
     private long _drainBegan;
     private volatile bool _handingOver;
+    private volatile bool _fenced;
 
     public ServiceAvailability(IOptions<PersistentServicesOptions> options, TimeProvider time)
     {
@@ -54,7 +55,7 @@ internal sealed class ServiceAvailability
     public bool IsHandingOver => _handingOver;
 
     /// <summary>Whether a request refused now should be told to go to another node of the group (503 <c>replica</c>): a replica, or a primary handing over.</summary>
-    public bool AnswersAsReplica => _handingOver || _stage == RecoveryStage.Replica;
+    public bool AnswersAsReplica => _handingOver || _fenced || _stage == RecoveryStage.Replica;
 
     /// <summary>
     /// A switchover begins: from now on new persistent requests, sessions, read-only requests and background work are
@@ -73,7 +74,7 @@ internal sealed class ServiceAvailability
         return true;
     }
 
-    /// <summary>The switchover ended: refused (this primary serves again), or done (it is fenced, and answers as a replica: <see cref="BecomeReplica"/>).</summary>
+    /// <summary>The switchover ended: refused (this primary serves again), or done (it is fenced, and answers as a replica: <see cref="Fenced"/>).</summary>
     public void EndHandover() => _handingOver = false;
 
     /// <summary>Whether the host is draining (it stops: running requests finish, new ones get 503).</summary>
@@ -123,6 +124,16 @@ internal sealed class ServiceAvailability
 
     /// <summary>This process is a replica: nothing is served until it is promoted (<see cref="Promoted"/>).</summary>
     public void BecomeReplica() => _stage = RecoveryStage.Replica;
+
+    /// <summary>
+    /// This primary was fenced (a newer term exists; its log faults): from now on it answers as a replica, so gateways and
+    /// clients go to the group's other nodes, also if recovery moves the stage on afterwards (a fence during the open).
+    /// </summary>
+    public void Fenced()
+    {
+        _fenced = true;
+        _stage = RecoveryStage.Replica;
+    }
 
     /// <summary>The replica was promoted: recovery opens its copy of the log next (requests wait for it, as at a start).</summary>
     public void Promoted()

@@ -29,7 +29,7 @@ namespace PersistentServices.Replication;
 /// Raft's messages are signed with the peer key like every message between the deployment's nodes: an unsigned one is
 /// refused (401) before DotNext sees it.
 /// </summary>
-internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
+internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisposable
 {
     /// <summary>Where Raft's messages arrive (DotNext's protocol path, the path of each member's address).</summary>
     public const string ProtocolPath = "/ps/consensus";
@@ -206,6 +206,27 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
         _coordinating = Task.Run(() => CoordinateAsync(cluster, _stopping.Token), CancellationToken.None);
     }
 
+    public Task StartingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    public Task StartedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    /// <summary>
+    /// The host begins to stop (SIGTERM), before any hosted service stops, so while the server still takes connections
+    /// and Raft still runs: a primary hands its role to a caught-up replica first (a switchover, docs/replication.md), so
+    /// the group has a primary again without waiting for the coordinator to find this one gone. Not done, or not
+    /// possible (no replica answers, none catches up in time): the drain goes on as before. (Later, once the server stops
+    /// listening, a coordinator would take the refused port for a lost primary and promote in the same round.)
+    /// </summary>
+    public async Task StoppingAsync(CancellationToken cancellationToken)
+    {
+        if (Enabled)
+        {
+            await _node.SwitchoverOnStopAsync().ConfigureAwait(false);
+        }
+    }
+
+    public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
     public async Task StopAsync(CancellationToken cancellationToken)
     {
         if (_cluster is not { } cluster)
@@ -249,7 +270,10 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
                     Round(_logger, misses, string.Join("; ", statuses.Select(s => s.Status is { } st ? $"{s.Node}: {st.Role} of term {st.Term}" : $"{s.Node}: {s.Error}")));
                 }
 
-                if (statuses.Any(s => s.Status is { Role: nameof(ReplicationRole.Primary) } p && p.Term >= newest))
+                // A promotion under way (a switchover's, an operator's, another coordinator's) is a primary about to be: its claim
+                // settles who it is; promoting another node meanwhile would only depose it (and that one's claim can wait a round).
+                if (statuses.Any(s => s.Status is { Role: nameof(ReplicationRole.Primary) } p && p.Term >= newest) ||
+                    statuses.Any(s => s.Status?.Replica is { Promoting: true }))
                 {
                     misses = 0;
                     continue;

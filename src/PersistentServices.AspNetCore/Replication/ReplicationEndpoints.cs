@@ -223,7 +223,7 @@ internal static class ReplicationEndpoints
 
     internal static ReplicationStatus Status(ReplicationNode node)
     {
-        ReplicaStatus? replica = node.Replica is { } r ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm) : null;
+        ReplicaStatus? replica = node.Replica is { } r ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, node.IsPromoting) : null;
         PrimaryStatus? primary = null;
         if (node.Watermark is { } watermark)
         {

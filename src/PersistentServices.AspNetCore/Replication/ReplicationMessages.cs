@@ -185,7 +185,8 @@ internal sealed record ShipmentAnswer(string Outcome, long Term, long ContentTer
 /// <summary>What <c>GET</c> <see cref="ReplicationEndpoints.StatusPath"/> shows: this node's role and term, and what it holds or ships.</summary>
 internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? Replica, PrimaryStatus? Primary);
 
-internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm);
+/// <summary>What a replica holds; <paramref name="Promoting"/>: it is claiming a newer term for its own promotion right now.</summary>
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false);
 
 internal sealed record PrimaryStatus(long LocalDurableUntil, long ReplicatedUntil, int RequiredReplicas, IReadOnlyList<ShipperStatus> Replicas);
 

@@ -89,9 +89,10 @@ internal sealed partial class ReplicationNode
     }
 
     /// <summary>
-    /// On a graceful stop (SIGTERM) of a primary with <see cref="FailoverMode.Raft"/>: hands the role to the replica that
-    /// holds the most, so the group has a primary again without waiting for the coordinator to find this one gone. True
-    /// when done (the drain then has nothing left to do); false when not applicable or refused (the drain goes on).
+    /// On a graceful stop (SIGTERM) of a primary with <see cref="FailoverMode.Raft"/> (<see cref="RaftFailover.StoppingAsync"/>):
+    /// hands the role to the replica that holds the most, so the group has a primary again without waiting for the
+    /// coordinator to find this one gone. True when done (this node is fenced: the drain then has nothing to do); false when
+    /// not applicable or refused (the drain goes on).
     /// </summary>
     /// <remarks>Not cancelled by the host's shutdown timeout: it is bounded by <see cref="ReplicationOptions.SwitchoverTimeout"/> and the promotion's own timeout, and a handover cut between the promotion and the fence would leave this node serving a term the group left.</remarks>
     public async Task<bool> SwitchoverOnStopAsync()

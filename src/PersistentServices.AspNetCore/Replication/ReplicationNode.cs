@@ -258,6 +258,12 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
             lock (_gate)
             {
+                if (replica.Term != term)
+                {
+                    // Another candidate's claim of a newer term reached this replica meanwhile: that one may be the primary now.
+                    return (false, $"this replica took term {replica.Term} from another candidate while it claimed term {term}");
+                }
+
                 TermFile.Write(replica.Directory, new TermRecord(term, Primary: true, replica.ContentTerm), _service.Log.FileMode);
                 ReplicationServiceEvents.Promoted(_logger, term, replica.Begin, replica.DurableUntil);
                 replica.Dispose();
@@ -401,7 +407,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         }
 
         ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, replica);
-        _availability.BecomeReplica();
+        _availability.Fenced();
         _watermark?.Fence(new LogFaultedException(
             $"This primary (term {Term}) was fenced: replica {replica} has seen term {newerTerm}, so another node is the primary now. Nothing more is acknowledged " +
             "here; restart the process and it rejoins as a replica (docs/replication.md)."));
