@@ -123,6 +123,19 @@ internal sealed partial class ReplicationNode
             // Caught up: nothing runs here, everything appended is durable here, and the target holds all of it.
             using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
             timeout.CancelAfter(_options.SwitchoverTimeout);
+            IDisposable checkpoints;
+            try
+            {
+                // No service checkpoint appends to the log from now on (one under way finishes first).
+                checkpoints = await _runtime.Checkpointer.HoldAsync(timeout.Token).ConfigureAwait(false);
+            }
+            catch (OperationCanceledException) when (!cancellationToken.IsCancellationRequested)
+            {
+                return Refused($"a service checkpoint under way did not end within {_options.SwitchoverTimeout.TotalSeconds:0.###} s; this primary serves again",
+                    target.Replica, term, Stopwatch.GetElapsedTime(started));
+            }
+
+            using var held = checkpoints;
             long until;
             while (!IsCaughtUp(log, target, out until))
             {
@@ -180,13 +193,13 @@ internal sealed partial class ReplicationNode
     }
 
     /// <summary>
-    /// Whether nothing runs here (no request, no service checkpoint), nothing appended waits for its commit, and
-    /// <paramref name="target"/> holds this log to its durable end (<paramref name="until"/>).
+    /// Whether nothing runs here (no request; service checkpoints are held back), nothing appended waits for its commit,
+    /// and <paramref name="target"/> holds this log to its durable end (<paramref name="until"/>).
     /// </summary>
     private bool IsCaughtUp(DurableLog log, LogShipper target, out long until)
     {
         until = log.LocalDurableUntil;
-        return _availability.Executing == 0 && !_runtime.Checkpointer.IsTaking && log.TailAddress == until && target.ShippedUntil >= until;
+        return _availability.Executing == 0 && log.TailAddress == until && target.ShippedUntil >= until;
     }
 
     private SwitchoverResult Refused(string why, Uri? target = null, long term = 0, TimeSpan waited = default, bool resumed = true)
