@@ -5,7 +5,7 @@ using PersistentServices.Tool;
 //   psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file FILE ...]
 //   psctl replay-check --log <log-directory> [options] -- <command> [arguments...]
 //   psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]   (a stopped service's sessions)
-//   psctl replication status|promote <node-url> [options]   (a replicated service's node)
+//   psctl replication status|promote|switchover <node-url> [options]   (a replicated service's node)
 // Exit status: 0 the service would open the log / every session replayed fine; 1 it would refuse / a session diverged;
 // 2 the log could not be checked (usage, missing directory, unreadable files, no report).
 return Cli.Run(args, Console.Out, Console.Error);
@@ -26,7 +26,7 @@ namespace PersistentServices.Tool
               psctl verify <log-directory> [--page-size-bits N] [--segment-size-bits N] [--key-file <file> ...]
               psctl replay-check --log <log-directory> [options] -- <command> [arguments...]   (psctl replay-check --help)
               psctl sessions list|show|discard|release <log-directory> [<tag-or-id>] [options]  (psctl sessions --help)
-              psctl replication status|promote <node-url> [options]   (psctl replication --help)
+              psctl replication status|promote|switchover <node-url> [options]   (psctl replication --help)
 
             verify runs the checks the service runs before it opens its log, without starting a service and without
             writing anything (no lock taken, no file created, no torn tail truncated), and reports the committed range,

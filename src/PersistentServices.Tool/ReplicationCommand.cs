@@ -6,15 +6,17 @@ using PersistentServices.Calls;
 namespace PersistentServices.Tool;
 
 /// <summary>
-/// <c>psctl replication status|promote</c>: an operator's view of a replicated service's node, and the promotion of a
-/// replica to the primary of a newer term (docs/replication.md, "Failover"). A promotion is signed with the service's
-/// peer key, as the nodes sign their shipments: only whoever holds that key promotes.
+/// <c>psctl replication status|promote|switchover</c>: an operator's view of a replicated service's node, the promotion
+/// of a replica to the primary of a newer term (docs/replication.md, "Failover"), and the planned handover of a primary's
+/// role to a caught-up replica ("Switchover"). Promotions and switchovers are signed with the service's peer key, as the
+/// nodes sign their shipments: only whoever holds that key promotes.
 /// </summary>
 internal static class ReplicationCommand
 {
     public const string Usage = """
           psctl replication status <node-url>
           psctl replication promote <node-url> --service <ServiceName> --term <T>
+          psctl replication switchover <primary-url> --service <ServiceName> [--to <replica-url>]
 
         status   the node's role, term, and what it holds (a replica: its log's begin and durable end) or ships (a
                  primary: its durable end, what its replicas hold, each shipper's state and lag in bytes), as JSON.
@@ -22,6 +24,11 @@ internal static class ReplicationCommand
                  its term: give one more). Promote a replica only once the old primary is gone or fenced; in synchronous
                  mode every replica holds everything acknowledged. The old primary, when it comes back, is fenced by the
                  new term and restarts as a replica.
+        switchover  hands the primary's role to a replica (--to, else the one that holds the most), for an upgrade:
+                 the primary refuses new requests (503 replica: gateways and clients go on to the other nodes), lets
+                 the running ones finish, waits until the replica holds its whole log (Replication.SwitchoverTimeout,
+                 5 s by default), and has it promoted to the next term; it is then fenced and rejoins as a replica
+                 when restarted. If the replica does not catch up in time, nothing changes and the primary serves again.
                  The peer key (PersistentServicesOptions.Calls.PeerKey) is read from PSCTL_PEER_KEY, or --peer-key-file.
 
         Exit status: 0 done; 1 refused (the node answered why); 2 the node could not be asked (usage, unreachable).
@@ -43,6 +50,7 @@ internal static class ReplicationCommand
         }
 
         string? service = null, keyFile = null;
+        Uri? to = null;
         long term = 0;
         for (var i = 2; i < args.Length; i++)
         {
@@ -53,6 +61,10 @@ internal static class ReplicationCommand
                     break;
                 case "--term" when i + 1 < args.Length && long.TryParse(args[i + 1], NumberStyles.None, CultureInfo.InvariantCulture, out var t) && t >= 1:
                     term = t;
+                    i++;
+                    break;
+                case "--to" when i + 1 < args.Length && Uri.TryCreate(args[i + 1], UriKind.Absolute, out var target) && target.Scheme is "http" or "https":
+                    to = target;
                     i++;
                     break;
                 case "--peer-key-file" when i + 1 < args.Length:
@@ -72,21 +84,23 @@ internal static class ReplicationCommand
             {
                 case "status":
                     return Print(http.GetAsync(new Uri(node, "/ps/replication/status")).GetAwaiter().GetResult(), output, error);
-                case "promote":
-                    if (service is null || term == 0)
+                case "promote" or "switchover":
+                    if (service is null || (args[0] == "promote" ? term == 0 : term != 0) || (args[0] == "promote" && to is not null))
                     {
-                        error.WriteLine("psctl replication promote: give --service <ServiceName> and --term <T>.");
+                        error.WriteLine(args[0] == "promote"
+                            ? "psctl replication promote: give --service <ServiceName> and --term <T>."
+                            : "psctl replication switchover: give --service <ServiceName>, and --to <replica-url> or nothing for the replica that holds the most.");
                         return Cli.CannotCheck;
                     }
 
                     var key = keyFile is not null ? File.ReadAllText(keyFile).Trim() : environment("PSCTL_PEER_KEY");
                     if (string.IsNullOrEmpty(key))
                     {
-                        error.WriteLine("psctl replication promote: the service's peer key is needed: PSCTL_PEER_KEY=<key>, or --peer-key-file <file>.");
+                        error.WriteLine($"psctl replication {args[0]}: the service's peer key is needed: PSCTL_PEER_KEY=<key>, or --peer-key-file <file>.");
                         return Cli.CannotCheck;
                     }
 
-                    using (var request = Promotion(new Uri(node, "/ps/replication/promote"), service, term, key))
+                    using (var request = args[0] == "promote" ? Promotion(new Uri(node, "/ps/replication/promote"), service, term, key) : Switchover(node, service, to, key))
                     {
                         return Print(http.SendAsync(request).GetAwaiter().GetResult(), output, error);
                     }
@@ -106,14 +120,21 @@ internal static class ReplicationCommand
 
     /// <summary>A promotion signed as the nodes sign replication messages (PS-Signature v2, role "replication").</summary>
     internal static HttpRequestMessage Promotion(Uri promote, string service, long term, string peerKey)
+        => Signed(promote, service, string.Create(CultureInfo.InvariantCulture, $"term={term}"), peerKey);
+
+    /// <summary>A switchover of the primary at <paramref name="primary"/> to <paramref name="to"/> (null: the replica that holds the most), signed the same way.</summary>
+    internal static HttpRequestMessage Switchover(Uri primary, string service, Uri? to, string peerKey)
+        => Signed(new Uri(primary, "/ps/replication/switchover"), service, $"to={to}", peerKey);
+
+    /// <summary>A replication message with no body and <paramref name="header"/> as its PS-Replication header, signed with the peer key.</summary>
+    private static HttpRequestMessage Signed(Uri endpoint, string service, string header, string peerKey)
     {
-        var header = string.Create(CultureInfo.InvariantCulture, $"term={term}");
-        var request = new HttpRequestMessage(HttpMethod.Post, promote) { Content = new ByteArrayContent([]) };
+        var request = new HttpRequestMessage(HttpMethod.Post, endpoint) { Content = new ByteArrayContent([]) };
         request.Content.Headers.ContentType = new MediaTypeHeaderValue("application/octet-stream");
         request.Headers.Add("PS-Replication", header);
         request.Headers.Add("PS-Caller", service);
         request.Headers.Add("PS-Callee", service);
-        var message = new PeerMessage("POST", promote.PathAndQuery, service, service, "", "", "replication", header, "application/octet-stream");
+        var message = new PeerMessage("POST", endpoint.PathAndQuery, service, service, "", "", "replication", header, "application/octet-stream");
         request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(peerKey), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, []));
         return request;
     }

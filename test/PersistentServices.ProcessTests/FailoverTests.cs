@@ -27,6 +27,7 @@ public sealed class FailoverTests : IDisposable
     /// <summary>One configuration for every node but its own address, as a StatefulSet's pods get it.</summary>
     private Dictionary<string, string> Node(int index, int[] ports) => new()
     {
+        ["PS_SWITCHOVER_TIMEOUT_MS"] = "1000",
         ["PS_LOG_DIR"] = _dir.File($"node{index}"),
         ["PS_SERVICE_NAME"] = "orders",
         ["PS_PEER_KEY"] = PeerKey,
@@ -58,38 +59,7 @@ public sealed class FailoverTests : IDisposable
             }
 
             // Each client: the next request until it is answered, at the node that answered last, else the next one.
-            var acknowledged = new long[Clients];
-            var lastAnswer = new long[Clients];
-            var resends = 0L;
-            using var stop = new CancellationTokenSource();
-            var load = Enumerable.Range(0, Clients).Select(i => Task.Run(async () =>
-            {
-                var at = 0;
-                var seq = 1L;
-                while (!stop.IsCancellationRequested)
-                {
-                    var node = Volatile.Read(ref nodes[at]);
-                    try
-                    {
-                        var (status, _, _) = await node.SendAsync(HttpMethod.Post, Path(seq), sessions[i], seq, Body(i));
-                        if (status == HttpStatusCode.OK)
-                        {
-                            Volatile.Write(ref acknowledged[i], seq);
-                            Volatile.Write(ref lastAnswer[i], Stopwatch.GetTimestamp());
-                            seq++;
-                            continue;
-                        }
-                    }
-                    catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException && !stop.IsCancellationRequested)
-                    {
-                    }
-
-                    // Not answered (a killed node, a replica's 503, a reply pending on the replicas): the same request, next node.
-                    Interlocked.Increment(ref resends);
-                    at = (at + 1) % nodes.Length;
-                    await Task.Delay(10, CancellationToken.None);
-                }
-            }, ct)).ToArray();
+            await using var load = new FollowingClients(nodes, sessions);
 
             var gaps = new List<double>();
             var lost = 0;
@@ -109,7 +79,7 @@ public sealed class FailoverTests : IDisposable
 
                 // Served again: some client's request answered after the kill.
                 var deadline = Stopwatch.GetTimestamp() + Stopwatch.Frequency * 30;
-                while (!lastAnswer.Any(t => Volatile.Read(ref t) > killedAt))
+                while (load.FirstAnswerAfter(killedAt) is null)
                 {
                     Assert.True(Stopwatch.GetTimestamp() < deadline, $"round {round}: no request answered within 30 s of the primary's kill:\n{Diagnose(nodes)}");
                     if (Stopwatch.GetElapsedTime(killedAt) > TimeSpan.FromSeconds(1))
@@ -120,7 +90,7 @@ public sealed class FailoverTests : IDisposable
                     await Task.Delay(5, ct);
                 }
 
-                gaps.Add(Stopwatch.GetElapsedTime(killedAt, lastAnswer.Where(t => t > killedAt).Min()).TotalMilliseconds);
+                gaps.Add(Stopwatch.GetElapsedTime(killedAt, load.FirstAnswerAfter(killedAt)!.Value.At).TotalMilliseconds);
 
                 restarts += await RestartFencedAsync(nodes, ports, except: primary);
 
@@ -137,13 +107,13 @@ public sealed class FailoverTests : IDisposable
                 }, nodes);
             }
 
-            await stop.CancelAsync();
-            await Task.WhenAll(load);
+            await load.StopAsync();
             var serving = nodes[await PrimaryAsync(nodes)];
+            var acknowledged = load.Acknowledged;
             await AssertExactlyOnceAsync(serving, sessions, acknowledged);
             gaps.Sort();
             TestContext.Current.TestOutputHelper?.WriteLine(
-                $"{Rounds} failovers ({lost} with the node's log directory deleted, {restarts} fenced primaries restarted), {acknowledged.Sum()} requests acknowledged, {resends} resends; " +
+                $"{Rounds} failovers ({lost} with the node's log directory deleted, {restarts} fenced primaries restarted), {acknowledged.Sum()} requests acknowledged, {load.Resends} resends; " +
                 $"kill to the first answer: p50 {gaps[gaps.Count / 2]:F0} ms, p90 {gaps[gaps.Count * 9 / 10]:F0} ms, max {gaps[^1]:F0} ms");
         }
         finally
@@ -245,6 +215,118 @@ public sealed class FailoverTests : IDisposable
                 await node.DisposeAsync();
             }
         }
+    }
+
+    [Fact]
+    public async Task ARollingUpgradeBySwitchover_UnderLoad_NothingAcknowledgedIsLostOrDuplicated_AndTheOldPrimaryRejoins()
+    {
+        // The upgrade of a group (docs/upgrades.md, "A replicated service"): each replica stopped (SIGTERM) and started again
+        // (the new version), then the primary's role handed to a caught-up replica (psctl replication switchover), then the old
+        // primary restarted; and once more with the new primary's own SIGTERM, which hands over by itself (Failover = Raft).
+        // Eight clients follow the primary throughout; every request any of them saw acknowledged is there once at the end.
+        var ct = TestContext.Current.CancellationToken;
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        var nodes = new ServiceProcess[3];
+        nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
+        nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
+        nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
+        try
+        {
+            var sessions = new string[Clients];
+            for (var i = 0; i < Clients; i++)
+            {
+                sessions[i] = await nodes[0].StartSessionAsync();
+            }
+
+            await using var load = new FollowingClients(nodes, sessions);
+            await Task.Delay(TimeSpan.FromSeconds(1), ct);
+
+            // 1. The replicas, one at a time. While the first is down, a switchover to it is refused (it cannot catch up within
+            //    the switchover timeout, 1 s here) and the primary serves again.
+            string refusal = "";
+            foreach (var r in new[] { 1, 2 })
+            {
+                Assert.Equal(0, await nodes[r].TerminateAsync(TimeSpan.FromSeconds(20)));
+                if (r == 1)
+                {
+                    var (exit, output) = await ReplicationTests.RunPsctlWithKeyAsync(PeerKey, "replication", "switchover", $"http://127.0.0.1:{ports[0]}", "--service", "orders",
+                        "--to", $"http://127.0.0.1:{ports[1]}");
+                    Assert.True(exit == 1, output);
+                    Assert.Contains("did not catch up", output, StringComparison.Ordinal);
+                    refusal = output;
+                    var refusedAt = Stopwatch.GetTimestamp();
+                    await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(refusedAt, node: 0) is not null), nodes);
+                }
+
+                await RestartAsync(nodes, ports, r);
+            }
+
+            // 2. The switchover, to the replica that holds the most.
+            var switchAt = Stopwatch.GetTimestamp();
+            var (switched, answer) = await ReplicationTests.RunPsctlWithKeyAsync(PeerKey, "replication", "switchover", $"http://127.0.0.1:{ports[0]}", "--service", "orders");
+            Assert.True(switched == 0, $"{answer}\n{Diagnose(nodes)}");
+            var handover = JsonDocument.Parse(answer).RootElement;
+            var promoted = Array.FindIndex(ports, p => handover.GetProperty("primary").GetString() == $"http://127.0.0.1:{p}/");
+            Assert.True(promoted > 0, answer);
+            Assert.Equal(2, handover.GetProperty("term").GetInt64());
+            await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(switchAt, promoted) is not null), nodes);
+            var (pause, toFirstAnswer) = Pause(load, switchAt, from: 0, to: promoted);
+
+            // 3. The old primary: fenced by the promotion (it answers 503 replica meanwhile), restarted, rejoins as a replica.
+            Assert.True(await IsFencedAsync(nodes[0]), Diagnose(nodes));
+            Assert.Equal(0, await nodes[0].TerminateAsync(TimeSpan.FromSeconds(20)));
+            var rejoinedBy = await RestartAsync(nodes, ports, 0);
+
+            // 4. The new primary's SIGTERM hands the role over before it exits: no detection delay.
+            var stopAt = Stopwatch.GetTimestamp();
+            Assert.Equal(0, await nodes[promoted].TerminateAsync(TimeSpan.FromSeconds(20)));
+            var third = await PrimaryAsync(nodes);
+            Assert.NotEqual(promoted, third);
+            Assert.True(nodes[promoted].Output.Contains("switched over", StringComparison.Ordinal),
+                string.Join('\n', nodes[promoted].Output.Split('\n').Where(l => l.Contains("Replication", StringComparison.Ordinal) || l.Contains("Drain", StringComparison.Ordinal)).TakeLast(30)));
+            await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(stopAt, third) is not null), nodes);
+            var (stopPause, stopToFirstAnswer) = Pause(load, stopAt, from: promoted, to: third);
+            await RestartAsync(nodes, ports, promoted);
+
+            await load.StopAsync();
+            await AssertExactlyOnceAsync(nodes[third], sessions, load.Acknowledged);
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"{load.Acknowledged.Sum()} requests acknowledged, {load.Resends} resends. Switchover (psctl, node0 to node{promoted}): {handover.GetProperty("waitedMs").GetDouble():F0} ms " +
+                $"refusing before the promotion; psctl started to the first answer of the new primary {toFirstAnswer:F0} ms; no answer at all for {pause:F0} ms; the old primary " +
+                $"rejoined by {rejoinedBy} recovery. SIGTERM of node{promoted} to node{third}'s first answer {stopToFirstAnswer:F0} ms, no answer for {stopPause:F0} ms. " +
+                $"Refused while the target was down: {refusal.Trim()}");
+        }
+        finally
+        {
+            foreach (var node in nodes)
+            {
+                await node.DisposeAsync();
+            }
+        }
+    }
+
+    /// <summary>
+    /// Around a handover begun at <paramref name="since"/>: the longest time no client had an answer (the last answer of
+    /// node <paramref name="from"/> to the first of node <paramref name="to"/>), and the time from <paramref name="since"/>
+    /// to that first answer, in milliseconds.
+    /// </summary>
+    private static (double Pause, double ToFirstAnswer) Pause(FollowingClients load, long since, int from, int to)
+    {
+        var first = load.FirstAnswerAfter(since, to)!.Value.At;
+        var last = load.Answers.Where(a => a.Node == from && a.At < first).Select(a => a.At).DefaultIfEmpty(since).Max();
+        return (Stopwatch.GetElapsedTime(last, first).TotalMilliseconds, Stopwatch.GetElapsedTime(since, first).TotalMilliseconds);
+    }
+
+    /// <summary>Starts node <paramref name="index"/> again (its configuration unchanged) and waits until it holds the newest term's log as a replica; how it caught up.</summary>
+    private async Task<string> RestartAsync(ServiceProcess[] nodes, int[] ports, int index)
+    {
+        var old = nodes[index];
+        Volatile.Write(ref nodes[index], await ServiceProcess.StartAsync(Node(index, ports), ports[index], waitUntilReady: false));
+        await old.DisposeAsync();
+        await WaitAsync(async () => (await StatusAsync(nodes[index])) is { } s && s.GetProperty("role").GetString() == "Replica" &&
+                                    s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
+                                    r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64(), nodes);
+        return nodes[index].Output.Contains("is reset by its primary", StringComparison.Ordinal) ? "total" : "partial";
     }
 
     /// <summary>

@@ -26,9 +26,6 @@ public sealed class GatewayTests : IDisposable
 
     public void Dispose() => _dir.Dispose();
 
-    private static readonly string PsctlPath = typeof(GatewayTests).Assembly.GetCustomAttributes<AssemblyMetadataAttribute>()
-        .Single(a => a.Key == "PsctlPath").Value!;
-
     private static int EnvInt(string name, int fallback)
         => Environment.GetEnvironmentVariable(name) is { Length: > 0 } text ? int.Parse(text, CultureInfo.InvariantCulture) : fallback;
 
@@ -87,16 +84,8 @@ public sealed class GatewayTests : IDisposable
     [Fact]
     public async Task PlainClients_ThroughThePrimarysLossAndAPromotion_SeeNoError_NothingLostOrDuplicated()
     {
-        const string peerKey = "gateway-replication-test-key-0123456789";
         int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
-        Dictionary<string, string> Node(int n, string role) => new(InstanceEnvironment(n, withOrdinal: false))
-        {
-            ["PS_INSTANCE_ORDINAL"] = "0", // the group is one instance: every node serves instance 0's sessions
-            ["PS_SERVICE_NAME"] = "test",
-            ["PS_PEER_KEY"] = peerKey,
-            ["PS_REPLICATION"] = role,
-            ["PS_REPLICAS"] = string.Join(',', ports.Where((_, i) => i != n).Select(p => $"http://127.0.0.1:{p}")),
-        };
+        Dictionary<string, string> Node(int n, string role) => GroupNode(n, role, ports);
 
         await using var b = await ServiceProcess.StartAsync(Node(1, "Replica"), ports[1], waitUntilReady: false);
         await using var c = await ServiceProcess.StartAsync(Node(2, "Replica"), ports[2], waitUntilReady: false);
@@ -120,19 +109,8 @@ public sealed class GatewayTests : IDisposable
             }
 
             promoted = ends[0] >= ends[1] ? b : c;
-            var psctl = new ProcessStartInfo("dotnet", [PsctlPath, "replication", "promote", $"http://127.0.0.1:{promoted.Port}", "--service", "test", "--term", "2"])
-            {
-                RedirectStandardOutput = true,
-                RedirectStandardError = true,
-                UseShellExecute = false,
-            };
-            psctl.Environment["PSCTL_PEER_KEY"] = peerKey;
-            using (var promotion = Process.Start(psctl)!)
-            {
-                var output = await promotion.StandardError.ReadToEndAsync(Ct) + await promotion.StandardOutput.ReadToEndAsync(Ct);
-                await promotion.WaitForExitAsync(Ct);
-                Assert.True(promotion.ExitCode == 0, output);
-            }
+            var (exit, output) = await ReplicationTests.RunPsctlWithKeyAsync(GroupPeerKey, "replication", "promote", $"http://127.0.0.1:{promoted.Port}", "--service", "test", "--term", "2");
+            Assert.True(exit == 0, output);
 
             await run.WaitForProgressAsync(100, () => promoted.RecentOutput());
         }
@@ -145,6 +123,56 @@ public sealed class GatewayTests : IDisposable
         await run.AssertStateAsync(promoted.Client, gateway.Output);
         TestContext.Current.TestOutputHelper?.WriteLine($"gateway, primary lost and a replica promoted: {run.Summary}; {Holds(gateway.Output)}");
     }
+
+    /// <summary>
+    /// A planned handover (docs/replication.md, "Switchover") behind ps-gateway: the same group and clients that never
+    /// retry; the primary hands its role to the replica that holds the most (psctl replication switchover) while they
+    /// send. The gateway passes over the handing-over primary, the replica being promoted and the fenced old primary
+    /// (each 503 replica) and holds the requests until the new primary answers: 0 client errors, 0 lost, 0 duplicated.
+    /// </summary>
+    [Fact]
+    public async Task PlainClients_ThroughASwitchover_SeeNoError_NothingLostOrDuplicated()
+    {
+        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
+        ServiceProcess[] nodes = [null!, null!, null!];
+        await using var b = nodes[1] = await ServiceProcess.StartAsync(GroupNode(1, "Replica", ports), ports[1], waitUntilReady: false);
+        await using var c = nodes[2] = await ServiceProcess.StartAsync(GroupNode(2, "Replica", ports), ports[2], waitUntilReady: false);
+        await using var a = nodes[0] = await ServiceProcess.StartAsync(GroupNode(0, "Primary", ports), ports[0]);
+        await using var gateway = await GatewayProcess.StartAsync([(0, string.Join(',', ports.Select(p => $"http://127.0.0.1:{p}")))]);
+        var run = new PlainClientRun(gateway.Client, depositClients: 4, sessionClients: 4, expectOwner: true);
+        var clients = run.Start();
+        ServiceProcess promoted;
+        string answer;
+        try
+        {
+            await run.WaitForProgressAsync(100, () => a.RecentOutput());
+            (var exit, answer) = await ReplicationTests.RunPsctlWithKeyAsync(GroupPeerKey, "replication", "switchover", $"http://127.0.0.1:{ports[0]}", "--service", "test");
+            Assert.True(exit == 0, $"{answer}\n{a.RecentOutput()}");
+            var primary = JsonDocument.Parse(answer).RootElement.GetProperty("primary").GetString();
+            promoted = nodes[Array.FindIndex(ports, p => primary == $"http://127.0.0.1:{p}/")];
+            await run.WaitForProgressAsync(100, () => promoted.RecentOutput());
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+        }
+
+        await run.AssertStateAsync(promoted.Client, gateway.Output);
+        TestContext.Current.TestOutputHelper?.WriteLine($"gateway, a switchover ({answer.Trim()}): {run.Summary}; {Holds(gateway.Output)}");
+    }
+
+    private const string GroupPeerKey = "gateway-replication-test-key-0123456789";
+
+    /// <summary>Node <paramref name="n"/> of a replication group of three that is instance 0 behind the gateway (manual failover).</summary>
+    private Dictionary<string, string> GroupNode(int n, string role, int[] ports) => new(InstanceEnvironment(n, withOrdinal: false))
+    {
+        ["PS_INSTANCE_ORDINAL"] = "0", // the group is one instance: every node serves instance 0's sessions
+        ["PS_SERVICE_NAME"] = "test",
+        ["PS_PEER_KEY"] = GroupPeerKey,
+        ["PS_REPLICATION"] = role,
+        ["PS_REPLICAS"] = string.Join(',', ports.Where((_, i) => i != n).Select(p => $"http://127.0.0.1:{p}")),
+    };
 
     /// <summary>
     /// Through the gateway each client keeps its own per-address share of the session table (the gateway sets

@@ -1,3 +1,5 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
 using System.Net;
 using System.Text.Json;
 
@@ -28,6 +30,80 @@ internal static class ReplicationLoad
             Assert.Equal(HttpStatusCode.OK, status);
             Assert.Equal((acknowledged[i] + 1) / 2, tally.GetProperty("count").GetInt64());
             Assert.Equal(acknowledged[i] / 2, balances.TryGetProperty($"c{i}", out var balance) ? balance.GetInt64() : 0);
+        }
+    }
+
+    /// <summary>
+    /// Clients that follow the primary of a group (FailoverTests): each sends its session's next request until it is
+    /// answered, at the node that answered last, and on anything but 200 (a refused connection, a replica's 503, a reply
+    /// pending on the replicas) resends the same request to the next node. <paramref name="nodes"/> is read at each send, so
+    /// a test may replace a node's process.
+    /// </summary>
+    public sealed class FollowingClients : IAsyncDisposable
+    {
+        private readonly ServiceProcess[] _nodes;
+        private readonly CancellationTokenSource _stop = new();
+        private readonly Task[] _clients;
+        private long _resends;
+
+        public FollowingClients(ServiceProcess[] nodes, string[] sessions)
+        {
+            _nodes = nodes;
+            Acknowledged = new long[sessions.Length];
+            _clients = [.. Enumerable.Range(0, sessions.Length).Select(i => Task.Run(() => RunAsync(i, sessions[i]), TestContext.Current.CancellationToken))];
+        }
+
+        /// <summary>Each client's last acknowledged request number.</summary>
+        public long[] Acknowledged { get; }
+
+        /// <summary>Every 200, in order: which node answered, and when (<see cref="Stopwatch.GetTimestamp"/>).</summary>
+        public ConcurrentQueue<(int Node, long At)> Answers { get; } = new();
+
+        /// <summary>Requests sent again (to the next node) because they were not answered 200.</summary>
+        public long Resends => Interlocked.Read(ref _resends);
+
+        /// <summary>The first answer after <paramref name="after"/> (by <paramref name="node"/>, if given), or null.</summary>
+        public (int Node, long At)? FirstAnswerAfter(long after, int? node = null)
+            => Answers.Where(a => a.At > after && (node is null || a.Node == node)).Select(a => ((int Node, long At)?)a).MinBy(a => a!.Value.At);
+
+        public async Task StopAsync()
+        {
+            await _stop.CancelAsync();
+            await Task.WhenAll(_clients);
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            await StopAsync();
+            _stop.Dispose();
+        }
+
+        private async Task RunAsync(int i, string session)
+        {
+            var at = 0;
+            var seq = 1L;
+            while (!_stop.IsCancellationRequested)
+            {
+                var node = Volatile.Read(ref _nodes[at]);
+                try
+                {
+                    var (status, _, _) = await node.SendAsync(HttpMethod.Post, Path(seq), session, seq, Body(i));
+                    if (status == HttpStatusCode.OK)
+                    {
+                        Volatile.Write(ref Acknowledged[i], seq);
+                        Answers.Enqueue((at, Stopwatch.GetTimestamp()));
+                        seq++;
+                        continue;
+                    }
+                }
+                catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException && !_stop.IsCancellationRequested)
+                {
+                }
+
+                Interlocked.Increment(ref _resends);
+                at = (at + 1) % _nodes.Length;
+                await Task.Delay(10, CancellationToken.None);
+            }
         }
     }
 

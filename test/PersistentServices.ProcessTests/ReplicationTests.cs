@@ -420,10 +420,13 @@ public sealed class ReplicationTests : IDisposable
         Assert.Fail($"not within 30 s:\n{node.RecentOutput()}");
     }
 
-    private static async Task<(int Exit, string Output)> RunPsctlAsync(params string[] args)
+    private static Task<(int Exit, string Output)> RunPsctlAsync(params string[] args) => RunPsctlWithKeyAsync(PeerKey, args);
+
+    /// <summary>Runs psctl with <paramref name="peerKey"/> as the service's peer key (PSCTL_PEER_KEY); its exit status and output.</summary>
+    internal static async Task<(int Exit, string Output)> RunPsctlWithKeyAsync(string peerKey, params string[] args)
     {
         var start = new ProcessStartInfo("dotnet", [PsctlPath, .. args]) { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
-        start.Environment["PSCTL_PEER_KEY"] = PeerKey;
+        start.Environment["PSCTL_PEER_KEY"] = peerKey;
         using var process = Process.Start(start)!;
         var stdout = process.StandardOutput.ReadToEndAsync(TestContext.Current.CancellationToken);
         var stderr = process.StandardError.ReadToEndAsync(TestContext.Current.CancellationToken);

@@ -34,7 +34,8 @@ using PersistentServices.SharedState;
 //   PS_REPLICATION           Replication.Role (Primary | Replica), with PS_REPLICAS (comma-separated base addresses of the
 //                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments);
 //                            PS_FAILOVER (Manual | Raft), PS_ADDRESS (this node's base address), PS_INITIAL_PRIMARY, PS_WITNESSES,
-//                            PS_ELECTION_TIMEOUT_MS (PS_REPLICATION=None with PS_INITIAL_PRIMARY: the role from the initial primary)
+//                            PS_ELECTION_TIMEOUT_MS (PS_REPLICATION=None with PS_INITIAL_PRIMARY: the role from the initial primary),
+//                            PS_SWITCHOVER_TIMEOUT_MS (Replication.SwitchoverTimeout)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
 //                            configuration as docs/operations.md shows (an environment variable from a Kubernetes Secret)
 //   PersistentServices__Calls__ReplicationGroups__0__0 (and __0__1, ...)  the replication groups its calls follow
@@ -196,6 +197,11 @@ builder.Services.AddPersistentServices(options =>
         if (Environment.GetEnvironmentVariable("PS_ELECTION_TIMEOUT_MS") is { Length: > 0 } election)
         {
             options.Replication.ElectionTimeout = TimeSpan.FromMilliseconds(int.Parse(election, System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        if (Environment.GetEnvironmentVariable("PS_SWITCHOVER_TIMEOUT_MS") is { Length: > 0 } switchover)
+        {
+            options.Replication.SwitchoverTimeout = TimeSpan.FromMilliseconds(int.Parse(switchover, System.Globalization.CultureInfo.InvariantCulture));
         }
     }
 

@@ -21,6 +21,8 @@ internal sealed class ServiceAvailability
     private Exception? _failure;
     private int _executing;
     private long _drainBegan;
+    private volatile bool _handingOver;
+    private volatile bool _fenced;
 
     public ServiceAvailability(IOptions<PersistentServicesOptions> options, TimeProvider time)
     {
@@ -43,8 +45,37 @@ internal sealed class ServiceAvailability
             => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready or RecoveryStage.Draining,
         RequestKind.CallRetry
             => _stage != RecoveryStage.Draining || Volatile.Read(ref _drainBegan) is var began && (began == 0 || _time.GetElapsedTime(began) < _options.Calls.DrainRetryTime),
-        _ => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready,
+        _ => _log is { Fault: null } && _stage is RecoveryStage.Replaying or RecoveryStage.Ready && !_handingOver,
     };
+
+    /// <summary>
+    /// Whether this primary is handing its role over to a replica (a switchover, docs/replication.md): it admits nothing new
+    /// (503 problem <c>replica</c>, so gateways and clients go to the group's other nodes), and what runs finishes.
+    /// </summary>
+    public bool IsHandingOver => _handingOver;
+
+    /// <summary>Whether a request refused now should be told to go to another node of the group (503 <c>replica</c>): a replica, or a primary handing over.</summary>
+    public bool AnswersAsReplica => _handingOver || _fenced || _stage == RecoveryStage.Replica;
+
+    /// <summary>
+    /// A switchover begins: from now on new persistent requests, sessions, read-only requests and background work are
+    /// refused as during a drain, and persistent requests already counted (<see cref="Executing"/>) finish. False when the
+    /// service serves nothing now (recovering, failed, a replica) or hands over already.
+    /// </summary>
+    public bool BeginHandover()
+    {
+        if (_handingOver || _log is not { Fault: null } || _stage is not (RecoveryStage.Replaying or RecoveryStage.Ready or RecoveryStage.Draining))
+        {
+            return false;
+        }
+
+        _handingOver = true;
+        Interlocked.MemoryBarrier(); // a request counted after this sees the flag; one counted before is seen in Executing
+        return true;
+    }
+
+    /// <summary>The switchover ended: refused (this primary serves again), or done (it is fenced, and answers as a replica: <see cref="Fenced"/>).</summary>
+    public void EndHandover() => _handingOver = false;
 
     /// <summary>Whether the host is draining (it stops: running requests finish, new ones get 503).</summary>
     public bool IsDraining => _stage == RecoveryStage.Draining;
@@ -52,11 +83,11 @@ internal sealed class ServiceAvailability
     /// <summary>Persistent requests executing now (a drain waits for them).</summary>
     public int Executing => Volatile.Read(ref _executing);
 
-    /// <summary>Counts a persistent request as executing until the returned value is disposed; null while draining (refuse it).</summary>
+    /// <summary>Counts a persistent request as executing until the returned value is disposed; null while draining or handing over (refuse it).</summary>
     public ExecutingRequest? TryBeginExecution()
     {
         Interlocked.Increment(ref _executing);
-        if (_stage == RecoveryStage.Draining)
+        if (_stage == RecoveryStage.Draining || _handingOver)
         {
             Interlocked.Decrement(ref _executing);
             return null;
@@ -93,6 +124,16 @@ internal sealed class ServiceAvailability
 
     /// <summary>This process is a replica: nothing is served until it is promoted (<see cref="Promoted"/>).</summary>
     public void BecomeReplica() => _stage = RecoveryStage.Replica;
+
+    /// <summary>
+    /// This primary was fenced (a newer term exists; its log faults): from now on it answers as a replica, so gateways and
+    /// clients go to the group's other nodes, also if recovery moves the stage on afterwards (a fence during the open).
+    /// </summary>
+    public void Fenced()
+    {
+        _fenced = true;
+        _stage = RecoveryStage.Replica;
+    }
 
     /// <summary>The replica was promoted: recovery opens its copy of the log next (requests wait for it, as at a start).</summary>
     public void Promoted()

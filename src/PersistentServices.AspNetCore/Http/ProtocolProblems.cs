@@ -90,16 +90,17 @@ internal static class ProtocolProblems
 
     /// <summary>
     /// 503: the service cannot make requests durable (recovering, stopping, or its log failed). Nothing was acknowledged.
-    /// On a replica (docs/replication.md) the type is <c>replica</c>: another node of its group is the primary, and a
-    /// gateway that knows the group sends the request there (docs/gateway.md).
+    /// On a replica (docs/replication.md), and on a primary handing its role over to one (a switchover), the type is
+    /// <c>replica</c>: another node of its group is (or is about to be) the primary, and a gateway or client that knows the
+    /// group sends the request there (docs/gateway.md).
     /// </summary>
     public static Task UnavailableAsync(HttpContext context, string? detail = null)
     {
         context.Response.Headers.RetryAfter = "1";
-        if (context.RequestServices?.GetService(typeof(Hosting.ServiceAvailability)) is Hosting.ServiceAvailability { Stage: Hosting.RecoveryStage.Replica })
+        if (context.RequestServices?.GetService(typeof(Hosting.ServiceAvailability)) is Hosting.ServiceAvailability { AnswersAsReplica: true })
         {
             return WriteAsync(context, 503, "replica", "A replica",
-                "This node is a replica: it keeps a copy of the primary's log and serves nothing until it is promoted. Send the same request to the primary of its group: nothing was executed here.");
+                "This node is a replica (or a primary handing its role to one): it serves nothing until it is promoted. Send the same request to the primary of its group: nothing was executed here.");
         }
 
         return WriteAsync(context, 503, "unavailable", "Service unavailable", detail ??

@@ -29,7 +29,7 @@ namespace PersistentServices.Replication;
 /// Raft's messages are signed with the peer key like every message between the deployment's nodes: an unsigned one is
 /// refused (401) before DotNext sees it.
 /// </summary>
-internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
+internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisposable
 {
     /// <summary>Where Raft's messages arrive (DotNext's protocol path, the path of each member's address).</summary>
     public const string ProtocolPath = "/ps/consensus";
@@ -206,6 +206,27 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
         _coordinating = Task.Run(() => CoordinateAsync(cluster, _stopping.Token), CancellationToken.None);
     }
 
+    public Task StartingAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    public Task StartedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
+    /// <summary>
+    /// The host begins to stop (SIGTERM), before any hosted service stops, so while the server still takes connections
+    /// and Raft still runs: a primary hands its role to a caught-up replica first (a switchover, docs/replication.md), so
+    /// the group has a primary again without waiting for the coordinator to find this one gone. Not done, or not
+    /// possible (no replica answers, none catches up in time): the drain goes on as before. (Later, once the server stops
+    /// listening, a coordinator would take the refused port for a lost primary and promote in the same round.)
+    /// </summary>
+    public async Task StoppingAsync(CancellationToken cancellationToken)
+    {
+        if (Enabled)
+        {
+            await _node.SwitchoverOnStopAsync().ConfigureAwait(false);
+        }
+    }
+
+    public Task StoppedAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+
     public async Task StopAsync(CancellationToken cancellationToken)
     {
         if (_cluster is not { } cluster)
@@ -281,7 +302,10 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
                     Round(_logger, misses, string.Join("; ", statuses.Select(s => s.Status is { } st ? $"{s.Node}: {st.Role} of term {st.Term}" : $"{s.Node}: {s.Error}")));
                 }
 
-                if (statuses.Any(s => s.Status is { Role: nameof(ReplicationRole.Primary) } p && p.Term >= newest))
+                // A promotion under way (a switchover's, an operator's, another coordinator's) is a primary about to be: its claim
+                // settles who it is; promoting another node meanwhile would only depose it (and that one's claim can wait a round).
+                if (statuses.Any(s => s.Status is { Role: nameof(ReplicationRole.Primary) } p && p.Term >= newest) ||
+                    statuses.Any(s => s.Status?.Replica is { Promoting: true }))
                 {
                     misses = 0;
                     continue;
@@ -314,7 +338,7 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
 
                 var term = newest + 1;
                 Promoting(_logger, candidate.Node.ToString(), term, candidate.Status!.Replica!.DurableUntil, seen);
-                var (promoted, why) = await PromoteAsync(http, candidate.Node, term, cancellationToken).ConfigureAwait(false);
+                var (promoted, why) = await ReplicationMessages.RequestPromotionAsync(http, candidate.Node, term, _node, cancellationToken).ConfigureAwait(false);
                 if (promoted)
                 {
                     misses = 0;
@@ -356,25 +380,6 @@ internal sealed partial class RaftFailover : IHostedService, IAsyncDisposable
         {
             var refused = ex is HttpRequestException { InnerException: System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused } };
             return (node, null, ex is OperationCanceledException ? "no answer in time" : ex.Message, refused);
-        }
-    }
-
-    private async Task<(bool Promoted, string Why)> PromoteAsync(HttpClient http, Uri node, long term, CancellationToken cancellationToken)
-    {
-        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(node, ReplicationEndpoints.PromotePath)) { Content = new ByteArrayContent([]) };
-        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue(ReplicationMessages.ContentType);
-        ReplicationMessages.Sign(request, string.Create(CultureInfo.InvariantCulture, $"term={term}"), _node, []);
-        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
-        timeout.CancelAfter(TimeSpan.FromSeconds(10));
-        try
-        {
-            using var response = await http.SendAsync(request, timeout.Token).ConfigureAwait(false);
-            var body = await response.Content.ReadAsStringAsync(timeout.Token).ConfigureAwait(false);
-            return (response.IsSuccessStatusCode, string.Create(CultureInfo.InvariantCulture, $"{(int)response.StatusCode}: {body[..Math.Min(body.Length, 400)]}"));
-        }
-        catch (Exception ex) when (ex is HttpRequestException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
-        {
-            return (false, ex.Message);
         }
     }
 

@@ -16,9 +16,11 @@ namespace PersistentServices.Replication;
 ///   stands when it is not at that place, is empty, or has seen a newer term); a primary answers 409 with its own term,
 ///   or, for a newer term, is fenced and answers 503.</item>
 /// <item><c>POST /ps/replication/promote</c>: makes a replica the primary of a newer term (200; 409 when it cannot).</item>
+/// <item><c>POST /ps/replication/switchover</c>: a primary hands its role to a caught-up replica (200; 409 when it cannot,
+///   and then it serves again).</item>
 /// <item><c>GET /ps/replication/status</c>: role, term, what the node holds or ships (no secrets; unsigned).</item>
 /// </list>
-/// Shipments and promotions must be signed by a node of this same service (<see cref="ReplicationMessages"/>): 401
+/// Shipments, promotions and switchovers must be signed by a node of this same service (<see cref="ReplicationMessages"/>): 401
 /// otherwise; a malformed one is 400, a body larger than allowed 413, all as problem details.
 /// </summary>
 internal static class ReplicationEndpoints
@@ -29,11 +31,13 @@ internal static class ReplicationEndpoints
     public const string AppendPath = "/ps/replication/append";
     public const string PromotePath = "/ps/replication/promote";
     public const string StatusPath = "/ps/replication/status";
+    public const string SwitchoverPath = "/ps/replication/switchover";
 
     public static void Map(IEndpointRouteBuilder endpoints)
     {
         endpoints.MapPost(AppendPath, AppendAsync).WithDisplayName("PersistentServices: replication shipment");
         endpoints.MapPost(PromotePath, PromoteAsync).WithDisplayName("PersistentServices: replication promotion");
+        endpoints.MapPost(SwitchoverPath, SwitchoverAsync).WithDisplayName("PersistentServices: replication switchover");
         endpoints.MapGet(StatusPath, StatusAsync).WithDisplayName("PersistentServices: replication status");
     }
 
@@ -104,6 +108,13 @@ internal static class ReplicationEndpoints
             return;
         }
 
+        if (shipment.From == -1 && shipment.Term == replica.Term && node.IsPromoting)
+        {
+            // Another candidate's claim of the term this replica claims for itself: refused, as a Raft candidate votes only for itself.
+            await WriteAnswerAsync(context, 409, new ShipmentAnswer("fenced", replica.Term, replica.ContentTerm, replica.Begin, replica.DurableUntil, 0)).ConfigureAwait(false);
+            return;
+        }
+
         ShipmentResult result;
         try
         {
@@ -153,6 +164,60 @@ internal static class ReplicationEndpoints
         await context.Response.WriteAsJsonAsync(Status(node), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted).ConfigureAwait(false);
     }
 
+    /// <summary>
+    /// <c>PS-Replication: to=URL</c> (a replica of this primary) or <c>to=</c> (the one that holds the most): the primary
+    /// hands its role over (<see cref="ReplicationNode.SwitchoverAsync"/>); 200 with the new primary and term, 409 with why not.
+    /// </summary>
+    private static async Task SwitchoverAsync(HttpContext context)
+    {
+        var node = context.RequestServices.GetRequiredService<ReplicationNode>();
+        var header = context.Request.Headers[ReplicationMessages.Header].ToString();
+        if (!TryParseSwitchover(header, out var to))
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed switchover",
+                "A switchover carries PS-Replication: to=<a replica's base address>, or to= for the replica that holds the most.").ConfigureAwait(false);
+            return;
+        }
+
+        if (context.Request.ContentLength is > 0)
+        {
+            await RefuseAsync(context, 413, "replication-too-large", "Switchover with a body", "A switchover has no body.").ConfigureAwait(false);
+            return;
+        }
+
+        if (ReplicationMessages.Verify(context, node, header, []) is { } refused)
+        {
+            await RefuseAsync(context, 401, "replication-peer", "Not a node of this service",
+                $"Switchovers are accepted only from this service's own nodes and operators, signed with its peer key: this one had {refused}.").ConfigureAwait(false);
+            return;
+        }
+
+        // Not the request's token: a caller that goes away must not cut a handover short between the promotion and the fence.
+        // It is bounded anyway (SwitchoverTimeout, then the promotion's own timeout).
+        var result = await node.SwitchoverAsync(to, CancellationToken.None).ConfigureAwait(false);
+        if (!result.Done)
+        {
+            await RefuseAsync(context, 409, "replication-not-switched", "Not switched over",
+                $"This primary did not hand its role over: {result.Why}.").ConfigureAwait(false);
+            return;
+        }
+
+        await context.Response.WriteAsJsonAsync(new SwitchoverAnswer(result.Target!.ToString(), result.Term, result.Until, result.Waited.TotalMilliseconds),
+            ReplicationJson.Default.SwitchoverAnswer, contentType: null, context.RequestAborted).ConfigureAwait(false);
+    }
+
+    /// <summary>Parses <c>to=</c> followed by nothing or an absolute http(s) address.</summary>
+    internal static bool TryParseSwitchover(string header, out Uri? to)
+    {
+        to = null;
+        if (!header.StartsWith("to=", StringComparison.Ordinal) || header.Length > 300)
+        {
+            return false;
+        }
+
+        return header.Length == 3 || (Uri.TryCreate(header[3..], UriKind.Absolute, out to) && to.Scheme is "http" or "https");
+    }
+
     private static Task StatusAsync(HttpContext context)
         => context.Response.WriteAsJsonAsync(Status(context.RequestServices.GetRequiredService<ReplicationNode>()), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted);
 
@@ -160,7 +225,7 @@ internal static class ReplicationEndpoints
     {
         var follower = node.Follower;
         ReplicaStatus? replica = node.Replica is { } r
-            ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, follower is null ? null
+            ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, node.IsPromoting, follower is null ? null
                 : new ReplayStatus(follower.Running, follower.AppliedUntil, follower.LagBytes, follower.LagRequests, (long)follower.LagTime.TotalMilliseconds, follower.Replayed,
                     follower.StoppedBecause))
             : null;

@@ -80,6 +80,29 @@ internal static class ReplicationMessages
             string.Create(CultureInfo.InvariantCulture, $"{append} answered {(int)response.StatusCode}: {detail[..Math.Min(detail.Length, 300)]}"));
     }
 
+    /// <summary>
+    /// Asks <paramref name="node"/> to promote itself to <paramref name="term"/> (<c>POST</c> <see cref="ReplicationEndpoints.PromotePath"/>,
+    /// signed), within 10 seconds: whether it did, and its answer (or why it could not be asked).
+    /// </summary>
+    public static async Task<(bool Promoted, string Answer)> RequestPromotionAsync(HttpClient http, Uri node, long term, ReplicationNode self, CancellationToken cancellationToken)
+    {
+        using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(node, ReplicationEndpoints.PromotePath)) { Content = new ByteArrayContent([]) };
+        request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
+        Sign(request, string.Create(CultureInfo.InvariantCulture, $"term={term}"), self, []);
+        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        timeout.CancelAfter(TimeSpan.FromSeconds(10));
+        try
+        {
+            using var response = await http.SendAsync(request, timeout.Token).ConfigureAwait(false);
+            var body = await response.Content.ReadAsStringAsync(timeout.Token).ConfigureAwait(false);
+            return (response.IsSuccessStatusCode, string.Create(CultureInfo.InvariantCulture, $"{(int)response.StatusCode}: {body[..Math.Min(body.Length, 400)]}"));
+        }
+        catch (Exception ex) when (ex is HttpRequestException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
+        {
+            return (false, ex.Message);
+        }
+    }
+
     /// <summary>Signs <paramref name="request"/> as a replication message of this service (what a test or an operator's tool does too).</summary>
     public static void Sign(HttpRequestMessage request, string header, ReplicationNode node, ReadOnlySpan<byte> body)
     {
@@ -162,7 +185,11 @@ internal sealed record ShipmentAnswer(string Outcome, long Term, long ContentTer
 /// <summary>What <c>GET</c> <see cref="ReplicationEndpoints.StatusPath"/> shows: this node's role and term, and what it holds or ships.</summary>
 internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? Replica, PrimaryStatus? Primary);
 
-internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, ReplayStatus? Replay = null);
+/// <summary>
+/// What a replica holds; <paramref name="Promoting"/>: it is claiming a newer term for its own promotion right now;
+/// <paramref name="Replay"/>: its hot follower's progress.
+/// </summary>
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false, ReplayStatus? Replay = null);
 
 /// <summary>A replica's hot follower: how far its replay of the copy is (docs/replication.md, "Hot followers").</summary>
 internal sealed record ReplayStatus(bool Following, long AppliedUntil, long LagBytes, long LagRequests, long LagMilliseconds, long Replayed, string? StoppedBecause);
@@ -171,7 +198,11 @@ internal sealed record PrimaryStatus(long LocalDurableUntil, long ReplicatedUnti
 
 internal sealed record ShipperStatus(string Address, string State, long ShippedUntil, long LagBytes, long Shipments, long Bytes);
 
+/// <summary>A switchover's answer: the new primary, its term, the end of the log it took over, and how long new requests were refused before its promotion.</summary>
+internal sealed record SwitchoverAnswer(string Primary, long Term, long Until, double WaitedMs);
+
 [JsonSourceGenerationOptions(JsonSerializerDefaults.Web)]
 [JsonSerializable(typeof(ShipmentAnswer))]
 [JsonSerializable(typeof(ReplicationStatus))]
+[JsonSerializable(typeof(SwitchoverAnswer))]
 internal sealed partial class ReplicationJson : JsonSerializerContext;

@@ -14,7 +14,7 @@ namespace PersistentServices.Replication;
 /// wait for and a <see cref="LogShipper"/> per replica. A singleton; inactive when <see cref="ReplicationOptions.Role"/>
 /// is <see cref="ReplicationRole.None"/>.
 /// </summary>
-internal sealed class ReplicationNode : IAsyncDisposable
+internal sealed partial class ReplicationNode : IAsyncDisposable
 {
     /// <summary>The named client shipments go out on.</summary>
     public const string HttpClientName = "PersistentServices.Replication";
@@ -261,6 +261,12 @@ internal sealed class ReplicationNode : IAsyncDisposable
 
             lock (_gate)
             {
+                if (replica.Term != term)
+                {
+                    // Another candidate's claim of a newer term reached this replica meanwhile: that one may be the primary now.
+                    return (false, $"this replica took term {replica.Term} from another candidate while it claimed term {term}");
+                }
+
                 TermFile.Write(replica.Directory, new TermRecord(term, Primary: true, replica.ContentTerm), _service.Log.FileMode);
                 ReplicationServiceEvents.Promoted(_logger, term, replica.Begin, replica.DurableUntil);
                 replica.Dispose();
@@ -387,7 +393,8 @@ internal sealed class ReplicationNode : IAsyncDisposable
 
     /// <summary>
     /// A replica answered for a newer term: this primary is fenced. Its directory records the newer term and the replica
-    /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503, liveness fails.
+    /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503 problem
+    /// <c>replica</c> (gateways and clients go to the group's other nodes), liveness fails.
     /// </summary>
     public void Fence(long newerTerm, string replica)
     {
@@ -403,6 +410,7 @@ internal sealed class ReplicationNode : IAsyncDisposable
         }
 
         ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, replica);
+        _availability.Fenced();
         _watermark?.Fence(new LogFaultedException(
             $"This primary (term {Term}) was fenced: replica {replica} has seen term {newerTerm}, so another node is the primary now. Nothing more is acknowledged " +
             "here; restart the process and it rejoins as a replica (docs/replication.md)."));

@@ -116,6 +116,14 @@ public sealed class ReplicationOptions
     /// </summary>
     public TimeSpan ElectionTimeout { get; set; } = TimeSpan.FromMilliseconds(300);
 
+    /// <summary>
+    /// How long a switchover (<c>POST /ps/replication/switchover</c>, <c>psctl replication switchover</c>, or the SIGTERM of
+    /// a primary with <see cref="FailoverMode.Raft"/>) waits for the requests running on the primary to finish and for the
+    /// chosen replica to hold all of its log (5 seconds by default). New requests are refused meanwhile (503 <c>replica</c>:
+    /// gateways and clients try the group's other nodes); when it passes, the switchover is refused and the primary serves again.
+    /// </summary>
+    public TimeSpan SwitchoverTimeout { get; set; } = TimeSpan.FromSeconds(5);
+
     internal int EffectiveRequiredReplicas => RequiredReplicas ?? (Peers.Count + 1) / 2;
 
     /// <summary>The other log-holding nodes of the group: <see cref="Replicas"/> without <see cref="Address"/> (and, on a witness, all of them).</summary>
@@ -198,6 +206,11 @@ public sealed class ReplicationOptions
         if (RetryInterval <= TimeSpan.Zero || HeartbeatInterval <= TimeSpan.Zero)
         {
             yield return "PersistentServicesOptions.Replication.RetryInterval and HeartbeatInterval must be positive.";
+        }
+
+        if (SwitchoverTimeout <= TimeSpan.Zero || SwitchoverTimeout > TimeSpan.FromMinutes(1))
+        {
+            yield return $"PersistentServicesOptions.Replication.SwitchoverTimeout must be positive and at most 1 minute (was {SwitchoverTimeout}).";
         }
 
         if (string.IsNullOrEmpty(service.Calls.PeerKey))

@@ -27,6 +27,17 @@ internal static partial class ReplicationServiceEvents
     [LoggerMessage(1436, LogLevel.Warning, "Replication: refused a message on {Path}: {Reason}")]
     public static partial void MessageRefused(ILogger logger, string path, string reason);
 
+    [LoggerMessage(1445, LogLevel.Information,
+        "Replication: switchover to {Replica} (term {Term}) begins: new requests are refused (503 replica) until it holds this log to its end (durable until {DurableUntil}; it holds until {ShippedUntil})")]
+    public static partial void SwitchoverBegins(ILogger logger, string replica, long term, long durableUntil, long shippedUntil);
+
+    [LoggerMessage(1446, LogLevel.Warning,
+        "Replication: switched over: {Replica} is the primary of term {Term}, holding this log until {Until} (requests refused for {WaitedMs} ms before its promotion); this node is fenced and rejoins as a replica when restarted")]
+    public static partial void SwitchedOver(ILogger logger, string replica, long term, long until, long waitedMs);
+
+    [LoggerMessage(1447, LogLevel.Warning, "Replication: switchover to {Replica} refused: {Why}")]
+    public static partial void SwitchoverRefused(ILogger logger, string replica, string why);
+
     [LoggerMessage(1443, LogLevel.Warning,
         "Replication: this node's directory says primary of term {Term}, and {Node} has seen term {NewerTerm}: another node took over while this one was away; it starts as a replica")]
     public static partial void RejoinsAsReplica(ILogger logger, long term, long newerTerm, string node);

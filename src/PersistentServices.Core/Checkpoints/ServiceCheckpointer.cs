@@ -55,6 +55,29 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>The log's tail right after the latest service checkpoint record was appended: what the log grew by since is new.</summary>
     public long TailAfterCheckpoint { get; private set; }
 
+    /// <summary>
+    /// Holds service checkpoints back until the returned value is disposed, after the one under way (if any) is done: a
+    /// switchover hands the log over, so nothing may be appended to it meanwhile.
+    /// </summary>
+    public async Task<IDisposable> HoldAsync(CancellationToken cancellationToken)
+    {
+        await _gate.WaitAsync(cancellationToken).ConfigureAwait(false);
+        return new Held(_gate);
+    }
+
+    private sealed class Held(SemaphoreSlim gate) : IDisposable
+    {
+        private int _released;
+
+        public void Dispose()
+        {
+            if (Interlocked.Exchange(ref _released, 1) == 0)
+            {
+                gate.Release();
+            }
+        }
+    }
+
     /// <summary>Service checkpoints taken since start.</summary>
     public long Taken => Interlocked.Read(ref _taken);
 

@@ -141,6 +141,75 @@ public sealed class ReplicationEndpointsTests : IDisposable
         Assert.Contains("holds no log yet", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
     }
 
+    private Task<TestServer> StartPrimaryAsync()
+        => TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.ServiceName = "orders";
+            o.Calls.PeerKey = PeerKey;
+            o.Replication.Role = ReplicationRole.Primary;
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:1/")); // nobody there: the replicas do not answer
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:2/"));
+        });
+
+    [Theory]
+    [InlineData(null, "orders")]
+    [InlineData("another-key-that-is-long-enough-000000", "orders")]
+    [InlineData(PeerKey, "payments")]
+    public async Task ASwitchover_NotSignedByThisServicesNode_Is401_AndThePrimaryStaysOne(string? key, string caller)
+    {
+        await using var server = await StartPrimaryAsync();
+        using var request = key is null
+            ? new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.SwitchoverPath) { Content = new ByteArrayContent([]), Headers = { { "PS-Replication", "to=" } } }
+            : Shipment("to=", [], caller, key, path: ReplicationEndpoints.SwitchoverPath);
+
+        using var response = await server.Client.SendAsync(request, Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Unauthorized, "replication-peer");
+        var node = server.App.Services.GetRequiredService<ReplicationNode>();
+        Assert.Equal(ReplicationRole.Primary, node.Role);
+        Assert.Equal(1, node.Term);
+    }
+
+    [Theory]
+    [InlineData("term=2")]
+    [InlineData("to=orders-1:8080")]
+    [InlineData("to=ftp://127.0.0.1:1/")]
+    public async Task ASwitchover_WithAMalformedHeader_Is400(string header)
+    {
+        await using var server = await StartPrimaryAsync();
+
+        using var response = await server.Client.SendAsync(Shipment(header, [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+    }
+
+    [Theory]
+    [InlineData("to=", "none of its replicas answers now")]
+    [InlineData("to=http://127.0.0.1:9/", "is not one of its replicas")]
+    public async Task ASwitchover_WithNoReplicaToHandOverTo_Is409_AndThePrimaryServesOn(string header, string why)
+    {
+        await using var server = await StartPrimaryAsync();
+
+        using var response = await server.Client.SendAsync(Shipment(header, [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+
+        var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-not-switched");
+        Assert.Contains(why, problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+        var node = server.App.Services.GetRequiredService<ReplicationNode>();
+        Assert.Equal(ReplicationRole.Primary, node.Role);
+        Assert.False(server.App.Services.GetRequiredService<PersistentServices.Hosting.ServiceAvailability>().IsHandingOver);
+    }
+
+    [Fact]
+    public async Task ASwitchover_OfAReplica_Is409()
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment("to=", [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+
+        var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-not-switched");
+        Assert.Contains("not a primary", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task TheServicesRequests_OnAReplica_Are503Replica_WithRetryAfter()
     {
