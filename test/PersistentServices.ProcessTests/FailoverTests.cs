@@ -41,22 +41,42 @@ public sealed class FailoverTests : IDisposable
         ["Logging__LogLevel__Microsoft.AspNetCore"] = "Warning",
     };
 
-    [Fact]
-    public async Task KillingThePrimaryFiftyTimesUnderLoad_AReplicaTakesOverEachTime_NothingAcknowledgedIsLostOrDuplicated()
+    /// <summary>The group's three nodes (node 0 the initial primary, ready) and a session per client, started at the primary.</summary>
+    private async Task<(int[] Ports, ServiceProcess[] Nodes, string[] Sessions)> StartGroupAsync()
     {
-        var ct = TestContext.Current.CancellationToken;
         int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
         var nodes = new ServiceProcess[3];
         nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
         nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
-        nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
+        var sessions = new string[Clients];
         try
         {
-            var sessions = new string[Clients];
+            nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
             for (var i = 0; i < Clients; i++)
             {
                 sessions[i] = await nodes[0].StartSessionAsync();
             }
+        }
+        catch
+        {
+            foreach (var node in nodes.Where(n => n is not null))
+            {
+                await node.DisposeAsync();
+            }
+
+            throw;
+        }
+
+        return (ports, nodes, sessions);
+    }
+
+    [Fact]
+    public async Task KillingThePrimaryFiftyTimesUnderLoad_AReplicaTakesOverEachTime_NothingAcknowledgedIsLostOrDuplicated()
+    {
+        var ct = TestContext.Current.CancellationToken;
+        var (ports, nodes, sessions) = await StartGroupAsync();
+        try
+        {
 
             // Each client: the next request until it is answered, at the node that answered last, else the next one.
             await using var load = new FollowingClients(nodes, sessions);
@@ -225,18 +245,9 @@ public sealed class FailoverTests : IDisposable
         // primary restarted; and once more with the new primary's own SIGTERM, which hands over by itself (Failover = Raft).
         // Eight clients follow the primary throughout; every request any of them saw acknowledged is there once at the end.
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort(), ServiceProcess.FreePort()];
-        var nodes = new ServiceProcess[3];
-        nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
-        nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
-        nodes[0] = await ServiceProcess.StartAsync(Node(0, ports), ports[0]);
+        var (ports, nodes, sessions) = await StartGroupAsync();
         try
         {
-            var sessions = new string[Clients];
-            for (var i = 0; i < Clients; i++)
-            {
-                sessions[i] = await nodes[0].StartSessionAsync();
-            }
 
             await using var load = new FollowingClients(nodes, sessions);
             await Task.Delay(TimeSpan.FromSeconds(1), ct);
