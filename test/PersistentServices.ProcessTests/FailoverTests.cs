@@ -90,6 +90,7 @@ public sealed class FailoverTests : IDisposable
                 await Task.Delay(TimeSpan.FromMilliseconds(300), ct); // some load on this primary
                 await nodes[primary].KillAsync(); // returns once the process is gone: an answer after this is another node's
                 var killedAt = Stopwatch.GetTimestamp();
+                var killedWall = DateTime.Now;
                 var loseNode = round % 5 == 4;
                 if (loseNode)
                 {
@@ -110,7 +111,12 @@ public sealed class FailoverTests : IDisposable
                     await Task.Delay(5, ct);
                 }
 
-                gaps.Add(Stopwatch.GetElapsedTime(killedAt, load.FirstAnswerAfter(killedAt)!.Value.At).TotalMilliseconds);
+                var first = load.FirstAnswerAfter(killedAt)!.Value;
+                gaps.Add(Stopwatch.GetElapsedTime(killedAt, first.At).TotalMilliseconds);
+
+                // One line per failover, on the wall clock the nodes' logs use, so a slow one can be followed in them.
+                TestContext.Current.TestOutputHelper?.WriteLine(
+                    $"round {round}: node {primary} killed at {killedWall:HH:mm:ss.fff}{(loseNode ? " (log deleted)" : "")}, node {first.Node} answered {gaps[^1]:F0} ms later");
 
                 restarts += await RestartFencedAsync(nodes, ports, except: primary);
 

@@ -70,4 +70,8 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1207, LogLevel.Warning,
         "Replay of session {SessionTag} ran request {Sequence} (LSN {Lsn}) past its log and had to abandon it; it stays unanswered (retries get 503) until the session's rollback runs it again")]
     public static partial void ReplayTailAbandoned(ILogger logger, string sessionTag, long sequence, long lsn, Exception exception);
+
+    [LoggerMessage(1208, LogLevel.Error,
+        "The checkpoint after a promotion's analysis scan (taken once the service serves) failed; the anchor still names the previous one, and the next periodic checkpoint moves it")]
+    public static partial void CheckpointAfterPromotionFailed(ILogger logger, Exception exception);
 }

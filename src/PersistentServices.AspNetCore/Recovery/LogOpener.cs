@@ -1,4 +1,5 @@
 using Microsoft.Extensions.Logging;
+using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
 using PersistentServices.Log;
 using PersistentServices.Log.Records;
@@ -21,6 +22,7 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
     private readonly Lock _openingLock = new();
     private readonly CancellationTokenSource _disposing = new();
     private Task? _opening;
+    private Task _checkpointAfterOpen = Task.CompletedTask;
     private int _disposed;
 
     /// <summary>
@@ -69,7 +71,7 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
             // The verification walk keeps the records the analysis scan needs, so the scan reads nothing a second time.
             var logOptions = options.BuildLogOptions();
             var captured = handoff is not null ? new RecordCapture(handoff.Progress.Next) : AnalysisScan.CaptureFor(logOptions, readAtRest: !domain.Enabled);
-            var log = await DurableLog.OpenAsync(logOptions, logger, captured, runtime.Metrics, runtime.CrashPoints, cancellationToken).ConfigureAwait(false);
+            var log = await DurableLog.OpenAsync(logOptions, logger, captured, runtime.Metrics, runtime.CrashPoints, handoff?.Verified, cancellationToken).ConfigureAwait(false);
             runtime.LogOpened(log);
             if (handoff is not null && (log.BeginAddress > handoff.Progress.Next || log.DurableUntil < handoff.Progress.Next))
             {
@@ -128,17 +130,45 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
             checkpointer.Epoch = epoch;
             runtime.ServeShared();
 
-            // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found.
-            await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+            // "Make an MSP checkpoint" after the scan (MSP Fig. 12): the anchor moves to what this scan found. A promotion that
+            // took a hot follower's state over takes it just after it serves instead (docs/replication.md, "Hot followers"):
+            // the checkpoint is fuzzy, as every periodic one taken while requests run, and until it is anchored the previous
+            // anchor (and the log above its scan start) is still there, so a crash meanwhile only makes the next scan longer.
+            if (handoff is null)
+            {
+                await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+            }
 
             // A primary with replicas: from here on nothing is durable (so nothing is acknowledged) before they hold it.
             replication.LogOpened(log);
             availability.Opened();
+            if (handoff is not null)
+            {
+                _checkpointAfterOpen = Task.Run(() => CheckpointAfterOpenAsync(checkpointer, cancellationToken), CancellationToken.None);
+            }
         }
         catch (Exception ex)
         {
             availability.Fail(ex);
             throw;
+        }
+    }
+
+    /// <summary>The checkpoint after the scan of a promotion (<see cref="OpenAndAnalyzeAsync"/>), once the service serves.</summary>
+    private async Task CheckpointAfterOpenAsync(Checkpoints.ServiceCheckpointer checkpointer, CancellationToken cancellationToken)
+    {
+        try
+        {
+            await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            // Stopped first: the drain takes its own checkpoint, or the next start scans from the previous anchor.
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
+        {
+            // A fault of the log is the runtime's to report (503, unhealthy); the anchor still names the previous checkpoint.
+            AspNetCoreEvents.CheckpointAfterPromotionFailed(logger, ex);
         }
     }
 
@@ -161,6 +191,8 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
         {
             await opening.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         }
+
+        await _checkpointAfterOpen.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
 
         _disposing.Dispose();
     }

@@ -11,8 +11,11 @@ using PersistentServices.SharedState;
 
 namespace PersistentServices.Replication;
 
-/// <summary>What a hot follower hands to its replica's promotion: the analysis scan so far and the shared state it rolled forward.</summary>
-internal sealed record FollowerHandoff(AnalysisProgress Progress, SharedStateStore Shared);
+/// <summary>
+/// What a hot follower hands to its replica's promotion: the analysis scan so far, the shared state it rolled forward, and
+/// what of the copy's files it verified (the open's verification walk goes on from there).
+/// </summary>
+internal sealed record FollowerHandoff(AnalysisProgress Progress, SharedStateStore Shared, VerifiedPrefix Verified);
 
 /// <summary>
 /// A replica's hot follower (docs/replication.md, "Hot followers"; issue 37): while this process is a replica, it runs
@@ -52,6 +55,7 @@ internal sealed partial class HotFollower(
     private LogOptions? _logOptions;
     private AnalysisProgress? _progress;
     private SharedStateStore? _shared;
+    private VerifiedPrefix? _verified;
     private int _resets;
     private string? _stoppedBecause;
     private long _durableUntil;
@@ -187,40 +191,58 @@ internal sealed partial class HotFollower(
             var source = new CopySource(replica.Directory, _logOptions!, begin, durableUntil);
             var progress = await AnalysisScan.StartAsync(source, replica.Directory, runtime.Sessions, shared, readAtRest: true, captured: null, recovered: null,
                 AnalysisScan.DefaultKeepBudgetBytes, _stop.Token).ConfigureAwait(false);
+
+            // What the scan starts after is verified once, as the open's walk would (so a promotion's open walks only what
+            // the follower has not): up to the last commit before the scan's start; the steps below go on from there.
+            var verified = LogRecoveryScanner.VerifyFrom(replica.Directory, _logOptions!, VerifiedPrefix.At(begin), progress.Next, visitor: null);
             lock (_gate)
             {
                 _shared = shared;
                 _resets = resets;
+                _verified = verified;
                 Volatile.Write(ref _progress, progress);
             }
         }
 
         var scan = _progress!;
         var moved = false;
-        if (scan.Next < durableUntil)
+        var from = _verified!.Until;
+        if (from < durableUntil)
         {
+            // The copy's files are verified as they are applied: every entry checked as the open's walk checks it, the walk's
+            // state carried from step to step (LogRecoveryScanner.VerifyFrom).
             var batch = new CommittedRecords();
-            LogRecoveryScanner.Visit(replica.Directory, _logOptions!, scan.Next, Math.Min(durableUntil, scan.Next + StepBytes), batch);
-            if (batch.CommittedUntil <= scan.Next && durableUntil > scan.Next + StepBytes)
+            var verified = LogRecoveryScanner.VerifyFrom(replica.Directory, _logOptions!, _verified, Math.Min(durableUntil, from + StepBytes), batch);
+            if (verified.Until <= from && durableUntil > from + StepBytes)
             {
                 // No commit inside the step (a group commit larger than it): the whole rest at once.
                 batch = new CommittedRecords();
-                LogRecoveryScanner.Visit(replica.Directory, _logOptions!, scan.Next, durableUntil, batch);
+                verified = LogRecoveryScanner.VerifyFrom(replica.Directory, _logOptions!, _verified, durableUntil, batch);
             }
 
             foreach (var record in batch.Records)
             {
-                if (record.Lsn >= batch.CommittedUntil)
+                if (record.Lsn >= verified.Until)
                 {
                     break;
                 }
 
-                scan.Apply(record);
+                // Records before the scan's start (the first step after the start, which verified up to a commit before it)
+                // were the checkpoint's to account for, not the scan's.
+                if (record.Lsn >= scan.Next)
+                {
+                    scan.Apply(record);
+                }
             }
 
-            if (batch.CommittedUntil > scan.Next)
+            lock (_gate)
             {
-                scan.Next = batch.CommittedUntil;
+                _verified = verified;
+            }
+
+            if (verified.Until > scan.Next)
+            {
+                scan.Next = verified.Until;
                 moved = true;
             }
         }
@@ -290,7 +312,8 @@ internal sealed partial class HotFollower(
         var (begin, durableUntil, resets, _) = replica.Snapshot();
         lock (_gate)
         {
-            if (_progress is not { } progress || _shared is not { } shared || _stoppedBecause is not null || resets != _resets || begin > progress.Next || durableUntil < progress.Next)
+            if (_progress is not { } progress || _shared is not { } shared || _verified is not { } verified || _stoppedBecause is not null || resets != _resets ||
+                begin > progress.Next || durableUntil < progress.Next)
             {
                 var why = _stoppedBecause ?? (_progress is null ? "it had not started" : "the copy changed under it");
                 DiscardLocked();
@@ -304,7 +327,8 @@ internal sealed partial class HotFollower(
             progress.Elapsed = TimeSpan.Zero;
             _progress = null;
             _shared = null;
-            return new FollowerHandoff(progress, shared);
+            _verified = null;
+            return new FollowerHandoff(progress, shared, verified);
         }
     }
 
@@ -328,6 +352,7 @@ internal sealed partial class HotFollower(
     {
         Volatile.Write(ref _progress, null);
         _shared = null;
+        _verified = null;
         Volatile.Write(ref _waiting, 0);
         Volatile.Write(ref _behindSince, 0);
         RemoveSessions();
@@ -370,16 +395,17 @@ internal sealed partial class HotFollower(
                 : throw new LogCorruptionException($"The replica's copy holds no intact record at LSN {lsn} (it holds [{begin}, {durableUntil})).", lsn);
     }
 
-    /// <summary>The records of one walk over the copy, and where its last commit ends.</summary>
+    /// <summary>The records of one walk over the copy.</summary>
     private sealed class CommittedRecords : ILogScanVisitor
     {
         public List<LogRecord> Records { get; } = [];
 
-        public long CommittedUntil { get; private set; }
-
         public void Record(RecordHeader header, ReadOnlySpan<byte> body) => Records.Add(LogRecord.FromVerified(header, body.ToArray()));
 
-        public void Committed(long until) => CommittedUntil = Math.Max(CommittedUntil, until);
+        public void Committed(long until)
+        {
+            // The walk's result says where its last commit ends (LogRecoveryScanner.VerifyFrom).
+        }
     }
 
     /// <summary>The follower's log messages (event ids 1450–1454).</summary>

@@ -201,8 +201,16 @@ internal sealed partial class DurableLog : IAsyncDisposable
     /// <param name="metrics">The service's instruments (<see cref="Metrics"/>); null records nothing (psctl, the client's store, tests).</param>
     /// <param name="crashPoints">The crash points the service's tests armed (<see cref="CrashPoints"/>); null arms none.</param>
     /// <param name="cancellationToken">Cancels the open.</param>
-    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics,
+    public static Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics,
         Checkpoints.CrashPoints? crashPoints, CancellationToken cancellationToken = default)
+        => OpenAsync(options, logger, capture, metrics, crashPoints, verified: null, cancellationToken);
+
+    /// <summary>
+    /// Opens the log as the other overloads do; <paramref name="verified"/>: what a promoted replica's hot follower already
+    /// verified of these files (<see cref="LogRecoveryScanner.VerifyFrom"/>), which the verification walk then goes on from.
+    /// </summary>
+    public static async Task<DurableLog> OpenAsync(LogOptions options, ILogger? logger, RecordCapture? capture, PersistentServicesMetrics? metrics,
+        Checkpoints.CrashPoints? crashPoints, VerifiedPrefix? verified, CancellationToken cancellationToken = default)
     {
         ArgumentNullException.ThrowIfNull(options);
         options.Validate();
@@ -232,7 +240,7 @@ internal sealed partial class DurableLog : IAsyncDisposable
                 LogEvents.MetadataDamaged(logger, metadataPath, string.Join("; ", damage));
             }
 
-            var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata, capture);
+            var scan = LogRecoveryScanner.Scan(options.Directory, options, metadata, capture, verified);
             if (scan.Problems.Count > 0)
             {
                 // Refuse before anything on disk changes: the operator can still copy and inspect exactly what was found.
@@ -302,8 +310,16 @@ internal sealed partial class DurableLog : IAsyncDisposable
             }
 
             created = new DurableLog(fasterLog, device, metadataFile, metadataWriter, lockFile, io, options, scan, keys, logger, metrics, crashPoints ?? Checkpoints.CrashPoints.None);
-            LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
-                (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
+            if (scan.VerifiedBefore > 0)
+            {
+                LogEvents.OpenedAfterVerifiedPrefix(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.VerifiedBefore,
+                    (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+            }
+            else
+            {
+                LogEvents.Opened(logger, options.Directory, scan.BeginAddress, scan.CommittedUntil, scan.RecordsVerified,
+                    (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds, scan.WalkedInTwo ? 2 : 1);
+            }
             if (keys is not null)
             {
                 LogEvents.Encryption(logger, options.Directory, created.EncryptionKeyId ?? "none (new records are written in clear)", LogKeyRing.Describe(keys));

@@ -9,6 +9,10 @@ internal static partial class LogEvents
         "Opened log '{Directory}': begin {BeginAddress}, committed until {CommittedUntil}, {Records} committed records verified in {ElapsedMs} ms by {Walkers} walker(s)")]
     public static partial void Opened(ILogger logger, string directory, long beginAddress, long committedUntil, long records, long elapsedMs, int walkers);
 
+    [LoggerMessage(1007, LogLevel.Information,
+        "Opened log '{Directory}': begin {BeginAddress}, committed until {CommittedUntil}; everything before {VerifiedBefore} had been verified by this replica's hot follower, the rest in {ElapsedMs} ms")]
+    public static partial void OpenedAfterVerifiedPrefix(ILogger logger, string directory, long beginAddress, long committedUntil, long verifiedBefore, long elapsedMs);
+
     [LoggerMessage(1001, LogLevel.Warning,
         "Truncated the tail [{From}, {To}) of the log in '{Directory}': {Bytes} bytes after the last intact commit record, with {UncommittedRecords} intact records " +
         "that no intact commit record covers. A crash that cuts a write short leaves such a tail, and then nothing in it was acknowledged; damage from outside " +

@@ -46,6 +46,7 @@ internal sealed class LogRecoveryScanner : IDisposable
     private byte[]? _plain;
     private bool _walkInTwo = true;
     private long _splitAt;
+    private VerifiedPrefix? _verified;
     private long _loadedPage = -1;
     private int _loadedValid;
 
@@ -75,9 +76,34 @@ internal sealed class LogRecoveryScanner : IDisposable
     /// page boundary inside the log, is where two walkers meet instead of the one chosen.
     /// </summary>
     public static LogScanResult Scan(string directory, LogOptions options, CommitMetadata? metadata, ILogScanVisitor? visitor = null, bool walkInTwo = true, long splitAt = 0)
+        => Scan(directory, options, metadata, visitor, verified: null, walkInTwo, splitAt);
+
+    /// <summary>
+    /// Scans as <see cref="Scan(string, LogOptions, CommitMetadata?, ILogScanVisitor?, bool, long)"/> does, but walks only
+    /// from <paramref name="verified"/>'s end when it covers the begin address (a promoted replica's hot follower walked the
+    /// rest of these very files, <see cref="VerifyFrom"/>): the walk's state at its end is carried over as if this scan had
+    /// walked it. Anything after it is verified as in any scan; problems are found there as always.
+    /// </summary>
+    public static LogScanResult Scan(string directory, LogOptions options, CommitMetadata? metadata, ILogScanVisitor? visitor, VerifiedPrefix? verified, bool walkInTwo = true, long splitAt = 0)
     {
-        using var scanner = new LogRecoveryScanner(directory, options, visitor) { _walkInTwo = walkInTwo, _splitAt = splitAt };
+        using var scanner = new LogRecoveryScanner(directory, options, visitor) { _walkInTwo = walkInTwo, _splitAt = splitAt, _verified = verified };
         return scanner.Run(metadata);
+    }
+
+    /// <summary>
+    /// Verifies [<paramref name="from"/>'s end, <paramref name="until"/>) of the files (no entry starting at or after
+    /// <paramref name="until"/>; one starting before it is walked whole) as the open's walk does, carrying on from
+    /// <paramref name="from"/>'s state, and hands every intact record and commit to <paramref name="visitor"/>. Returns what
+    /// is verified then: up to the last intact commit record walked (the same prefix when there was none, or the walk met
+    /// damage first: the open that follows walks from there and refuses on it).
+    /// </summary>
+    public static VerifiedPrefix VerifyFrom(string directory, LogOptions options, VerifiedPrefix from, long until, ILogScanVisitor? visitor)
+    {
+        ArgumentNullException.ThrowIfNull(from);
+        using var scanner = new LogRecoveryScanner(directory, options, visitor);
+        var walk = new WalkResult { CommittedUntil = from.Until, CommitNum = from.CommitNum, CommittedRecords = from.Records, NewestTruncation = from.NewestTruncation };
+        scanner.Walk(from.Until, walk, until);
+        return walk.CommittedUntil <= from.Until ? from : new VerifiedPrefix(from.From, walk.CommittedUntil, walk.CommitNum, walk.CommittedRecords, walk.NewestTruncation);
     }
 
     /// <summary>
@@ -207,7 +233,23 @@ internal sealed class LogRecoveryScanner : IDisposable
         }
 
         var walk = new WalkResult { CommittedUntil = start };
-        var walkedInTwo = WalkInTwo(start, walk);
+        var walkedInTwo = false;
+        var verifiedBefore = 0L;
+        if (_verified is { } v && v.From <= start && v.Until >= start && v.Until <= PhysicalEnd)
+        {
+            // What a hot follower walked in these files (its replica's copy, this process's own): the walk goes on from its end.
+            walk.CommittedUntil = v.Until;
+            walk.CommitNum = v.CommitNum;
+            walk.CommittedRecords = v.Records;
+            walk.NewestTruncation = v.NewestTruncation;
+            verifiedBefore = v.Until;
+            Walk(v.Until, walk);
+        }
+        else
+        {
+            walkedInTwo = WalkInTwo(start, walk);
+        }
+
         while (problems.Count < MaxProblems)
         {
             var searchFrom = walk.FailureAddress >= 0 ? walk.FailureAddress + 4 : walk.EndAddress;
@@ -324,6 +366,7 @@ internal sealed class LogRecoveryScanner : IDisposable
             CommitNum = Math.Max(walk.CommitNum, metadata?.CommitNum ?? 0),
             RecordsVerified = walk.CommittedRecords,
             WalkedInTwo = walkedInTwo,
+            VerifiedBefore = verifiedBefore,
             TornTail = torn,
             UncommittedRecords = walk.UncommittedRecords,
             TailReason = tailReason,

@@ -39,6 +39,28 @@ internal sealed record LogScanResult
     /// <summary>The walk ran in two halves at once (a long log on two or more cores), not once from the begin address.</summary>
     public bool WalkedInTwo { get; init; }
 
+    /// <summary>
+    /// Where the walk began, when it went on from a verified prefix (<see cref="LogRecoveryScanner.VerifyFrom"/>) instead of
+    /// the begin address; 0 when it walked everything.
+    /// </summary>
+    public long VerifiedBefore { get; init; }
+
     /// <summary>Everything the scan refuses to open on (empty when the log may be opened). The first is the one a failed open names.</summary>
     public IReadOnlyList<LogProblem> Problems { get; init; } = [];
+}
+
+/// <summary>
+/// What a walk of a log's files verified (<see cref="LogRecoveryScanner.VerifyFrom"/>): every entry in
+/// [<paramref name="From"/>, <paramref name="Until"/>) intact, <paramref name="Until"/> the end of an intact commit record
+/// numbered <paramref name="CommitNum"/> (or <paramref name="From"/> itself, before any), and the walk's state there.
+/// </summary>
+/// <param name="From">Where the walk began: the log's begin address then.</param>
+/// <param name="Until">The end of the last intact commit record walked.</param>
+/// <param name="CommitNum">That commit record's number (0 before any).</param>
+/// <param name="Records">Committed records walked.</param>
+/// <param name="NewestTruncation">The newest committed <c>LogTruncated</c> record's address, if any.</param>
+internal sealed record VerifiedPrefix(long From, long Until, long CommitNum, long Records, long? NewestTruncation)
+{
+    /// <summary>Nothing verified yet, a walk to begin at <paramref name="begin"/>.</summary>
+    public static VerifiedPrefix At(long begin) => new(begin, begin, 0, 0, null);
 }

@@ -131,6 +131,10 @@ public sealed class HotFollowerTests : IDisposable
         var runtime = replica.App.Services.GetRequiredService<PersistentRuntime>();
         Assert.NotNull(follower.HandedOverAt);
         Assert.Equal(follower.HandedOverAt, runtime.Analysis!.ScannedFrom);
+
+        // The open's verification walk went on from what the follower had verified of the copy: the whole log then.
+        Assert.Equal(follower.HandedOverAt, runtime.Log.OpenReport.VerifiedBefore);
+        Assert.Empty(runtime.Log.OpenReport.Problems);
     }
 
     [Fact]

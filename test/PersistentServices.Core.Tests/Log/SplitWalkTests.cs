@@ -22,7 +22,7 @@ public sealed class SplitWalkTests
     }
 
     /// <summary>A log of about 40 pages over 10 segments, with truncations in it; the metadata as it was after the commit before last.</summary>
-    private static async Task<(List<long> Lsns, byte[] MetadataBeforeLastCommit, long LastCommitStart, long End)> WriteAsync(string directory)
+    internal static async Task<(List<long> Lsns, byte[] MetadataBeforeLastCommit, long LastCommitStart, long End)> WriteAsync(string directory)
     {
         var lsns = new List<long>();
         var log = await DurableLog.OpenAsync(LogTestOptions.Small(directory), cancellationToken: Ct);
@@ -70,7 +70,7 @@ public sealed class SplitWalkTests
         }
     }
 
-    private static void WriteAt(string directory, long address, byte[] bytes)
+    internal static void WriteAt(string directory, long address, byte[] bytes)
     {
         var options = LogTestOptions.Small(directory);
         var segment = (int)(address >> options.SegmentSizeBits);
@@ -78,7 +78,7 @@ public sealed class SplitWalkTests
         RandomAccess.Write(file, bytes, address & ((1L << options.SegmentSizeBits) - 1));
     }
 
-    private static void Flip(string directory, long address)
+    internal static void Flip(string directory, long address)
     {
         var options = LogTestOptions.Small(directory);
         var path = SegmentFiles.PathOf(SegmentFiles.BasePath(directory), (int)(address >> options.SegmentSizeBits));
@@ -88,7 +88,7 @@ public sealed class SplitWalkTests
     }
 
     /// <summary>"torn-tail": the last commit record never reached the disk, nor the metadata that followed it. "no-metadata": commit.meta lost.</summary>
-    private static void Damage(string directory, string damage, byte[] metadataBeforeLastCommit, long lastCommitStart, long end)
+    internal static void Damage(string directory, string damage, byte[] metadataBeforeLastCommit, long lastCommitStart, long end)
     {
         var metadataPath = Path.Combine(directory, CommitMetadataFile.FileName);
         if (damage == "torn-tail")
@@ -102,7 +102,7 @@ public sealed class SplitWalkTests
         }
     }
 
-    private static void AssertSameFindings(LogScanResult one, LogScanResult two)
+    internal static void AssertSameFindings(LogScanResult one, LogScanResult two)
     {
         Assert.Equal(one.BeginAddress, two.BeginAddress);
         Assert.Equal(one.CommittedUntil, two.CommittedUntil);
