@@ -21,7 +21,7 @@ namespace PersistentServices.Replication;
 /// are the members of a Raft cluster (DotNext's, over HTTP at <see cref="ProtocolPath"/> on the service's own port, its
 /// term and vote kept in a write-ahead log under the log directory). Raft elects one leader at a time; the leader is the
 /// group's <b>failover coordinator</b>: it asks every log node where it stands (<c>GET /ps/replication/status</c>) every
-/// third of the election timeout, and when no node has answered as the primary twice in a row (once, when the primary's
+/// sixth of the election timeout, and when no node has answered as the primary twice in a row (once, when the primary's
 /// port refuses connections), it promotes the replica
 /// with the longest log, with a term above every term it saw (the promotion's own majority claim,
 /// <see cref="ReplicationNode.PromoteAsync"/>, keeps that safe whatever else is running). The election is DotNext's;
@@ -271,12 +271,14 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
     }
 
     /// <summary>
-    /// The coordinator's loop: while this node leads the Raft cluster, every third of the election timeout it asks each log
+    /// The coordinator's loop: while this node leads the Raft cluster, every sixth of the election timeout it asks each log
     /// node where it stands; with no primary answering twice in a row, it promotes the replica holding the most log.
     /// </summary>
     private async Task CoordinateAsync(IRaftCluster cluster, CancellationToken cancellationToken)
     {
-        var interval = _options.ElectionTimeout / 3;
+        // 50 ms by default: a killed primary (its port refuses) is found within a round, so the round is most of the detection;
+        // a round is one status request per node, a few hundred bytes each.
+        var interval = _options.ElectionTimeout / 6;
         var http = _httpClients.CreateClient(ReplicationNode.HttpClientName);
         var misses = 0;
         var lastNoCandidate = 0L;
@@ -361,7 +363,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
 
     /// <summary>
     /// How long the coordinator waits for a node's status: a dead process refuses at once (a killed primary is given up
-    /// after two rounds, two thirds of the election timeout); a slow one (a loaded host, a pause) is given twice the
+    /// within one round, a sixth of the election timeout); a slow one (a loaded host, a pause) is given twice the
     /// election timeout, at least half a second, per round, before it counts as gone.
     /// </summary>
     private TimeSpan StatusTimeout => TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromMilliseconds(500).Ticks));
