@@ -127,6 +127,9 @@ internal sealed class LogShipper : IDisposable
             case ShipmentOutcome.Empty:
                 _state = "catching up (total)";
                 return (begin, true);
+            case ShipmentOutcome.Denied:
+                // Only a promotion's claim is denied, and this probe names no candidate: not an answer to this message.
+                throw new ReplicationProtocolException($"{_replica} answered this primary's probe as a refused promotion's claim (denied)");
         }
 
         var end = _log.LocalDurableUntil;

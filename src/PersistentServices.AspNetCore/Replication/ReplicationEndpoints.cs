@@ -14,7 +14,9 @@ namespace PersistentServices.Replication;
 /// <list type="bullet">
 /// <item><c>POST /ps/replication/append</c>: a shipment, on a replica (200 with where it now ends; 409 with where it
 ///   stands when it is not at that place, is empty, or has seen a newer term); a primary answers 409 with its own term,
-///   or, for a newer term, is fenced and answers 503.</item>
+///   or, for a newer term, is fenced and answers 503. A promotion's claim (a probe that names its candidate) is a vote
+///   request: granted (409 <c>position</c>/<c>empty</c> in the claimed term) or, when this node gave the term to another
+///   candidate or took it from its primary, refused (409 <c>denied</c>; <see cref="ReplicaLog.Append"/>).</item>
 /// <item><c>POST /ps/replication/promote</c>: makes a replica the primary of a newer term (200; 409 when it cannot).</item>
 /// <item><c>POST /ps/replication/switchover</c>: a primary hands its role to a caught-up replica (200; 409 when it cannot,
 ///   and then it serves again).</item>
@@ -52,7 +54,13 @@ internal static class ReplicationEndpoints
         if (!ReplicationMessages.TryParse(header, out var shipment))
         {
             await RefuseAsync(context, 400, "replication-malformed", "Malformed shipment",
-                "A shipment carries PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1 with T >= 1.").ConfigureAwait(false);
+                "A shipment carries PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1 with T >= 1 (a promotion's claim: from=-1 and candidate=<32 hex digits>).").ConfigureAwait(false);
+            return;
+        }
+
+        if (shipment.IsClaim && context.Request.ContentLength is not 0)
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed claim", "A promotion's claim (a shipment that names a candidate) has no body.").ConfigureAwait(false);
             return;
         }
 
@@ -105,13 +113,6 @@ internal static class ReplicationEndpoints
             // A witness takes terms (a promotion's claim, a probe), never a log: a primary configured to ship to it is misconfigured.
             await RefuseAsync(context, 409, "replication-witness", "A witness holds no log",
                 "This node is a witness: it votes and takes terms, and holds no copy of the log. Remove it from the primary's Replicas (docs/replication.md).").ConfigureAwait(false);
-            return;
-        }
-
-        if (shipment.From == -1 && shipment.Term == replica.Term && node.IsPromoting)
-        {
-            // Another candidate's claim of the term this replica claims for itself: refused, as a Raft candidate votes only for itself.
-            await WriteAnswerAsync(context, 409, new ShipmentAnswer("fenced", replica.Term, replica.ContentTerm, replica.Begin, replica.DurableUntil, 0)).ConfigureAwait(false);
             return;
         }
 

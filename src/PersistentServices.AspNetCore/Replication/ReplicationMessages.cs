@@ -13,7 +13,9 @@ namespace PersistentServices.Replication;
 /// <summary>
 /// The replication messages on the wire (docs/replication.md, "The protocol"): a shipment is <c>POST</c>
 /// <see cref="ReplicationEndpoints.AppendPath"/> with the log's bytes as the body and header
-/// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1;sha256=H</c>; a promotion is <c>POST</c>
+/// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1;sha256=H</c>; a promotion's claim of its term is the same
+/// with no bytes, from -1, and <c>candidate=C</c> before the hash (C: 32 hex digits, the claim's own id, which the node
+/// that grants the term records as its vote); a promotion is <c>POST</c>
 /// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c> (psctl sends it:
 /// <c>Tool/ReplicationCommand.cs</c>, the same signature format from Core). Both are signed with the peer key
 /// (<see cref="PeerSignature"/>, role <c>replication</c>, the header as the signed DV field) by and for the service of
@@ -25,13 +27,15 @@ internal static class ReplicationMessages
     public const string Role = "replication";
     public const string ContentType = "application/octet-stream";
 
+    private static readonly System.Buffers.SearchValues<char> LowerHex = System.Buffers.SearchValues.Create("0123456789abcdef");
+
     /// <summary>
     /// The <c>PS-Replication</c> header of a shipment: its fields and the SHA-256 of its bytes, so that the signature (over
     /// the header, with no body) is checked before the body is read, and the body then against the hash.
     /// </summary>
     public static string Describe(in Shipment shipment)
         => string.Create(CultureInfo.InvariantCulture,
-            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)};sha256={Convert.ToHexStringLower(SHA256.HashData(shipment.Bytes.Span))}");
+            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)}{(shipment.IsClaim ? ";candidate=" + shipment.Candidate.ToString("N") : "")};sha256={Convert.ToHexStringLower(SHA256.HashData(shipment.Bytes.Span))}");
 
     /// <summary>Whether <paramref name="body"/> is what <paramref name="header"/> says it is (its SHA-256).</summary>
     public static bool BodyMatches(string header, ReadOnlySpan<byte> body)
@@ -127,11 +131,15 @@ internal static class ReplicationMessages
         return node.Peers.Verify(context.Request.Headers[ProtocolHeaders.Signature].ToString(), message, body);
     }
 
-    /// <summary>Parses <c>term=T;from=F;begin=B;anchor=A;reset=0|1</c> (every field but term optional: -1, 0, 0, 0, 0).</summary>
+    /// <summary>
+    /// Parses <c>term=T;from=F;begin=B;anchor=A;reset=0|1[;candidate=C]</c> (every field but term optional: -1, 0, 0, 0,
+    /// 0, none). A candidate is 32 lowercase hex digits, not all zero, and only on a claim (from -1, no reset).
+    /// </summary>
     public static bool TryParse(string header, out Shipment shipment)
     {
         shipment = default;
         long term = -1, from = -1, begin = 0, anchor = 0, reset = 0;
+        Guid? candidate = null;
         if (header.Length is 0 or > 300 || !header.Contains(";sha256=", StringComparison.Ordinal))
         {
             return false;
@@ -143,6 +151,19 @@ internal static class ReplicationMessages
             if (part.StartsWith("sha256=", StringComparison.Ordinal))
             {
                 continue; // checked against the body once it is read (BodyMatches)
+            }
+
+            if (part.StartsWith("candidate=", StringComparison.Ordinal))
+            {
+                var id = part.AsSpan(10);
+                if (candidate is not null || id.Length != 32 || id.ContainsAnyExcept(LowerHex) || !Guid.TryParseExact(id, "N", out var parsed) ||
+                    parsed == Guid.Empty)
+                {
+                    return false;
+                }
+
+                candidate = parsed;
+                continue;
             }
 
             if (eq <= 0 || !long.TryParse(part.AsSpan(eq + 1), NumberStyles.AllowLeadingSign, CultureInfo.InvariantCulture, out var value))
@@ -161,12 +182,12 @@ internal static class ReplicationMessages
             }
         }
 
-        if (term < 1 || from < -1 || begin < 0 || anchor < 0 || reset is not (0 or 1) || (reset == 1 && from != begin))
+        if (term < 1 || from < -1 || begin < 0 || anchor < 0 || reset is not (0 or 1) || (reset == 1 && from != begin) || (candidate is not null && from != -1))
         {
             return false;
         }
 
-        shipment = new Shipment(term, from, begin, anchor, reset == 1, ReadOnlyMemory<byte>.Empty);
+        shipment = new Shipment(term, from, begin, anchor, reset == 1, ReadOnlyMemory<byte>.Empty, candidate ?? Guid.Empty);
         return true;
     }
 }

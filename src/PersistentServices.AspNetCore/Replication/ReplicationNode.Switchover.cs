@@ -20,9 +20,9 @@ internal sealed partial class ReplicationNode
     private int _switching;
 
     /// <summary>
-    /// Whether this replica is claiming a term for its own promotion now (<see cref="PromoteAsync"/>): it has voted for
-    /// itself in that term, so another candidate's claim of the same term must not count it (two promotions overlapping,
-    /// a switchover's and the failover coordinator's, would otherwise both find a majority).
+    /// Whether this replica is claiming a term for its own promotion now (<see cref="PromoteAsync"/>), for its status: the
+    /// failover coordinator counts a promotion under way as a primary about to be. (That it refuses other candidates'
+    /// claims of the term is its vote for itself, recorded with the term: <see cref="ReplicaLog.TryAdvanceTerm"/>.)
     /// </summary>
     public bool IsPromoting
     {

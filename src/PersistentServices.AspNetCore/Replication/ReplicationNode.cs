@@ -213,10 +213,13 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// <summary>
     /// Makes this replica the primary of <paramref name="term"/> (docs/replication.md, "Failover"), or says why not:
     /// <list type="number">
-    /// <item>the term is recorded here first (this replica refuses the old primary's shipments from now on);</item>
-    /// <item>it is claimed at a majority of the group: every other node is told of it, and a majority (this one
-    ///   included) must take it, so the old primary, alive or not, can have nothing more acknowledged (each acknowledgement
-    ///   needs a majority too, and those nodes now refuse its term); a live old primary told of it is fenced;</item>
+    /// <item>the term is recorded here first, with this replica's vote for its own claim (a random id per claim: this
+    ///   replica refuses the old primary's shipments and other candidates' claims of the term from now on);</item>
+    /// <item>it is claimed at a majority of the group: every other node is told of it by a probe that names the claim,
+    ///   and a majority (this one included) must grant it, each node to one claim per term (Raft's <c>votedFor</c>,
+    ///   <see cref="ReplicaLog.Append"/>), so two candidates of one term cannot both have a majority, and the old primary,
+    ///   alive or not, can have nothing more acknowledged (each acknowledgement needs a majority too, and those nodes now
+    ///   refuse its term); a live old primary told of it is fenced;</item>
     /// <item>none of the nodes that took it may hold more of the log than this one (each acknowledged record is on one
     ///   of them, so this one then holds every acknowledged record): otherwise promote that one;</item>
     /// <item>the term is recorded with the primary role, the copy is closed, and recovery opens it as the service's log.</item>
@@ -226,6 +229,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     public async Task<(bool Promoted, string? Why)> PromoteAsync(long term, CancellationToken cancellationToken)
     {
         ReplicaLog replica;
+        Guid candidate;
         lock (_gate)
         {
             if (Role != ReplicationRole.Replica || _replica is not { } current)
@@ -243,7 +247,10 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
                 return (false, "this replica holds no log yet");
             }
 
-            if (!current.TryAdvanceTerm(term))
+            // One id per claim, not per node: each promotion is a candidacy of its own, and nothing about it needs to be
+            // configured (a node's Address is optional without Raft) or survive the process (a term is claimed once).
+            candidate = Guid.NewGuid();
+            if (!current.TryAdvanceTerm(term, candidate))
             {
                 return (false, $"term {term} is not newer than term {current.Term}, which this replica has seen");
             }
@@ -254,7 +261,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
         try
         {
-            if (await ClaimAsync(replica, term, cancellationToken).ConfigureAwait(false) is { } refused)
+            if (await ClaimAsync(replica, term, candidate, cancellationToken).ConfigureAwait(false) is { } refused)
             {
                 return (false, refused);
             }
@@ -288,13 +295,19 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         return (true, null);
     }
 
-    /// <summary>Tells every other node of <paramref name="term"/>; null when a majority took it and none of them holds more than <paramref name="replica"/>, else why not.</summary>
-    private async Task<string?> ClaimAsync(ReplicaLog replica, long term, CancellationToken cancellationToken)
+    /// <summary>
+    /// Claims <paramref name="term"/> for <paramref name="candidate"/> at every other node; null when a majority granted it
+    /// and none of them holds more than <paramref name="replica"/>, else why not. A node grants it by answering in the term
+    /// with where it stands (<c>position</c>, or <c>empty</c>: a witness, a new replica); <c>fenced</c> (it has seen a
+    /// newer term, or is a primary) and <c>denied</c> (it granted the term to another candidate, or took it from its
+    /// primary) do not count.
+    /// </summary>
+    private async Task<string?> ClaimAsync(ReplicaLog replica, long term, Guid candidate, CancellationToken cancellationToken)
     {
         var http = _httpClients.CreateClient(HttpClientName);
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         timeout.CancelAfter(ClaimTimeout);
-        var probe = new Shipment(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty);
+        var probe = new Shipment(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty, candidate);
         var answers = await Task.WhenAll(_options.Peers.Concat(_options.Witnesses).Select(async node =>
         {
             try
@@ -308,14 +321,14 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             }
         })).ConfigureAwait(false);
 
-        var took = answers.Where(a => a.Answer is { } r && r.Term == term && r.Outcome != ShipmentOutcome.Fenced).ToList();
+        var took = answers.Where(a => a.Answer is { } r && r.Term == term && r.Outcome is ShipmentOutcome.Position or ShipmentOutcome.Empty).ToList();
         var group = _options.Peers.Count + 1 + _options.Witnesses.Count;
         var majority = (group / 2) + 1;
         if (took.Count + 1 < majority)
         {
             var others = string.Join("; ", answers.Select(a => a.Answer is { } r ? $"{a.Node}: term {r.Term}, {r.Outcome}" : $"{a.Node}: {a.Error}"));
             return $"only {took.Count + 1} of the group's {group} nodes took term {term}, and a majority ({majority}) must, so that the old primary can have nothing more " +
-                   $"acknowledged ({others}). Ask again when more of them answer";
+                   $"acknowledged and no other candidate of the term can be promoted too ({others}). Ask again, with a newer term, when more of them answer";
         }
 
         foreach (var (node, answer, _) in took)

@@ -20,16 +20,31 @@ internal enum ShipmentOutcome
 
     /// <summary>This replica holds nothing yet: send from the primary's begin with reset.</summary>
     Empty,
+
+    /// <summary>
+    /// A promotion's claim (<see cref="Shipment.Candidate"/>) of this replica's own term, which it granted to another
+    /// candidate or took from that term's primary: it does not vote for this one (<see cref="ReplicaLog.VotedFor"/>).
+    /// </summary>
+    Denied,
 }
 
-/// <summary>One shipment of a primary's committed log (docs/replication.md).</summary>
-/// <param name="Term">The primary's replication term.</param>
+/// <summary>One shipment of a primary's committed log, or a promotion's claim of a term (docs/replication.md).</summary>
+/// <param name="Term">The primary's replication term (a claim's: the term it claims).</param>
 /// <param name="From">The address of the first byte.</param>
 /// <param name="Begin">The primary's begin address (the replica drops what lies before it).</param>
 /// <param name="Anchor">The primary's anchored service checkpoint (0: none).</param>
 /// <param name="Reset">Discard what this replica holds and start at <paramref name="From"/> (which is <paramref name="Begin"/>).</param>
 /// <param name="Bytes">The log's bytes at [<paramref name="From"/>, <paramref name="From"/> + length); they end at the end of a commit record.</param>
-internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes);
+/// <param name="Candidate">
+/// Not <see cref="Guid.Empty"/>: a promotion's claim of <paramref name="Term"/> by this candidate (a probe: from -1, no
+/// bytes), which asks for this replica's vote. Empty: a primary's shipment (or its probe of where the replica stands),
+/// which is no vote.
+/// </param>
+internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes, Guid Candidate = default)
+{
+    /// <summary>Whether this is a promotion's claim (it names its candidate) rather than a primary's shipment.</summary>
+    public bool IsClaim => Candidate != Guid.Empty;
+}
 
 /// <summary>
 /// A replica's answer: its term, the term of the primary whose bytes it holds last, its begin and durable end, and the
@@ -83,6 +98,12 @@ internal sealed class ReplicaLog : IDisposable
 
     /// <summary>The newest term this directory has seen.</summary>
     public long Term { get; private set; }
+
+    /// <summary>
+    /// The candidate this directory granted <see cref="Term"/> to (Raft's <c>votedFor</c>; durable in the <see cref="TermFile"/>):
+    /// <see cref="Guid.Empty"/> when none (the term was taken from a primary's shipment, or the directory is new).
+    /// </summary>
+    public Guid VotedFor { get; private set; }
 
     /// <summary>The term of the primary whose bytes this replica holds last (0 while empty).</summary>
     public long ContentTerm { get; private set; }
@@ -160,11 +181,13 @@ internal sealed class ReplicaLog : IDisposable
     public static long TailChecksumFrom(long begin, long durableUntil) => Math.Max(begin, durableUntil - TailChecksumBytes);
 
     /// <summary>
-    /// Records a newer term (a promotion of this replica claims it here first): shipments of older terms are refused from
-    /// now on. False when <paramref name="term"/> is not newer than <see cref="Term"/>.
+    /// Records a newer term and this directory's vote in it for <paramref name="candidate"/>, this replica's own claim (a
+    /// promotion claims its term here first): shipments of older terms, and other candidates' claims of this one, are
+    /// refused from now on. False when <paramref name="term"/> is not newer than <see cref="Term"/>.
     /// </summary>
-    public bool TryAdvanceTerm(long term)
+    public bool TryAdvanceTerm(long term, Guid candidate)
     {
+        ArgumentOutOfRangeException.ThrowIfEqual(candidate, Guid.Empty);
         lock (_gate)
         {
             ObjectDisposedException.ThrowIf(_disposed, this);
@@ -173,11 +196,21 @@ internal sealed class ReplicaLog : IDisposable
                 return false;
             }
 
-            TermFile.Write(_directory, new TermRecord(term, Primary: false, ContentTerm), _options.FileMode);
-            ReplicationEvents.TermAdvanced(_logger, _directory, Term, term);
-            Term = term;
+            TakeTerm(term, candidate);
             return true;
         }
+    }
+
+    /// <summary>
+    /// Records <paramref name="term"/> with the vote <paramref name="votedFor"/> (empty: none), durably before anything of
+    /// it is accepted: after a crash this replica still refuses the older primary, and still votes only once in the term.
+    /// </summary>
+    private void TakeTerm(long term, Guid votedFor)
+    {
+        TermFile.Write(_directory, new TermRecord(term, Primary: false, ContentTerm, votedFor), _options.FileMode);
+        ReplicationEvents.TermAdvanced(_logger, _directory, Term, term);
+        Term = term;
+        VotedFor = votedFor;
     }
 
     /// <summary>Writes a shipment (or refuses it); returns only once what it reports is durable.</summary>
@@ -191,12 +224,24 @@ internal sealed class ReplicaLog : IDisposable
                 return Result(ShipmentOutcome.Fenced);
             }
 
+            if (shipment.IsClaim && (shipment.From != -1 || shipment.Reset || !shipment.Bytes.IsEmpty))
+            {
+                throw new ArgumentException("A promotion's claim is a probe: from -1, no reset, no bytes.", nameof(shipment));
+            }
+
             if (shipment.Term > Term)
             {
-                // The newer term is durable before anything of it is accepted: after a crash this replica still refuses the old primary.
-                TermFile.Write(_directory, new TermRecord(shipment.Term, Primary: false, ContentTerm), _options.FileMode);
-                ReplicationEvents.TermAdvanced(_logger, _directory, Term, shipment.Term);
-                Term = shipment.Term;
+                // A claim's term is taken with the vote for its candidate; a primary's shipment of a newer term takes it with
+                // none: that term has its primary, and no candidate's claim of it is granted here from now on.
+                TakeTerm(shipment.Term, shipment.Candidate);
+            }
+            else if (shipment.IsClaim && shipment.Candidate != VotedFor)
+            {
+                // One vote per term (Raft's votedFor): this directory granted the term to another candidate (or to itself, a
+                // candidate's own claim), or took it from its primary. Two candidates of one term cannot both count it.
+                ReplicationEvents.ClaimDenied(_logger, _directory, shipment.Term, shipment.Candidate.ToString("N"),
+                    VotedFor == Guid.Empty ? "no candidate (it took the term without a vote: from a primary's shipment, a fence, or a term file of the first format)" : $"candidate {VotedFor:N}");
+                return Result(ShipmentOutcome.Denied);
             }
 
             if (shipment.Reset)
@@ -305,7 +350,7 @@ internal sealed class ReplicaLog : IDisposable
     {
         if (term != ContentTerm)
         {
-            TermFile.Write(_directory, new TermRecord(Term, Primary: false, term), _options.FileMode);
+            TermFile.Write(_directory, new TermRecord(Term, Primary: false, term, VotedFor), _options.FileMode);
             ContentTerm = term;
         }
     }
@@ -319,6 +364,7 @@ internal sealed class ReplicaLog : IDisposable
         var recorded = TermFile.Read(_directory);
         Term = recorded?.Term ?? 0;
         ContentTerm = recorded?.ContentTerm ?? 0;
+        VotedFor = recorded?.VotedFor ?? Guid.Empty;
         if (File.Exists(Path.Combine(_directory, ResetMarkerFileName)))
         {
             // A reset was cut short: what is here was being replaced, the primary holds all of it.

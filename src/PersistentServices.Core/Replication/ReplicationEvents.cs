@@ -16,4 +16,7 @@ internal static partial class ReplicationEvents
 
     [LoggerMessage(1423, LogLevel.Warning, "Replica log '{Directory}': a reset was cut short by a crash; its files are wiped and the primary sends its log again")]
     public static partial void ResetResumed(ILogger logger, string directory);
+
+    [LoggerMessage(1424, LogLevel.Warning, "Replica log '{Directory}' refuses candidate {Candidate}'s claim of term {Term}: it granted that term to {VotedFor}, and votes once per term")]
+    public static partial void ClaimDenied(ILogger logger, string directory, long term, string candidate, string votedFor);
 }

@@ -108,6 +108,12 @@ public sealed class ReplicationEndpointsTests : IDisposable
     [InlineData("term=1;from=64;begin=128;anchor=0;reset=1;sha256=00")]
     [InlineData("term=1;from=x;begin=64;anchor=0;reset=0;sha256=00")]
     [InlineData("term=1;from=64;begin=64;anchor=0;reset=0;extra=1;sha256=00")]
+    [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789abcdef;sha256=00")] // a candidate is 32 hex digits
+    [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789ABCDEF0123456789ABCDEF;sha256=00")]
+    [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdeg;sha256=00")]
+    [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=00000000000000000000000000000000;sha256=00")]
+    [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdef;candidate=0123456789abcdef0123456789abcdee;sha256=00")]
+    [InlineData("term=1;from=64;begin=64;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdef;sha256=00")] // only a probe is a claim
     public async Task AMalformedHeader_Is400(string header)
     {
         await using var server = await StartReplicaAsync();
@@ -115,6 +121,19 @@ public sealed class ReplicationEndpointsTests : IDisposable
         using var response = await server.Client.SendAsync(Shipment(header, []), Ct);
 
         await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+    }
+
+    [Fact]
+    public async Task AClaimWithABody_Is400_AndChangesNothing()
+    {
+        await using var server = await StartReplicaAsync();
+        byte[] body = [1];
+
+        using var response = await server.Client.SendAsync(
+            Shipment($"term=3;from=-1;begin=0;anchor=0;reset=0;candidate={Guid.NewGuid():N};sha256={Convert.ToHexStringLower(SHA256.HashData(body))}", body), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+        Assert.Equal(0, server.App.Services.GetRequiredService<ReplicationNode>().Replica!.Term);
     }
 
     [Fact]
@@ -293,11 +312,20 @@ public sealed class RaftFailoverEndpointsTests : IDisposable
         var node = server.App.Services.GetRequiredService<ReplicationNode>();
         Assert.Equal(ReplicationRole.Witness, node.Role);
 
-        // A promotion's claim (a probe of a newer term) is taken durably.
-        using var claim = await server.Client.SendAsync(ReplicationEndpointsTestsAccess.Shipment($"term=4;from=-1;begin=0;anchor=0;reset=0;sha256={Convert.ToHexStringLower(SHA256.HashData([]))}", [], PeerKey), Ct);
+        // A promotion's claim (a probe of a newer term that names its candidate) is taken durably, with the vote.
+        var candidate = Guid.NewGuid();
+        using var claim = await server.Client.SendAsync(ReplicationEndpointsTestsAccess.Shipment(
+            $"term=4;from=-1;begin=0;anchor=0;reset=0;candidate={candidate:N};sha256={Convert.ToHexStringLower(SHA256.HashData([]))}", [], PeerKey), Ct);
         Assert.Equal(HttpStatusCode.Conflict, claim.StatusCode);
+        Assert.Contains("\"empty\"", await claim.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
         Assert.Equal(4, node.Term);
-        Assert.Equal(4, TermFile.Read(_dir.Path)!.Value.Term);
+        Assert.Equal((4L, candidate), (TermFile.Read(_dir.Path)!.Value.Term, TermFile.Read(_dir.Path)!.Value.VotedFor));
+
+        // Another candidate's claim of the same term is denied: a witness votes once per term, as a replica does.
+        using var other = await server.Client.SendAsync(ReplicationEndpointsTestsAccess.Shipment(
+            $"term=4;from=-1;begin=0;anchor=0;reset=0;candidate={Guid.NewGuid():N};sha256={Convert.ToHexStringLower(SHA256.HashData([]))}", [], PeerKey), Ct);
+        Assert.Equal(HttpStatusCode.Conflict, other.StatusCode);
+        Assert.Contains("\"denied\"", await other.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
 
         // A log is refused: a witness holds none.
         var body = new byte[4096];

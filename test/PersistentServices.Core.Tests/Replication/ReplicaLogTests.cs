@@ -302,4 +302,107 @@ public sealed class ReplicaLogTests
         Assert.Equal(500, watermark.Until);
         Assert.Equal(long.MaxValue, new ReplicationWatermark(replicas: 1, required: 0).Until);
     }
+
+    private static Shipment Claim(long term, Guid candidate) => new(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty, candidate);
+
+    [Fact]
+    public void AClaimOfANewerTerm_IsGrantedDurably_ItsCandidateAgainIsGranted_AnotherCandidateIsDenied()
+    {
+        using var replicaDir = new TempDirectory();
+        var a = Guid.NewGuid();
+        var b = Guid.NewGuid();
+        using (var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance))
+        {
+            var granted = replica.Append(Claim(2, a));
+            Assert.Equal(ShipmentOutcome.Empty, granted.Outcome); // an answer in the claimed term: the candidate counts it
+            Assert.Equal(2, granted.Term);
+            Assert.Equal(a, replica.VotedFor);
+        }
+
+        Assert.Equal(a, TermFile.Read(replicaDir.Path)!.Value.VotedFor);
+        using (var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance))
+        {
+            // After a restart the vote holds: the same candidate's claim is granted again, another's is denied.
+            Assert.Equal(a, replica.VotedFor);
+            Assert.Equal(ShipmentOutcome.Empty, replica.Append(Claim(2, a)).Outcome);
+            var denied = replica.Append(Claim(2, b));
+            Assert.Equal(ShipmentOutcome.Denied, denied.Outcome);
+            Assert.Equal(2, denied.Term);
+            Assert.Equal(a, replica.VotedFor);
+
+            // An older term's claim is fenced; a newer term's is granted to its candidate, whoever had this one.
+            Assert.Equal(ShipmentOutcome.Fenced, replica.Append(Claim(1, b)).Outcome);
+            Assert.Equal(ShipmentOutcome.Empty, replica.Append(Claim(3, b)).Outcome);
+            Assert.Equal((3L, b), (replica.Term, replica.VotedFor));
+            Assert.Equal(ShipmentOutcome.Denied, replica.Append(Claim(3, a)).Outcome);
+        }
+    }
+
+    [Fact]
+    public void ACandidatesOwnTerm_IsItsVoteForItself_AnotherCandidatesClaimIsDenied()
+    {
+        using var replicaDir = new TempDirectory();
+        var self = Guid.NewGuid();
+        using (var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance))
+        {
+            Assert.True(replica.TryAdvanceTerm(2, self));
+            Assert.Equal(self, replica.VotedFor);
+            Assert.Equal(ShipmentOutcome.Denied, replica.Append(Claim(2, Guid.NewGuid())).Outcome);
+            Assert.False(replica.TryAdvanceTerm(2, Guid.NewGuid())); // a term is claimed once
+        }
+
+        using (var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance))
+        {
+            Assert.Equal(self, replica.VotedFor);
+            Assert.Equal(ShipmentOutcome.Denied, replica.Append(Claim(2, Guid.NewGuid())).Outcome);
+        }
+    }
+
+    [Fact]
+    public async Task ATermTakenFromAPrimarysShipment_RecordsNoVote_EveryClaimOfItIsDenied_ThePrimarysProbesAreNot()
+    {
+        using var primaryDir = new TempDirectory();
+        using var replicaDir = new TempDirectory();
+        await using var primary = await DurableLog.OpenAsync(LogTestOptions.Small(primaryDir.Path), cancellationToken: Ct);
+        await AppendAsync(primary, 20, 1);
+        using var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance);
+
+        // The primary's probe of where the replica stands (no candidate) takes its term, as a shipment does: no vote.
+        Assert.Equal(ShipmentOutcome.Empty, replica.Append(new Shipment(2, -1, primary.BeginAddress, 0, false, ReadOnlyMemory<byte>.Empty)).Outcome);
+        Assert.Equal((2L, Guid.Empty), (replica.Term, replica.VotedFor));
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, term: 2).Outcome);
+
+        // Term 2 has its primary: a candidate's claim of it is denied (it could only make a second primary of the term).
+        var denied = replica.Append(Claim(2, Guid.NewGuid()));
+        Assert.Equal(ShipmentOutcome.Denied, denied.Outcome);
+        Assert.Equal(replica.DurableUntil, denied.DurableUntil);
+
+        // The primary's own probes and shipments go on.
+        Assert.Equal(ShipmentOutcome.Position, replica.Append(new Shipment(2, -1, primary.BeginAddress, 0, false, ReadOnlyMemory<byte>.Empty)).Outcome);
+        await AppendAsync(primary, 5, 100);
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, term: 2).Outcome);
+        Assert.Equal(Guid.Empty, TermFile.Read(replicaDir.Path)!.Value.VotedFor);
+    }
+
+    [Fact]
+    public async Task ThePrimarysShipments_OfATermThisReplicaGrantedToAnotherCandidate_AreAccepted_AndKeepTheVote()
+    {
+        using var primaryDir = new TempDirectory();
+        using var replicaDir = new TempDirectory();
+        await using var primary = await DurableLog.OpenAsync(LogTestOptions.Small(primaryDir.Path), cancellationToken: Ct);
+        await AppendAsync(primary, 20, 1);
+        using var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance);
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, term: 1).Outcome);
+        var voted = Guid.NewGuid();
+        Assert.Equal(ShipmentOutcome.Position, replica.Append(Claim(2, voted)).Outcome);
+
+        // Whichever candidate became the primary of term 2 (at most one did), its shipments are no vote: they are taken.
+        await AppendAsync(primary, 5, 100);
+        var result = Ship(primary, replica, term: 2);
+
+        Assert.Equal(ShipmentOutcome.Appended, result.Outcome);
+        Assert.Equal(primary.LocalDurableUntil, replica.DurableUntil);
+        Assert.Equal((2L, 2L, voted), (replica.Term, replica.ContentTerm, replica.VotedFor));
+        Assert.Equal(new TermRecord(2, false, 2, voted), TermFile.Read(replicaDir.Path));
+    }
 }
