@@ -223,6 +223,16 @@ internal sealed class ComponentProcess(string name, string component, string kin
 
         LastKill = Stopwatch.GetTimestamp();
         Write($"---- {DateTimeOffset.Now:HH:mm:ss.fff} launcher: SIGKILL");
+        lock (_gate)
+        {
+            // Down before the kill, not when the supervisor's wait for the exit runs: in between, AllReady would still say
+            // yes, and the end of a run would reconcile against a service that is not there (connection refused).
+            if (ReferenceEquals(process, _process) && State != ComponentState.Stopped)
+            {
+                State = ComponentState.Down;
+            }
+        }
+
         process.Kill();
         await process.WaitForExitAsync();
     }
