@@ -87,6 +87,38 @@ public sealed class SplitWalkTests
         File.WriteAllBytes(path, bytes);
     }
 
+    /// <summary>
+    /// Damages the log <see cref="WriteAsync"/> wrote as <see cref="Damages"/> names: a torn tail, a flipped bit early or
+    /// late (in a record, or in a commit record), zeros over records, garbage after the data, a segment missing.
+    /// </summary>
+    internal static void ApplyDamage(string directory, string damage, LogOptions options, List<long> lsns, byte[] metadataBeforeLastCommit, long lastCommitStart, long end)
+    {
+        switch (damage)
+        {
+            case "torn-tail" or "no-metadata":
+                Damage(directory, damage, metadataBeforeLastCommit, lastCommitStart, end);
+                break;
+            case "flip-early":
+                Flip(directory, lsns[150] + 40);
+                break;
+            case "flip-late":
+                Flip(directory, lsns[420] + 40);
+                break;
+            case "flip-commit-late":
+                Flip(directory, lsns[419] - 8);
+                break;
+            case "zeros-late":
+                WriteAt(directory, lsns[400], new byte[3000]);
+                break;
+            case "garbage-after-data":
+                File.AppendAllText(SegmentFiles.PathOf(SegmentFiles.BasePath(directory), SegmentFiles.List(directory).Keys.Max()), "garbage");
+                break;
+            case "segment-missing":
+                File.Delete(SegmentFiles.PathOf(SegmentFiles.BasePath(directory), (int)(lsns[300] >> options.SegmentSizeBits)));
+                break;
+        }
+    }
+
     /// <summary>"torn-tail": the last commit record never reached the disk, nor the metadata that followed it. "no-metadata": commit.meta lost.</summary>
     internal static void Damage(string directory, string damage, byte[] metadataBeforeLastCommit, long lastCommitStart, long end)
     {
@@ -129,30 +161,7 @@ public sealed class SplitWalkTests
         var options = LogTestOptions.Small(dir.Path);
         var metadataPath = Path.Combine(dir.Path, CommitMetadataFile.FileName);
         Assert.True(SegmentFiles.List(dir.Path).Count >= 8, "the log must be long enough to be walked in two");
-        switch (damage)
-        {
-            case "torn-tail" or "no-metadata":
-                Damage(dir.Path, damage, metadata, lastCommitStart, end);
-                break;
-            case "flip-early":
-                Flip(dir.Path, lsns[150] + 40);
-                break;
-            case "flip-late":
-                Flip(dir.Path, lsns[420] + 40);
-                break;
-            case "flip-commit-late":
-                Flip(dir.Path, lsns[419] - 8);
-                break;
-            case "zeros-late":
-                WriteAt(dir.Path, lsns[400], new byte[3000]);
-                break;
-            case "garbage-after-data":
-                File.AppendAllText(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), SegmentFiles.List(dir.Path).Keys.Max()), "garbage");
-                break;
-            case "segment-missing":
-                File.Delete(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), (int)(lsns[300] >> options.SegmentSizeBits)));
-                break;
-        }
+        ApplyDamage(dir.Path, damage, options, lsns, metadata, lastCommitStart, end);
 
         var (recorded, _) = CommitMetadataFile.Read(metadataPath);
         var one = LogRecoveryScanner.Scan(dir.Path, options, recorded, walkInTwo: false);

@@ -27,30 +27,7 @@ public sealed class VerifiedPrefixTests
         var (lsns, metadata, lastCommitStart, end) = await SplitWalkTests.WriteAsync(dir.Path);
         var options = LogTestOptions.Small(dir.Path);
         var metadataPath = Path.Combine(dir.Path, CommitMetadataFile.FileName);
-        switch (damage)
-        {
-            case "torn-tail":
-                SplitWalkTests.Damage(dir.Path, damage, metadata, lastCommitStart, end);
-                break;
-            case "flip-early":
-                SplitWalkTests.Flip(dir.Path, lsns[150] + 40);
-                break;
-            case "flip-late":
-                SplitWalkTests.Flip(dir.Path, lsns[420] + 40);
-                break;
-            case "flip-commit-late":
-                SplitWalkTests.Flip(dir.Path, lsns[419] - 8);
-                break;
-            case "zeros-late":
-                SplitWalkTests.WriteAt(dir.Path, lsns[400], new byte[3000]);
-                break;
-            case "garbage-after-data":
-                File.AppendAllText(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), SegmentFiles.List(dir.Path).Keys.Max()), "garbage");
-                break;
-            case "segment-missing":
-                File.Delete(SegmentFiles.PathOf(SegmentFiles.BasePath(dir.Path), (int)(lsns[300] >> options.SegmentSizeBits)));
-                break;
-        }
+        SplitWalkTests.ApplyDamage(dir.Path, damage, options, lsns, metadata, lastCommitStart, end);
 
         var (recorded, _) = CommitMetadataFile.Read(metadataPath);
         var full = LogRecoveryScanner.Scan(dir.Path, options, recorded, walkInTwo: false);
