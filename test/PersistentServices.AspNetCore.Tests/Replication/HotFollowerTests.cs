@@ -1,7 +1,4 @@
 using System.Net;
-using System.Net.Sockets;
-using Microsoft.AspNetCore.Builder;
-using Microsoft.AspNetCore.Hosting;
 using Microsoft.Extensions.DependencyInjection;
 using PersistentServices.AspNetCore.Tests.TestSupport;
 using PersistentServices.Hosting;
@@ -26,25 +23,12 @@ public sealed class HotFollowerTests : IDisposable
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
+    private static int FreePort() => ReplicationTestNode.FreePort();
 
     /// <summary>Node <paramref name="index"/> of a group of three on <paramref name="ports"/> (a promotion needs a majority to take its term).</summary>
     private Task<TestServer> StartAsync(int index, int[] ports, TestBehavior? behavior = null)
-        => TestServer.StartAsync(Path.Combine(_dir.Path, $"node{index}"), o =>
-        {
-            o.ServiceName = "orders";
-            o.Calls.PeerKey = PeerKey;
-            o.Replication.Role = index == 0 ? ReplicationRole.Primary : ReplicationRole.Replica;
-            foreach (var other in ports.Where((_, i) => i != index))
-            {
-                o.Replication.Replicas.Add(new Uri($"http://127.0.0.1:{other}/"));
-            }
-        }, build: b => b.WebHost.UseUrls($"http://127.0.0.1:{ports[index]}"), behavior: behavior);
+        => ReplicationTestNode.StartAsync(
+            Path.Combine(_dir.Path, $"node{index}"), PeerKey, index == 0 ? ReplicationRole.Primary : ReplicationRole.Replica, ports[index], ports.Where((_, i) => i != index), behavior);
 
     private static async Task WaitUntilAsync(Func<bool> done, Func<string> why)
     {

@@ -1,8 +1,6 @@
 using System.Net;
-using System.Net.Sockets;
 using System.Security.Cryptography;
 using System.Text.Json;
-using Microsoft.AspNetCore.Hosting;
 using Microsoft.Extensions.DependencyInjection;
 using PersistentServices.AspNetCore.Tests.TestSupport;
 using PersistentServices.Replication;
@@ -27,24 +25,10 @@ public sealed class TermVoteTests : IDisposable
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
-    private static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
+    private static int FreePort() => ReplicationTestNode.FreePort();
 
     private Task<TestServer> StartAsync(string name, ReplicationRole role, int port, params int[] others)
-        => TestServer.StartAsync(Path.Combine(_dir.Path, name), o =>
-        {
-            o.ServiceName = "orders";
-            o.Calls.PeerKey = PeerKey;
-            o.Replication.Role = role;
-            foreach (var other in others)
-            {
-                o.Replication.Replicas.Add(new Uri($"http://127.0.0.1:{other}/"));
-            }
-        }, build: b => b.WebHost.UseUrls($"http://127.0.0.1:{port}"));
+        => ReplicationTestNode.StartAsync(Path.Combine(_dir.Path, name), PeerKey, role, port, others);
 
     /// <summary>A probe of <paramref name="term"/>: a promotion's claim when it names <paramref name="candidate"/>, else a primary's probe of where the node stands.</summary>
     private static HttpRequestMessage Probe(long term, Guid? candidate)
