@@ -122,7 +122,7 @@ internal sealed class LogShipper : IDisposable
         {
             case ShipmentOutcome.Fenced:
                 _state = "fenced";
-                _node.Fence(answer.Term, _replica.ToString());
+                _node.Fence(answer.Term, $"replica {_replica} has taken it");
                 return (-1, false);
             case ShipmentOutcome.Empty:
                 _state = "catching up (total)";
@@ -288,7 +288,7 @@ internal sealed class LogShipper : IDisposable
                 return true;
             case ShipmentOutcome.Fenced:
                 _state = "fenced";
-                _node.Fence(answer.Term, _replica.ToString());
+                _node.Fence(answer.Term, $"replica {_replica} has taken it");
                 return false;
             default:
                 return false; // the replica restarted, or was reset meanwhile: where it stands is asked again

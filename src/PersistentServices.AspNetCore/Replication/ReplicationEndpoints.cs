@@ -93,7 +93,7 @@ internal static class ReplicationEndpoints
             if (node.Role == ReplicationRole.Primary && shipment.Term > node.Term)
             {
                 // A primary of a newer term exists: this one is fenced (it acknowledges nothing more) and restarts as a replica.
-                node.Fence(shipment.Term, $"a primary of term {shipment.Term}");
+                node.Fence(shipment.Term, "a shipment or a promotion's claim of that term reached this node");
             }
 
             context.Response.Headers.RetryAfter = "1";

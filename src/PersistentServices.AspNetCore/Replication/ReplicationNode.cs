@@ -409,7 +409,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503 problem
     /// <c>replica</c> (gateways and clients go to the group's other nodes), liveness fails.
     /// </summary>
-    public void Fence(long newerTerm, string replica)
+    public void Fence(long newerTerm, string source)
     {
         lock (_gate)
         {
@@ -422,10 +422,10 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             TermFile.Write(_runtime.Log.Directory, new TermRecord(newerTerm, Primary: false, Term), _service.Log.FileMode);
         }
 
-        ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, replica);
+        ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, source);
         _availability.Fenced();
         _watermark?.Fence(new LogFaultedException(
-            $"This primary (term {Term}) was fenced: replica {replica} has seen term {newerTerm}, so another node is the primary now. Nothing more is acknowledged " +
+            $"This primary (term {Term}) was fenced by term {newerTerm} ({source}): another node is the primary now. Nothing more is acknowledged " +
             "here; restart the process and it rejoins as a replica (docs/replication.md)."));
     }
 

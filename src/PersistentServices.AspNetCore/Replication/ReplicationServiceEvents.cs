@@ -12,8 +12,8 @@ internal static partial class ReplicationServiceEvents
     public static partial void Promoted(ILogger logger, long term, long begin, long durableUntil);
 
     [LoggerMessage(1432, LogLevel.Error,
-        "Replication: this primary (term {Term}) is fenced: replica {Replica} has seen term {NewerTerm}. Nothing more is acknowledged here; restart the process to rejoin as a replica")]
-    public static partial void Fenced(ILogger logger, long term, long newerTerm, string replica);
+        "Replication: this primary (term {Term}) is fenced by term {NewerTerm} ({Source}). Nothing more is acknowledged here; restart the process to rejoin as a replica")]
+    public static partial void Fenced(ILogger logger, long term, long newerTerm, string source);
 
     [LoggerMessage(1433, LogLevel.Critical, "Replication: {Why}")]
     public static partial void Refused(ILogger logger, string why);
