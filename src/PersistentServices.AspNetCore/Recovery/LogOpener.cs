@@ -72,6 +72,9 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
             var logOptions = options.BuildLogOptions();
             var captured = handoff is not null ? new RecordCapture(handoff.Progress.Next) : AnalysisScan.CaptureFor(logOptions, readAtRest: !domain.Enabled);
             var log = await DurableLog.OpenAsync(logOptions, logger, captured, runtime.Metrics, runtime.CrashPoints, handoff?.Verified, cancellationToken).ConfigureAwait(false);
+
+            // Where this term begins in the log, recorded before anything of it is appended (docs/replication.md, "Rejoining by cutting back").
+            replication.TermStarts(log);
             runtime.LogOpened(log);
             if (handoff is not null && (log.BeginAddress > handoff.Progress.Next || log.DurableUntil < handoff.Progress.Next))
             {

@@ -29,7 +29,9 @@ internal sealed record FollowerHandoff(AnalysisProgress Progress, SharedStateSto
 /// </summary>
 /// <remarks>
 /// The follower is an optimization that can always be thrown away: it appends nothing and serves nothing. A reset of the
-/// copy (total recovery) or a copy truncated past it makes it start over; anything else that goes wrong (a replay that
+/// copy (total recovery), a cut back of it (an older primary's tail removed, which the follower may have applied already:
+/// <see cref="ReplicaLog.Cuts"/>, counted with the resets in <see cref="ReplicaLog.Snapshot"/>) or a copy truncated past it
+/// makes it start over, its sessions, shared state and verified prefix thrown away; anything else that goes wrong (a replay that
 /// diverges or fails, a replay the promotion had to cut short) discards its state, and the promotion recovers as a restart
 /// does. Functional calls a replayed request makes again ([Phoenix/App] Algorithm 4) go out from the replica as they would
 /// from a recovery.
@@ -174,7 +176,7 @@ internal sealed partial class HotFollower(
 
         if (_progress is { } current && (resets != _resets || begin > current.Next))
         {
-            FollowerEvents.StartsOver(logger, resets != _resets ? "the copy was reset" : $"the copy begins at {begin}, after {current.Next}");
+            FollowerEvents.StartsOver(logger, resets != _resets ? "the copy was reset or cut back" : $"the copy begins at {begin}, after {current.Next}");
             Discard();
         }
 

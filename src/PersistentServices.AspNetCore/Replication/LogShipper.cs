@@ -10,9 +10,10 @@ namespace PersistentServices.Replication;
 
 /// <summary>
 /// Ships a primary's committed log to one replica (docs/replication.md): first asks where the replica stands and decides
-/// how it catches up ([Replicated FS]: partial recovery, the missing suffix, when the replica's last bytes are this log's;
-/// total recovery, the whole log from its begin, when it holds nothing, is behind the begin, or holds an older primary's
-/// history); then sends every new commit as it becomes durable here, in pieces that end at commit records, and reports
+/// how it catches up ([Replicated FS]: partial recovery, the missing suffix, when the replica's last bytes are this log's,
+/// or once it is cut back to where this log's next term began when it holds an older primary's tail past there; total
+/// recovery, the whole log from its begin, when it holds nothing, is behind the begin, or holds an older primary's history
+/// that cannot be cut back); then sends every new commit as it becomes durable here, in pieces that end at commit records, and reports
 /// each acknowledged end to the <see cref="ReplicationWatermark"/>, which releases the durable waits it holds. One request
 /// in flight at a time; whatever committed meanwhile goes in the next one (a group commit of shipments).
 /// </summary>
@@ -32,6 +33,9 @@ internal sealed class LogShipper : IDisposable
     private long _shippedUntil = -1;
     private long _shipments;
     private long _bytes;
+    private long _partial;
+    private long _cut;
+    private long _total;
     private volatile string _state = "connecting";
 
     public LogShipper(ReplicationNode node, int index, Uri replica, DurableLog log, ReplicationWatermark watermark, LogOptions logOptions, HttpClient http,
@@ -58,6 +62,9 @@ internal sealed class LogShipper : IDisposable
 
     /// <summary>Shipments acknowledged, and their bytes.</summary>
     public (long Shipments, long Bytes) Shipped => (Interlocked.Read(ref _shipments), Interlocked.Read(ref _bytes));
+
+    /// <summary>How the replica caught up at each handshake so far: from its end, after a cut back, from this log's begin (a reset).</summary>
+    public (long Partial, long Cut, long Total) CatchUps => (Interlocked.Read(ref _partial), Interlocked.Read(ref _cut), Interlocked.Read(ref _total));
 
     /// <summary>What the shipper is doing (connecting, catching up, streaming, unreachable, fenced, refused).</summary>
     public string State => _state;
@@ -126,6 +133,7 @@ internal sealed class LogShipper : IDisposable
                 return (-1, false);
             case ShipmentOutcome.Empty:
                 _state = "catching up (total)";
+                Interlocked.Increment(ref _total);
                 return (begin, true);
             case ShipmentOutcome.Denied:
                 // Only a promotion's claim is denied, and this probe names no candidate: not an answer to this message.
@@ -135,13 +143,18 @@ internal sealed class LogShipper : IDisposable
         var end = _log.LocalDurableUntil;
         var tail = answer.DurableUntil < begin ? TailComparison.BelowBegin
             : answer.DurableUntil <= end ? CompareTail(reader, answer, begin) : TailComparison.Ahead;
-        switch (Decide(answer, tail, _node.Term, _node.LogWasNew))
+        var cut = tail is TailComparison.Different or TailComparison.Ahead ? CutPoint(_node.History, answer, begin, end) : null;
+        switch (Decide(answer, tail, _node.Term, _node.LogWasNew, cut))
         {
             case CatchUp.Partial:
                 _state = answer.DurableUntil < end ? "catching up (partial)" : "streaming";
+                Interlocked.Increment(ref _partial);
                 return (answer.DurableUntil, false);
+            case CatchUp.Cut:
+                return await CutBackAsync(reader, answer, cut!.Value, begin, cancellationToken).ConfigureAwait(false);
             case CatchUp.Total:
                 _state = "catching up (total)";
+                Interlocked.Increment(ref _total);
                 return (begin, true);
             default:
                 _state = "refused";
@@ -153,11 +166,67 @@ internal sealed class LogShipper : IDisposable
         }
     }
 
+    /// <summary>
+    /// Asks the replica to cut its log back to <paramref name="cut"/> (where this log's term after the replica's content
+    /// term began); returns where shipping starts: there when it did, this log's begin with a reset when its bytes below
+    /// the cut point are not this log's (<see cref="ShipmentOutcome.Diverged"/>), -1 when fenced.
+    /// </summary>
+    private async Task<(long From, bool Reset)> CutBackAsync(CommittedLogReader reader, ShipmentResult answer, long cut, long begin, CancellationToken cancellationToken)
+    {
+        var from = ReplicaLog.CutSumFrom(begin, answer.Begin, cut);
+        var buffer = new byte[cut - from];
+        if (!reader.TryRead(from, buffer))
+        {
+            _state = "catching up (total)";
+            Interlocked.Increment(ref _total);
+            return (begin, true); // truncated here meanwhile: what the replica lacks is before this log's begin
+        }
+
+        _state = "catching up (cut)";
+        ReplicationServiceEvents.CuttingBack(_logger, _replica.ToString(), answer.DurableUntil, answer.ContentTerm, cut);
+        var result = await SendAsync(new Shipment(_node.Term, cut, begin, 0, false, ReadOnlyMemory<byte>.Empty, Cut: cut, CutSum: Crc32C.Compute(buffer)), cancellationToken)
+            .ConfigureAwait(false);
+        switch (result.Outcome)
+        {
+            case ShipmentOutcome.Appended when result.DurableUntil == cut:
+                _state = "catching up (partial)";
+                Interlocked.Increment(ref _cut);
+                return (cut, false);
+            case ShipmentOutcome.Fenced:
+                _state = "fenced";
+                _node.Fence(result.Term, _replica.ToString());
+                return (-1, false);
+            case ShipmentOutcome.Diverged:
+                ReplicationServiceEvents.CutRefused(_logger, _replica.ToString(), cut, begin);
+                _state = "catching up (total)";
+                Interlocked.Increment(ref _total);
+                return (begin, true);
+            default:
+                // It moved meanwhile (restarted, emptied): where it stands is asked again.
+                throw new ReplicationProtocolException($"{_replica} answered a cut back to {cut} with {result.Outcome.ToString().ToLowerInvariant()} (until {result.DurableUntil})");
+        }
+    }
+
+    /// <summary>
+    /// Where a replica whose last bytes are not this log's may be cut back to ([Replicated FS]'s partial recovery of a
+    /// rejoining node; docs/replication.md, "Rejoining by cutting back"): where this log's first term after the replica's
+    /// content term began (<see cref="TermHistory.SuccessorStart"/>), when that lies inside both logs, below the replica's
+    /// end, and above both begins (so that the cut's checksum covers some bytes); else null.
+    /// </summary>
+    internal static long? CutPoint(TermHistory history, in ShipmentResult answer, long begin, long end)
+        => history.SuccessorStart(answer.ContentTerm) is { } cut && cut >= begin && cut >= answer.Begin && cut < answer.DurableUntil && cut <= end &&
+           ReplicaLog.CutSumFrom(begin, answer.Begin, cut) < cut
+            ? cut
+            : null;
+
     /// <summary>How a replica that holds a log catches up, or whether it must not be touched ([Replicated FS] §4; docs/replication.md).</summary>
     internal enum CatchUp
     {
         /// <summary>Its last bytes are this log's: send the suffix after them.</summary>
         Partial,
+
+        /// <summary>It holds an older primary's tail past where this log's next term began: cut it back to there, then send the suffix.</summary>
+        Cut,
 
         /// <summary>Reset it and send this log from its begin: it is behind the begin, or holds an older primary's history.</summary>
         Total,
@@ -169,9 +238,9 @@ internal sealed class LogShipper : IDisposable
     /// <summary>
     /// The catch-up decision for a replica that holds a log (its answer to the handshake) whose last bytes compare to
     /// this log's as <paramref name="tail"/>, for a primary of <paramref name="term"/> whose log was created at this start
-    /// when <paramref name="logWasNew"/>.
+    /// when <paramref name="logWasNew"/>; <paramref name="cut"/>: where it may be cut back to (<see cref="CutPoint"/>), or null.
     /// </summary>
-    internal static CatchUp Decide(in ShipmentResult answer, TailComparison tail, long term, bool logWasNew) => tail switch
+    internal static CatchUp Decide(in ShipmentResult answer, TailComparison tail, long term, bool logWasNew, long? cut = null) => tail switch
     {
         TailComparison.Same => CatchUp.Partial,
         // Behind this log's begin (or its last bytes are): what it lacks was truncated here, this log holds all after.
@@ -179,8 +248,9 @@ internal sealed class LogShipper : IDisposable
         // It holds more, or other bytes at the same place. Bytes of this primary's own term can only have come from this
         // primary: if it lacks them, its log is not the newest (a lost or restored directory): never reset them away. A log
         // created at this start never replaces a replica's either. An older primary's history past where this term began
-        // was never acknowledged by a majority: replaced.
-        _ => answer.ContentTerm >= term || logWasNew ? CatchUp.Refuse : CatchUp.Total,
+        // was never acknowledged by a majority: cut back to where the next term began here when that is known (the
+        // replica then checks that its bytes below are this log's), else replaced.
+        _ => answer.ContentTerm >= term || logWasNew ? CatchUp.Refuse : cut is not null ? CatchUp.Cut : CatchUp.Total,
     };
 
     /// <summary>How a replica's last bytes compare to this log's at the same addresses.</summary>

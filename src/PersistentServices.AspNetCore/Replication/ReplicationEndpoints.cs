@@ -16,7 +16,8 @@ namespace PersistentServices.Replication;
 ///   stands when it is not at that place, is empty, or has seen a newer term); a primary answers 409 with its own term,
 ///   or, for a newer term, is fenced and answers 503. A promotion's claim (a probe that names its candidate) is a vote
 ///   request: granted (409 <c>position</c>/<c>empty</c> in the claimed term) or, when this node gave the term to another
-///   candidate or took it from its primary, refused (409 <c>denied</c>; <see cref="ReplicaLog.Append"/>).</item>
+///   candidate or took it from its primary, refused (409 <c>denied</c>; <see cref="ReplicaLog.Append"/>). A cut (no body,
+///   <c>cut=E;cutsum=S</c>) is 200 at its new end E, or 409 <c>diverged</c> when its bytes below E are not the primary's.</item>
 /// <item><c>POST /ps/replication/promote</c>: makes a replica the primary of a newer term (200; 409 when it cannot).</item>
 /// <item><c>POST /ps/replication/switchover</c>: a primary hands its role to a caught-up replica (200; 409 when it cannot,
 ///   and then it serves again).</item>
@@ -54,7 +55,14 @@ internal static class ReplicationEndpoints
         if (!ReplicationMessages.TryParse(header, out var shipment))
         {
             await RefuseAsync(context, 400, "replication-malformed", "Malformed shipment",
-                "A shipment carries PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1 with T >= 1 (a promotion's claim: from=-1 and candidate=<32 hex digits>).").ConfigureAwait(false);
+                "A shipment carries PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1 with T >= 1 (a promotion's claim: from=-1 and candidate=<32 hex digits>; " +
+                "a cut: from=E;cut=E;cutsum=<CRC-32C>, with no reset).").ConfigureAwait(false);
+            return;
+        }
+
+        if (shipment.IsCut && context.Request.ContentLength is not 0)
+        {
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed cut", "A cut (a shipment that names cut=E) has no body.").ConfigureAwait(false);
             return;
         }
 
@@ -228,14 +236,15 @@ internal static class ReplicationEndpoints
         ReplicaStatus? replica = node.Replica is { } r
             ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, node.IsPromoting, follower is null ? null
                 : new ReplayStatus(follower.Running, follower.AppliedUntil, follower.LagBytes, follower.LagRequests, (long)follower.LagTime.TotalMilliseconds, follower.Replayed,
-                    follower.StoppedBecause))
+                    follower.StoppedBecause), r.Resets, r.Cuts)
             : null;
         PrimaryStatus? primary = null;
         if (node.Watermark is { } watermark)
         {
             var local = watermark.LocalUntil;
             primary = new PrimaryStatus(local, Math.Min(local, watermark.Until), watermark.Required,
-                [.. node.Shippers.Select(s => new ShipperStatus(s.Replica.ToString(), s.State, s.ShippedUntil, s.LagBytes, s.Shipped.Shipments, s.Shipped.Bytes))]);
+                [.. node.Shippers.Select(s => new ShipperStatus(s.Replica.ToString(), s.State, s.ShippedUntil, s.LagBytes, s.Shipped.Shipments, s.Shipped.Bytes,
+                    s.CatchUps.Partial, s.CatchUps.Cut, s.CatchUps.Total))]);
         }
 
         return new ReplicationStatus(node.Role.ToString(), node.Term, replica, primary);

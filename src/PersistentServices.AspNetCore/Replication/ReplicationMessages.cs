@@ -15,7 +15,9 @@ namespace PersistentServices.Replication;
 /// <see cref="ReplicationEndpoints.AppendPath"/> with the log's bytes as the body and header
 /// <c>PS-Replication: term=T;from=F;begin=B;anchor=A;reset=0|1;sha256=H</c>; a promotion's claim of its term is the same
 /// with no bytes, from -1, and <c>candidate=C</c> before the hash (C: 32 hex digits, the claim's own id, which the node
-/// that grants the term records as its vote); a promotion is <c>POST</c>
+/// that grants the term records as its vote); a cut (docs/replication.md, "Rejoining by cutting back") is the same with
+/// no bytes, from E, and <c>cut=E;cutsum=S</c> before the hash (S: the CRC-32C of the primary's bytes just below E, as
+/// an unsigned decimal); a promotion is <c>POST</c>
 /// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c> (psctl sends it:
 /// <c>Tool/ReplicationCommand.cs</c>, the same signature format from Core). Both are signed with the peer key
 /// (<see cref="PeerSignature"/>, role <c>replication</c>, the header as the signed DV field) by and for the service of
@@ -35,7 +37,7 @@ internal static class ReplicationMessages
     /// </summary>
     public static string Describe(in Shipment shipment)
         => string.Create(CultureInfo.InvariantCulture,
-            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)}{(shipment.IsClaim ? ";candidate=" + shipment.Candidate.ToString("N") : "")};sha256={Convert.ToHexStringLower(SHA256.HashData(shipment.Bytes.Span))}");
+            $"term={shipment.Term};from={shipment.From};begin={shipment.Begin};anchor={shipment.Anchor};reset={(shipment.Reset ? 1 : 0)}{(shipment.IsClaim ? ";candidate=" + shipment.Candidate.ToString("N") : "")}{(shipment.IsCut ? $";cut={shipment.Cut};cutsum={shipment.CutSum}" : "")};sha256={Convert.ToHexStringLower(SHA256.HashData(shipment.Bytes.Span))}");
 
     /// <summary>Whether <paramref name="body"/> is what <paramref name="header"/> says it is (its SHA-256).</summary>
     public static bool BodyMatches(string header, ReadOnlySpan<byte> body)
@@ -132,13 +134,15 @@ internal static class ReplicationMessages
     }
 
     /// <summary>
-    /// Parses <c>term=T;from=F;begin=B;anchor=A;reset=0|1[;candidate=C]</c> (every field but term optional: -1, 0, 0, 0,
-    /// 0, none). A candidate is 32 lowercase hex digits, not all zero, and only on a claim (from -1, no reset).
+    /// Parses <c>term=T;from=F;begin=B;anchor=A;reset=0|1[;candidate=C][;cut=E;cutsum=S]</c> (every field but term
+    /// optional: -1, 0, 0, 0, 0, none, none). A candidate is 32 lowercase hex digits, not all zero, and only on a claim
+    /// (from -1, no reset). A cut comes with its checksum (an unsigned 32-bit number), from its own address, with no
+    /// reset and no candidate.
     /// </summary>
     public static bool TryParse(string header, out Shipment shipment)
     {
         shipment = default;
-        long term = -1, from = -1, begin = 0, anchor = 0, reset = 0;
+        long term = -1, from = -1, begin = 0, anchor = 0, reset = 0, cut = -1, cutsum = -1;
         Guid? candidate = null;
         if (header.Length is 0 or > 300 || !header.Contains(";sha256=", StringComparison.Ordinal))
         {
@@ -178,16 +182,19 @@ internal static class ReplicationMessages
                 case "begin": begin = value; break;
                 case "anchor": anchor = value; break;
                 case "reset": reset = value; break;
+                case "cut" when cut == -1 && value >= 0: cut = value; break;
+                case "cutsum" when cutsum == -1 && value is >= 0 and <= uint.MaxValue: cutsum = value; break;
                 default: return false;
             }
         }
 
-        if (term < 1 || from < -1 || begin < 0 || anchor < 0 || reset is not (0 or 1) || (reset == 1 && from != begin) || (candidate is not null && from != -1))
+        if (term < 1 || from < -1 || begin < 0 || anchor < 0 || reset is not (0 or 1) || (reset == 1 && from != begin) || (candidate is not null && from != -1) ||
+            (cut == -1) != (cutsum == -1) || (cut >= 0 && (from != cut || reset == 1 || candidate is not null)))
         {
             return false;
         }
 
-        shipment = new Shipment(term, from, begin, anchor, reset == 1, ReadOnlyMemory<byte>.Empty, candidate ?? Guid.Empty);
+        shipment = new Shipment(term, from, begin, anchor, reset == 1, ReadOnlyMemory<byte>.Empty, candidate ?? Guid.Empty, cut, cut >= 0 ? (uint)cutsum : 0);
         return true;
     }
 }
@@ -210,14 +217,16 @@ internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? 
 /// What a replica holds; <paramref name="Promoting"/>: it is claiming a newer term for its own promotion right now;
 /// <paramref name="Replay"/>: its hot follower's progress.
 /// </summary>
-internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false, ReplayStatus? Replay = null);
+/// <paramref name="Resets"/> and <paramref name="Cuts"/>: how many times its copy was reset (total recovery) or cut back since this process opened it.
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false, ReplayStatus? Replay = null, int Resets = 0, int Cuts = 0);
 
 /// <summary>A replica's hot follower: how far its replay of the copy is (docs/replication.md, "Hot followers").</summary>
 internal sealed record ReplayStatus(bool Following, long AppliedUntil, long LagBytes, long LagRequests, long LagMilliseconds, long Replayed, string? StoppedBecause);
 
 internal sealed record PrimaryStatus(long LocalDurableUntil, long ReplicatedUntil, int RequiredReplicas, IReadOnlyList<ShipperStatus> Replicas);
 
-internal sealed record ShipperStatus(string Address, string State, long ShippedUntil, long LagBytes, long Shipments, long Bytes);
+/// <summary>One shipper; <paramref name="Partial"/>, <paramref name="Cut"/>, <paramref name="Total"/>: how its replica caught up at each handshake so far.</summary>
+internal sealed record ShipperStatus(string Address, string State, long ShippedUntil, long LagBytes, long Shipments, long Bytes, long Partial = 0, long Cut = 0, long Total = 0);
 
 /// <summary>A switchover's answer: the new primary, its term, the end of the log it took over, and how long new requests were refused before its promotion.</summary>
 internal sealed record SwitchoverAnswer(string Primary, long Term, long Until, double WaitedMs);

@@ -344,6 +344,38 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         return null;
     }
 
+    /// <summary>Where each term's part of this primary's log begins (<see cref="TermHistory"/>): what its shippers cut a rejoining replica back to.</summary>
+    public TermHistory History { get; private set; } = TermHistory.Empty;
+
+    /// <summary>
+    /// The primary's log is open and nothing of this term is in it yet (recovery appends its first record after this): the
+    /// term history records that this term begins at the log's durable end, durably, before any byte of the term is
+    /// written. A primary that restarts in its own term keeps the entry it had (its term began before).
+    /// </summary>
+    public void TermStarts(DurableLog log)
+    {
+        if (!Enabled || Role != ReplicationRole.Primary)
+        {
+            return;
+        }
+
+        var start = log.LocalDurableUntil; // nothing is appended at or before it from now on: a lower bound of this term's bytes
+
+        var recorded = TermHistory.Read(log.Directory);
+        var history = recorded ?? (log.BeginAddress < start
+            // A log of a version that kept no history (or never replicated): all of it is taken as of the newest term its
+            // directory saw, which never lets a cut reach past where it may differ.
+            ? TermHistory.Of(new TermStart(Term, log.BeginAddress))
+            : TermHistory.Empty);
+        var with = history.With(Term, start);
+        if (recorded is null || with != history)
+        {
+            with.Write(log.Directory, log.FileMode);
+        }
+
+        History = with;
+    }
+
     /// <summary>
     /// The primary's log is open (recovery's first half, before anything is acknowledged): its directory records this term
     /// and the primary role; with replicas, from now on its durable waits also wait for them, and a shipper per replica starts.

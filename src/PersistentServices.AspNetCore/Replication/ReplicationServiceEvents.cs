@@ -38,6 +38,14 @@ internal static partial class ReplicationServiceEvents
     [LoggerMessage(1447, LogLevel.Warning, "Replication: switchover to {Replica} refused: {Why}")]
     public static partial void SwitchoverRefused(ILogger logger, string replica, string why);
 
+    [LoggerMessage(1448, LogLevel.Warning,
+        "Replication: replica {Replica} holds term {ContentTerm}'s log until {DurableUntil}, past {Cut}, where the next term began in this log: it is cut back to {Cut} and catches up from there (partial recovery)")]
+    public static partial void CuttingBack(ILogger logger, string replica, long durableUntil, long contentTerm, long cut);
+
+    [LoggerMessage(1449, LogLevel.Warning,
+        "Replication: replica {Replica} refused the cut back to {Cut} (its bytes below it are not this log's): it is reset and takes this log from its begin {Begin} (total recovery)")]
+    public static partial void CutRefused(ILogger logger, string replica, long cut, long begin);
+
     [LoggerMessage(1443, LogLevel.Warning,
         "Replication: this node's directory says primary of term {Term}, and {Node} has seen term {NewerTerm}: another node took over while this one was away; it starts as a replica")]
     public static partial void RejoinsAsReplica(ILogger logger, long term, long newerTerm, string node);

@@ -26,6 +26,12 @@ internal enum ShipmentOutcome
     /// candidate or took from that term's primary: it does not vote for this one (<see cref="ReplicaLog.VotedFor"/>).
     /// </summary>
     Denied,
+
+    /// <summary>
+    /// A cut (<see cref="Shipment.Cut"/>) this replica refused: its bytes below the cut point are not the primary's
+    /// (<see cref="Shipment.CutSum"/>), or it cannot check them; nothing was changed. The primary resets it instead.
+    /// </summary>
+    Diverged,
 }
 
 /// <summary>One shipment of a primary's committed log, or a promotion's claim of a term (docs/replication.md).</summary>
@@ -40,10 +46,19 @@ internal enum ShipmentOutcome
 /// bytes), which asks for this replica's vote. Empty: a primary's shipment (or its probe of where the replica stands),
 /// which is no vote.
 /// </param>
-internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes, Guid Candidate = default)
+/// <param name="Cut">
+/// Not -1: cut this replica's log back to this address (where the term after its content term began in the primary's
+/// log; docs/replication.md, "Rejoining by cutting back"), and <paramref name="From"/> is the same address, with no bytes.
+/// </param>
+/// <param name="CutSum">The CRC-32C of the primary's bytes just below <paramref name="Cut"/> (<see cref="ReplicaLog.CutSumFrom"/>): the replica cuts only when its own are the same.</param>
+internal readonly record struct Shipment(long Term, long From, long Begin, long Anchor, bool Reset, ReadOnlyMemory<byte> Bytes, Guid Candidate = default, long Cut = -1,
+    uint CutSum = 0)
 {
     /// <summary>Whether this is a promotion's claim (it names its candidate) rather than a primary's shipment.</summary>
     public bool IsClaim => Candidate != Guid.Empty;
+
+    /// <summary>Whether this asks the replica to cut its log back to <see cref="Cut"/>.</summary>
+    public bool IsCut => Cut >= 0;
 }
 
 /// <summary>
@@ -65,6 +80,10 @@ internal readonly record struct ShipmentResult(ShipmentOutcome Outcome, long Ter
 ///   here, and segments before the primary's begin are dropped after both.</item>
 /// <item>A reset (the replica diverged, is behind the primary's begin, or is new) is marked durably before anything is
 ///   deleted, so a crash in the middle of one leaves a directory the next open finishes wiping, never half a log.</item>
+/// <item>A cut (the replica holds an older primary's tail past where the next term began; [Replicated FS]'s partial
+///   recovery of a rejoining node) is taken only when the replica's bytes below the cut point are the primary's, and
+///   marked durably (with its address) before anything is truncated, so the next open finishes one a crash interrupted;
+///   nothing below the cut point is changed.</item>
 /// <item>It holds the directory's lock, as an open log does: one process, one role.</item>
 /// </list>
 /// Not thread-safe across shipments: the replication endpoint serializes them (<see cref="Append"/> locks).
@@ -73,6 +92,9 @@ internal sealed class ReplicaLog : IDisposable
 {
     /// <summary>Marks a reset in progress: the directory's log is being replaced, nothing in it is to be kept.</summary>
     public const string ResetMarkerFileName = "replica.reset";
+
+    /// <summary>Marks a cut in progress (its address and a CRC-32C of it): the directory's log is being cut back to that address.</summary>
+    public const string CutMarkerFileName = "replica.cut";
 
     private const int TailChecksumBytes = SegmentFiles.SectorSize;
 
@@ -85,6 +107,7 @@ internal sealed class ReplicaLog : IDisposable
     private readonly Dictionary<int, SafeFileHandle> _handles = [];
     private CommitMetadataFile? _metadata;
     private long? _anchor;
+    private TermHistory _history = TermHistory.Empty;
     private bool _disposed;
 
     private ReplicaLog(LogOptions options, FileStream directoryLock, ILogger logger)
@@ -123,17 +146,35 @@ internal sealed class ReplicaLog : IDisposable
     /// <summary>How many times this copy was reset (replaced by another log) since it opened: a hot follower starts over.</summary>
     public int Resets { get; private set; }
 
+    /// <summary>How many times this copy was cut back (a tail of an older primary removed) since it opened: a hot follower starts over then too.</summary>
+    public int Cuts { get; private set; }
+
+    /// <summary>Where each term's part of this copy begins (<see cref="TermHistory"/>), as far as this replica learned it.</summary>
+    public TermHistory History
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _history;
+            }
+        }
+    }
+
     /// <summary>Completes at the next durable change of the copy (bytes appended, a reset, a truncation): what a hot follower waits for.</summary>
     public Task Changed => Volatile.Read(ref _changed).Task;
 
     private TaskCompletionSource _changed = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
-    /// <summary>The copy's begin, durable end and reset count, read together.</summary>
+    /// <summary>
+    /// The copy's begin, durable end and the number of times it was reset or cut back (each replaces part of what a hot
+    /// follower may have applied, which then starts over), read together.
+    /// </summary>
     public (long Begin, long DurableUntil, int Resets, bool IsEmpty) Snapshot()
     {
         lock (_gate)
         {
-            return (Begin, DurableUntil, Resets, IsEmpty);
+            return (Begin, DurableUntil, Resets + Cuts, IsEmpty);
         }
     }
 
@@ -179,6 +220,13 @@ internal sealed class ReplicaLog : IDisposable
 
     /// <summary>The range a tail checksum covers when the replica's end is <paramref name="durableUntil"/> and its begin <paramref name="begin"/>.</summary>
     public static long TailChecksumFrom(long begin, long durableUntil) => Math.Max(begin, durableUntil - TailChecksumBytes);
+
+    /// <summary>
+    /// Where the bytes a cut's checksum covers begin, for a cut to <paramref name="cut"/> of a replica that begins at
+    /// <paramref name="replicaBegin"/> by a primary that begins at <paramref name="primaryBegin"/>: the (up to 512) bytes
+    /// below the cut point that both hold. The range is empty when the cut point is at either's begin (no cut then).
+    /// </summary>
+    public static long CutSumFrom(long primaryBegin, long replicaBegin, long cut) => Math.Max(Math.Max(primaryBegin, replicaBegin), cut - TailChecksumBytes);
 
     /// <summary>
     /// Records a newer term and this directory's vote in it for <paramref name="candidate"/>, this replica's own claim (a
@@ -244,6 +292,11 @@ internal sealed class ReplicaLog : IDisposable
                 return Result(ShipmentOutcome.Denied);
             }
 
+            if (shipment.IsCut)
+            {
+                return CutBack(shipment);
+            }
+
             if (shipment.Reset)
             {
                 if (shipment.From != shipment.Begin)
@@ -256,6 +309,9 @@ internal sealed class ReplicaLog : IDisposable
                 SegmentFiles.CreateDurably(_directory, (int)(shipment.Begin >> _options.SegmentSizeBits), _options.FileMode);
                 var sizes = ((byte)_options.PageSizeBits, (byte)_options.SegmentSizeBits);
                 _metadata = CommitMetadataFile.Create(MetadataPath, new CommitMetadata(0, shipment.Begin, shipment.Begin, 0, sizes.Item1, sizes.Item2), _options.FileMode);
+                // Everything here is the primary's term's from its begin on, as far as this replica knows (a lower bound).
+                _history = TermHistory.Of(new TermStart(shipment.Term, shipment.Begin));
+                _history.Write(_directory, _options.FileMode);
                 DurableFile.Delete(Path.Combine(_directory, ResetMarkerFileName));
                 DurableFile.FsyncDirectory(_directory);
                 Begin = DurableUntil = shipment.Begin;
@@ -276,7 +332,14 @@ internal sealed class ReplicaLog : IDisposable
             if (!shipment.Bytes.IsEmpty)
             {
                 // Whose history this log continues, recorded before the bytes: after a crash the replica never claims newer
-                // bytes for an older primary (docs/replication.md, "Which log wins").
+                // bytes for an older primary (docs/replication.md, "Which log wins"); and where that primary's term begins
+                // here at the latest (this shipment's start), for a cut this replica makes once it is a primary.
+                if (shipment.Term > _history.LastTerm)
+                {
+                    _history = _history.With(shipment.Term, shipment.From);
+                    _history.Write(_directory, _options.FileMode);
+                }
+
                 SetContentTerm(shipment.Term);
                 WriteDurably(shipment.From, shipment.Bytes.Span);
                 DurableUntil = shipment.From + shipment.Bytes.Length;
@@ -374,6 +437,21 @@ internal sealed class ReplicaLog : IDisposable
             DurableFile.FsyncDirectory(_directory);
         }
 
+        _history = TermHistory.Read(_directory) ?? TermHistory.Empty;
+        if (ReadCutMarker() is { } cut)
+        {
+            // A cut was cut short: what lies past its address is an older primary's tail being removed; finish removing it.
+            ReplicationEvents.CutResumed(_logger, _directory, cut);
+            var (floor, _) = CommitMetadataFile.Read(MetadataPath);
+            if (floor is { } m && m.CommittedUntil > cut)
+            {
+                using var file = CommitMetadataFile.Open(MetadataPath, m.Sequence, (byte)_options.PageSizeBits, (byte)_options.SegmentSizeBits);
+                file.Write(Math.Min(m.BeginAddress, cut), cut, 0);
+            }
+
+            FinishCut(cut);
+        }
+
         var (metadata, _) = CommitMetadataFile.Read(MetadataPath);
         var scan = LogRecoveryScanner.Scan(_directory, _options, metadata);
         if (scan.Problems.Count > 0)
@@ -401,6 +479,19 @@ internal sealed class ReplicaLog : IDisposable
             ? CommitMetadataFile.Create(MetadataPath, new CommitMetadata(0, Begin, DurableUntil, 0, sizes.Item1, sizes.Item2), _options.FileMode)
             : CommitMetadataFile.Open(MetadataPath, metadata.Value.Sequence, sizes.Item1, sizes.Item2);
         _metadata.Write(Begin, DurableUntil, 0);
+        if (TermHistory.Read(_directory) is null)
+        {
+            // A copy of a version that kept no term history: all of it is taken as of the newest term seen (a lower bound
+            // that never lets this log, once a primary, cut another back past where it differs).
+            _history = TermHistory.Of(new TermStart(Term, Begin));
+            _history.Write(_directory, _options.FileMode);
+        }
+        else if (_history.Until(DurableUntil) is var within && within != _history)
+        {
+            _history = within;
+            _history.Write(_directory, _options.FileMode);
+        }
+
         ReplicationEvents.ReplicaOpened(_logger, _directory, Term, Begin, DurableUntil);
     }
 
@@ -427,9 +518,116 @@ internal sealed class ReplicaLog : IDisposable
 
         DurableFile.Delete(MetadataPath);
         DurableFile.Delete(AnchorFile.PathIn(_directory));
+        DurableFile.Delete(TermHistory.PathIn(_directory));
+        DurableFile.Delete(Path.Combine(_directory, CutMarkerFileName));
         DurableFile.FsyncDirectory(_directory);
         _anchor = null;
+        _history = TermHistory.Empty;
         IsEmpty = true;
+    }
+
+    /// <summary>
+    /// A cut (<see cref="Shipment.Cut"/>): when this replica's bytes below the cut point are the primary's (their checksum),
+    /// marks the cut durably, removes everything from the cut point on, and answers at its new end; otherwise
+    /// <see cref="ShipmentOutcome.Diverged"/>, nothing changed. Bytes below the cut point are never written.
+    /// </summary>
+    private ShipmentResult CutBack(in Shipment shipment)
+    {
+        if (shipment.Reset || shipment.IsClaim || shipment.From != shipment.Cut || !shipment.Bytes.IsEmpty)
+        {
+            throw new ArgumentException("A cut starts at its own address, with no reset and no bytes.", nameof(shipment));
+        }
+
+        if (IsEmpty)
+        {
+            return Result(ShipmentOutcome.Empty);
+        }
+
+        var cut = shipment.Cut;
+        if (cut > DurableUntil)
+        {
+            return Result(ShipmentOutcome.Position); // nothing of it to cut: it is behind that place
+        }
+
+        var from = CutSumFrom(shipment.Begin, Begin, cut);
+        if (cut < Begin || from >= cut || TryChecksum(from, cut) != shipment.CutSum)
+        {
+            ReplicationEvents.CutRefused(_logger, _directory, cut, from, Begin, DurableUntil);
+            return Result(ShipmentOutcome.Diverged);
+        }
+
+        if (cut < DurableUntil)
+        {
+            ReplicationEvents.CutBack(_logger, _directory, Begin, DurableUntil, cut, ContentTerm, shipment.Term);
+
+            // The marker (with the address) first: a crash from here on leaves a directory the next open cuts to the same place.
+            Span<byte> marker = stackalloc byte[12];
+            System.Buffers.Binary.BinaryPrimitives.WriteInt64LittleEndian(marker, cut);
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(marker[8..], Crc32C.Compute(marker[..8]));
+            DurableFile.WriteAtomically(Path.Combine(_directory, CutMarkerFileName), marker, _options.FileMode);
+
+            // The floor down before the files: it is never above what is on disk.
+            _metadata!.Write(Begin, cut, 0);
+            FinishCut(cut);
+            DurableUntil = cut;
+            Cuts++;
+            NotifyChanged();
+        }
+
+        return Result(ShipmentOutcome.Appended);
+    }
+
+    /// <summary>The cut's second half (also what an open does with a cut a crash interrupted): the files past the cut point, the anchor past it, the history past it, then the marker.</summary>
+    private void FinishCut(long cut)
+    {
+        foreach (var handle in _handles.Values)
+        {
+            handle.Dispose();
+        }
+
+        _handles.Clear();
+        SegmentFiles.TruncateTail(_directory, _options, cut);
+        var anchor = AnchorFile.Read(_directory);
+        if (anchor is { } a && a >= cut)
+        {
+            // It names a checkpoint that is gone: the primary's own anchor comes with its next shipments.
+            DurableFile.Delete(AnchorFile.PathIn(_directory));
+            anchor = null;
+        }
+
+        _anchor = anchor;
+        var history = _history.Until(cut);
+        if (history != _history)
+        {
+            history.Write(_directory, _options.FileMode);
+            _history = history;
+        }
+
+        DurableFile.Delete(Path.Combine(_directory, CutMarkerFileName));
+        DurableFile.FsyncDirectory(_directory);
+    }
+
+    /// <summary>The address of a cut a crash interrupted, or null.</summary>
+    /// <exception cref="LogCorruptionException">The marker is damaged.</exception>
+    private long? ReadCutMarker()
+    {
+        var path = Path.Combine(_directory, CutMarkerFileName);
+        if (!File.Exists(path))
+        {
+            return null;
+        }
+
+        var content = File.ReadAllBytes(path);
+        if (content.Length != 12 || System.Buffers.Binary.BinaryPrimitives.ReadUInt32LittleEndian(content.AsSpan(8)) != Crc32C.Compute(content.AsSpan(0, 8)) ||
+            System.Buffers.Binary.BinaryPrimitives.ReadInt64LittleEndian(content) is < 0)
+        {
+            throw new LogCorruptionException(
+                $"The replica's cut marker '{path}' is damaged ({content.Length} bytes): a cut of this copy was under way and where it cuts is unknown. " +
+                "Restore the directory from a replica or a backup, or give the replica an empty directory (docs/replication.md).",
+                0);
+        }
+
+        return System.Buffers.Binary.BinaryPrimitives.ReadInt64LittleEndian(content);
     }
 
     /// <summary>
@@ -498,6 +696,22 @@ internal sealed class ReplicaLog : IDisposable
         handle = File.OpenHandle(path, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite);
         _handles[segment] = handle;
         return handle;
+    }
+
+    /// <summary>The CRC-32C of [<paramref name="from"/>, <paramref name="until"/>) (non-empty), or null when this copy cannot read it.</summary>
+    private uint? TryChecksum(long from, long until)
+    {
+        var length = (int)(until - from);
+        var buffer = ArrayPool<byte>.Shared.Rent(length);
+        try
+        {
+            using var reader = new CommittedLogReader(_directory, _options.SegmentSizeBits);
+            return reader.TryRead(from, buffer.AsSpan(0, length)) ? Crc32C.Compute(buffer.AsSpan(0, length)) : null;
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(buffer);
+        }
     }
 
     private uint Checksum(long from, long until)

@@ -19,4 +19,15 @@ internal static partial class ReplicationEvents
 
     [LoggerMessage(1424, LogLevel.Warning, "Replica log '{Directory}' refuses candidate {Candidate}'s claim of term {Term}: it granted that term to {VotedFor}, and votes once per term")]
     public static partial void ClaimDenied(ILogger logger, string directory, long term, string candidate, string votedFor);
+
+    [LoggerMessage(1425, LogLevel.Warning,
+        "Replica log '{Directory}' [{Begin}, {DurableUntil}) is cut back to {Cut} by the primary of term {Term}: its bytes past there are term {ContentTerm}'s, which the primary's log does not continue; it keeps everything below (partial recovery)")]
+    public static partial void CutBack(ILogger logger, string directory, long begin, long durableUntil, long cut, long contentTerm, long term);
+
+    [LoggerMessage(1426, LogLevel.Warning, "Replica log '{Directory}': a cut back to {Cut} was cut short by a crash; it is finished")]
+    public static partial void CutResumed(ILogger logger, string directory, long cut);
+
+    [LoggerMessage(1427, LogLevel.Warning,
+        "Replica log '{Directory}' [{Begin}, {DurableUntil}) refuses a cut back to {Cut}: its bytes from {From} below it are not the primary's (diverged); nothing is changed, the primary resets it")]
+    public static partial void CutRefused(ILogger logger, string directory, long cut, long from, long begin, long durableUntil);
 }

@@ -156,4 +156,79 @@ public sealed class HotFollowerTests : IDisposable
         var runtime = replica.App.Services.GetRequiredService<PersistentRuntime>();
         Assert.True(runtime.Sessions.All.Single(s => s.Diverged is not null || s.QuarantineReason is not null) is not null);
     }
+
+    [Fact]
+    public async Task ACutOfTheCopy_MakesTheFollowerStartOver_AndThePromotionServesExactlyWhatWasAcknowledged()
+    {
+        int[] ports = [FreePort(), FreePort(), FreePort()];
+        var behavior = new TestBehavior();
+        await using var replica = await StartAsync(1, ports, behavior);
+        await using var other = await StartAsync(2, ports);
+        await using var primary = await StartAsync(0, ports);
+        var session = await primary.StartSessionAsync();
+        var copy = replica.App.Services.GetRequiredService<ReplicationNode>().Replica!;
+        var primaryLog = primary.App.Services.GetRequiredService<PersistentRuntime>().Log;
+        long total = 0;
+        async Task SendAsync(int seq)
+        {
+            total += seq;
+            var (response, body) = await primary.SendAsync(HttpMethod.Post, "/counter/add", session, seq, new AddAmount($"op{seq}", seq));
+            using (response)
+            {
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                Assert.Equal(total, body.GetProperty("total").GetInt64());
+            }
+        }
+
+        for (var seq = 1; seq <= 10; seq++)
+        {
+            await SendAsync(seq);
+        }
+
+        // A place in the copy where a commit ends, and the checksum of the bytes below it (the primary's are the same).
+        long cut = 0;
+        uint cutSum = 0;
+        await WaitUntilAsync(() =>
+        {
+            var until = copy.DurableUntil;
+            var sum = copy.TailChecksum();
+            (cut, cutSum) = (until, sum);
+            return until == primaryLog.LocalDurableUntil && copy.DurableUntil == until;
+        }, () => $"the copy holds until {copy.DurableUntil}, the primary {primaryLog.LocalDurableUntil}");
+
+        for (var seq = 11; seq <= 20; seq++)
+        {
+            await SendAsync(seq);
+        }
+
+        var follower = replica.App.Services.GetRequiredService<HotFollower>();
+        await WaitUntilAsync(() => follower.AppliedUntil > cut && follower.LagRequests == 0 && follower.Replayed >= 20,
+            () => $"the follower applied until {follower.AppliedUntil} (replayed {follower.Replayed})");
+        var replayedBefore = follower.Replayed;
+
+        // Cut the copy back below what the follower applied (as a primary cuts an older primary's tail): it starts over.
+        var header = ReplicationMessages.Describe(new Shipment(1, cut, copy.Begin, 0, false, ReadOnlyMemory<byte>.Empty, Cut: cut, CutSum: cutSum));
+        using (var response = await replica.Client.SendAsync(ReplicationEndpointsTests.Shipment(header, [], key: PeerKey), Ct))
+        {
+            Assert.True(response.StatusCode == HttpStatusCode.OK, await response.Content.ReadAsStringAsync(Ct));
+        }
+
+        Assert.Equal(1, copy.Cuts);
+
+        // The primary's next shipment finds the copy shorter and ships the rest again from its end (its own bytes), and the
+        // follower replays the copy from its start.
+        await SendAsync(21);
+        await WaitUntilAsync(() => copy.DurableUntil >= primaryLog.LocalDurableUntil && follower.LagRequests == 0 && follower.AppliedUntil >= copy.DurableUntil &&
+                                   follower.Replayed > replayedBefore,
+            () => $"after the cut to {cut}: the copy holds until {copy.DurableUntil}, the follower applied until {follower.AppliedUntil}, replayed {follower.Replayed} ({replayedBefore} before); " +
+                  $"the primary: {System.Text.Json.JsonSerializer.Serialize(ReplicationEndpoints.Status(primary.App.Services.GetRequiredService<ReplicationNode>()), ReplicationJson.Default.ReplicationStatus)}");
+
+        // Started over: requests 11 to 20, past the cut point, replayed again with 21 (a follower that kept its state would replay 21 only).
+        Assert.True(follower.Replayed >= replayedBefore + 11, $"replayed {follower.Replayed}, {replayedBefore} before the cut");
+
+        await PromoteAsync(replica, term: 2);
+        var next = await SendWhenServingAsync(replica, "/counter/add", session, 22, new AddAmount("op22", 22));
+        Assert.Equal(total + 22, next.GetProperty("total").GetInt64());
+        Assert.Equal(1, behavior.Count("counter:op22"));
+    }
 }

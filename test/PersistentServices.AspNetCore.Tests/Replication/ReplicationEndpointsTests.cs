@@ -114,6 +114,14 @@ public sealed class ReplicationEndpointsTests : IDisposable
     [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=00000000000000000000000000000000;sha256=00")]
     [InlineData("term=1;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdef;candidate=0123456789abcdef0123456789abcdee;sha256=00")]
     [InlineData("term=1;from=64;begin=64;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdef;sha256=00")] // only a probe is a claim
+    [InlineData("term=2;from=4096;begin=64;anchor=0;reset=0;cut=4096;sha256=00")] // a cut comes with its checksum
+    [InlineData("term=2;from=4096;begin=64;anchor=0;reset=0;cutsum=17;sha256=00")] // and a checksum with its cut
+    [InlineData("term=2;from=64;begin=64;anchor=0;reset=0;cut=4096;cutsum=17;sha256=00")] // a cut starts at its own address
+    [InlineData("term=2;from=64;begin=64;anchor=0;reset=1;cut=64;cutsum=17;sha256=00")] // a cut is no reset
+    [InlineData("term=2;from=-1;begin=0;anchor=0;reset=0;candidate=0123456789abcdef0123456789abcdef;cut=-1;cutsum=0;sha256=00")]
+    [InlineData("term=2;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=4294967296;sha256=00")] // a checksum is 32 bits
+    [InlineData("term=2;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=-1;sha256=00")]
+    [InlineData("term=2;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=1;cut=4096;cutsum=1;sha256=00")]
     public async Task AMalformedHeader_Is400(string header)
     {
         await using var server = await StartReplicaAsync();
@@ -121,6 +129,63 @@ public sealed class ReplicationEndpointsTests : IDisposable
         using var response = await server.Client.SendAsync(Shipment(header, []), Ct);
 
         await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+    }
+
+    [Fact]
+    public async Task ACutWithABody_Is400_AndChangesNothing()
+    {
+        await using var server = await StartReplicaAsync();
+        byte[] body = [1];
+
+        using var response = await server.Client.SendAsync(
+            Shipment($"term=3;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=17;sha256={Convert.ToHexStringLower(SHA256.HashData(body))}", body), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+        Assert.Equal(0, server.App.Services.GetRequiredService<ReplicationNode>().Replica!.Term);
+    }
+
+    [Theory]
+    [InlineData("another-key-that-is-long-enough-000000", "orders")]
+    [InlineData(PeerKey, "payments")]
+    public async Task ACut_NotSignedByThisServicesNode_Is401_AndChangesNothing(string key, string caller)
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment("term=3;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=17;sha256=" +
+            Convert.ToHexStringLower(SHA256.HashData([])), [], caller, key), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Unauthorized, "replication-peer");
+        Assert.Equal(0, server.App.Services.GetRequiredService<ReplicationNode>().Replica!.Term);
+    }
+
+    [Fact]
+    public async Task ACut_Unsigned_Is401()
+    {
+        await using var server = await StartReplicaAsync();
+        using var request = new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.AppendPath) { Content = new ByteArrayContent([]) };
+        request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/octet-stream");
+        request.Headers.Add("PS-Replication", "term=3;from=4096;begin=64;anchor=0;reset=0;cut=4096;cutsum=17;sha256=" + Convert.ToHexStringLower(SHA256.HashData([])));
+        request.Headers.Add("PS-Caller", "orders");
+        request.Headers.Add("PS-Callee", "orders");
+
+        using var response = await server.Client.SendAsync(request, Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Unauthorized, "replication-peer");
+        Assert.Equal(0, server.App.Services.GetRequiredService<ReplicationNode>().Replica!.Term);
+    }
+
+    [Fact]
+    public async Task ACut_OfAnEmptyReplica_IsAnsweredEmpty_AndARoundTripOfItsHeaderParses()
+    {
+        await using var server = await StartReplicaAsync();
+        var cut = new Shipment(3, 4096, 64, 0, false, ReadOnlyMemory<byte>.Empty, Cut: 4096, CutSum: 4_000_000_000);
+        Assert.True(ReplicationMessages.TryParse(ReplicationMessages.Describe(cut), out var parsed));
+        Assert.Equal(cut, parsed);
+
+        using var response = await server.Client.SendAsync(Shipment(ReplicationMessages.Describe(cut), []), Ct);
+
+        Assert.Equal(HttpStatusCode.Conflict, response.StatusCode);
+        Assert.Equal("empty", JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("outcome").GetString());
     }
 
     [Fact]
