@@ -207,12 +207,13 @@ public sealed class ReplicationTests : IDisposable
     }
 
     [Fact]
-    public async Task APrimaryWhoseReplicaIsGone_StopsGracefully_AcknowledgesNothing_AndAnswersOnceItIsBack()
+    public async Task APrimaryWhoseReplicaIsGone_StopsGracefully_AcknowledgesNothing_AnswersSessionStartsWithinReplyTimeout_AndServesOnceItIsBack()
     {
         // A group of two (docs/replication.md). With its replica gone the primary still drains and exits 0 at once (its
         // checkpoints need only its own disk; they waited for the replica until the shutdown timeout, 30 s, before); it
-        // acknowledges nothing while the replica is away (503 reply-pending, the request goes on); once the replica is back
-        // the same request is answered, having run once.
+        // acknowledges nothing while the replica is away (503 reply-pending, the request goes on), and a session start gets
+        // 503 reply-pending within ReplyTimeout too, with no session id (nothing started); once the replica is back the same
+        // request is answered, having run once, and a session start is acknowledged and serves.
         int[] ports = [ServiceProcess.FreePort(), ServiceProcess.FreePort()];
         var a = Node("a", "Primary", [ports[1]]);
         a["PS_REPLY_TIMEOUT_MS"] = "1000";
@@ -248,10 +249,26 @@ public sealed class ReplicationTests : IDisposable
             Assert.Equal(HttpStatusCode.ServiceUnavailable, status);
             Assert.EndsWith("reply-pending", body.GetProperty("type").GetString(), StringComparison.Ordinal);
 
+            // A session start: 503 reply-pending within ReplyTimeout (1 s), no id handed out, not a wait until the replica returns.
+            var starting = Stopwatch.StartNew();
+            using (var start = await primary.Client.PostAsync("/ps/sessions", null, TestContext.Current.CancellationToken))
+            {
+                starting.Stop();
+                Assert.Equal(HttpStatusCode.ServiceUnavailable, start.StatusCode);
+                var problem = await start.Content.ReadFromJsonAsync<JsonElement>(TestContext.Current.CancellationToken);
+                Assert.EndsWith("reply-pending", problem.GetProperty("type").GetString(), StringComparison.Ordinal);
+                Assert.False(start.Headers.Contains("PS-Session"));
+                Assert.True(starting.Elapsed < TimeSpan.FromSeconds(5), $"the session start was answered after {starting.Elapsed} (ReplyTimeout 1 s)");
+            }
+
             await using var back = await ServiceProcess.StartAsync(b, ports[1], waitUntilReady: false);
             var (resent, reply, _) = await primary.SendUntilAnsweredAsync("/tally", session, 3, Body(0));
             Assert.Equal(HttpStatusCode.OK, resent);
             Assert.Equal(3, reply.GetProperty("count").GetInt64());
+
+            // The replica is back: a session start is acknowledged and its session serves.
+            var fresh = await primary.StartSessionAsync();
+            Assert.Equal(HttpStatusCode.OK, (await primary.SendAsync(HttpMethod.Post, "/tally", fresh, 1, Body(0))).Status);
         }
     }
 

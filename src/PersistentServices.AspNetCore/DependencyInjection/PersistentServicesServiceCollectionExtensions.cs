@@ -67,6 +67,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
         services.TryAddSingleton<PersistentServices.Replication.ReplicationNode>();
+        services.TryAddSingleton<PersistentServices.Replication.ReplicationHealth>();
         services.TryAddSingleton<PersistentServices.Replication.HotFollower>();
         services.TryAddSingleton<PersistentServices.Replication.RaftFailover>();
         services.TryAddSingleton<LogOpener>();

@@ -42,6 +42,17 @@ internal static partial class AspNetCoreEvents
         "Request {Sequence} of session {SessionTag} has not finished within ReplyTimeout: its client gets 503 reply-pending, the execution goes on, and a retry gets the reply")]
     public static partial void ReplyPending(ILogger logger, long sequence, string sessionTag);
 
+    [LoggerMessage(1122, LogLevel.Warning,
+        "Session start {SessionTag} was not durable at the required replicas within ReplyTimeout ({TimeoutMs} ms): its client gets 503 reply-pending and no id; the start is ended in the log (nothing started)")]
+    public static partial void SessionStartPending(ILogger logger, string sessionTag, long timeoutMs);
+
+    [LoggerMessage(1123, LogLevel.Information,
+        "A read-only request shows state not durable at the required replicas within ReplyTimeout ({TimeoutMs} ms): its client gets 503 reply-pending, a retry gets the answer")]
+    public static partial void ReadOnlyReplyPending(ILogger logger, long timeoutMs);
+
+    [LoggerMessage(1124, LogLevel.Debug, "Session start {SessionTag}, answered 503 reply-pending, and its end are durable at the required replicas now")]
+    public static partial void SessionStartAbandoned(ILogger logger, string sessionTag);
+
     [LoggerMessage(1200, LogLevel.Information,
         "Analysis scan: {Sessions} live sessions ({AtRest} at rest read directly, and {VariablesAtRest} shared variables), {Requests} logged requests, {Records} records from LSN {ScannedFrom} in {ElapsedMs} ms ({StatesFromParts} checkpointed session states read from parts); accepting new sessions")]
     public static partial void AnalysisDone(ILogger logger, int sessions, int atRest, int variablesAtRest, long requests, long records, long scannedFrom, long elapsedMs, int statesFromParts);

@@ -210,7 +210,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
     /// <summary>How long this request's client waits for its reply: end clients <see cref="PersistentServicesOptions.ReplyTimeout"/>; services calling (whose call retries on its own timeout) as long as it takes.</summary>
     private TimeSpan ReplyTimeoutFor(PersistentRequest request)
-        => request.Caller is null ? runtime.Options.EffectiveReplyTimeout : Timeout.InfiniteTimeSpan;
+        => ReplyTimeouts.For(runtime, fromService: request.Caller is not null);
 
     /// <summary>A duplicate waits for the execution under way as long as the first attempt would have: <see cref="TimeoutException"/> after that.</summary>
     private Task<BufferedReply> WaitForReplyAsync(PersistentRequest request, Task<BufferedReply> pending)

@@ -52,11 +52,25 @@ internal static class ProtocolProblems
         "The request is executing and has not finished yet (it may wait for another service that is down or recovering): retry the same " +
         "request (the same session and number, or the same Idempotency-Key) to get its reply. It is not executed again.";
 
-    /// <summary>503 <c>reply-pending</c>: the request executes, past <see cref="PersistentServicesOptions.ReplyTimeout"/>; a retry of it gets its reply.</summary>
-    public static Task ReplyPendingAsync(HttpContext context)
+    /// <summary>The detail of a session start's <c>reply-pending</c>: nothing started, start another (<see cref="Sessions.SessionStarter"/>).</summary>
+    public const string SessionStartPendingDetail =
+        "The session's start was not durable at the replicas this service requires within ReplyTimeout (too few of them answer): nothing " +
+        "started and no session id is given; start a session again (POST the session resource) once they are back.";
+
+    /// <summary>The detail of a read-only request's <c>reply-pending</c>: what it shows is not durable yet; ask again (<see cref="ReadOnlyRequestHandler"/>).</summary>
+    public const string ReadOnlyPendingDetail =
+        "What this reply shows is not durable yet at the replicas this service requires (too few of them answer within ReplyTimeout): " +
+        "nothing was changed; send the request again to get the answer once they are back.";
+
+    /// <summary>
+    /// 503 <c>reply-pending</c>: the request executes, past <see cref="PersistentServicesOptions.ReplyTimeout"/>; a retry of it
+    /// gets its reply. <paramref name="detail"/> says what a retry means where it is not that request's own (a session start, a
+    /// read-only request: <see cref="ReplyTimeouts"/>).
+    /// </summary>
+    public static Task ReplyPendingAsync(HttpContext context, string? detail = null)
     {
         context.Response.Headers.RetryAfter = "1";
-        return WriteAsync(context, 503, "reply-pending", "Reply not ready yet", ReplyPendingDetail);
+        return WriteAsync(context, 503, "reply-pending", "Reply not ready yet", detail ?? ReplyPendingDetail);
     }
 
     /// <summary>

@@ -36,7 +36,7 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
                 return;
             }
 
-            await RunAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly)).ConfigureAwait(false);
+            await RunAsync(context, new PersistentScope(null, ExecutionMode.ReadOnly), fromService: true).ConfigureAwait(false);
             return;
         }
 
@@ -89,7 +89,7 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         }
     }
 
-    private async Task RunAsync(HttpContext context, PersistentScope scope)
+    private async Task RunAsync(HttpContext context, PersistentScope scope, bool fromService = false)
     {
         CapturedReply captured;
         try
@@ -121,9 +121,17 @@ internal sealed class ReadOnlyRequestHandler(RequestDelegate next, PersistentRun
         }
         else if (scope.ReadOnlyDependsOn > 0)
         {
+            // With synchronous replication what it shows is durable once the required replicas hold it: an end client waits
+            // for that within ReplyTimeout (503 reply-pending after it; nothing changed, and a retry later reads it durable).
+            var timeout = ReplyTimeouts.For(runtime, fromService);
             try
             {
-                await runtime.Log.WaitUntilDurableAsync(scope.ReadOnlyDependsOn, context.RequestAborted).ConfigureAwait(false);
+                if (!await ReplyTimeouts.WithinAsync(runtime.Log.WaitUntilDurableAsync(scope.ReadOnlyDependsOn, context.RequestAborted), timeout, runtime.Time).ConfigureAwait(false))
+                {
+                    AspNetCoreEvents.ReadOnlyReplyPending(logger, (long)timeout.TotalMilliseconds);
+                    await ProtocolProblems.ReplyPendingAsync(context, ProtocolProblems.ReadOnlyPendingDetail).ConfigureAwait(false);
+                    return;
+                }
             }
             catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
             {

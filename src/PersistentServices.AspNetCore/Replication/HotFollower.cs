@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using Microsoft.AspNetCore.Http;
 using Microsoft.Extensions.Logging;
 using PersistentServices.Checkpoints;
@@ -79,7 +78,7 @@ internal sealed partial class HotFollower(
     public long LagRequests => Volatile.Read(ref _waiting);
 
     /// <summary>How long the follower has been behind the copy (0 when it has replayed everything it can).</summary>
-    public TimeSpan LagTime => Volatile.Read(ref _behindSince) is var since and > 0 ? Stopwatch.GetElapsedTime(since) : TimeSpan.Zero;
+    public TimeSpan LagTime => Volatile.Read(ref _behindSince) is var since and > 0 ? runtime.Time.GetElapsedTime(since) : TimeSpan.Zero;
 
     /// <summary>Requests replayed ahead since start.</summary>
     public long Replayed => Volatile.Read(ref _replayed);
@@ -289,7 +288,7 @@ internal sealed partial class HotFollower(
         _progress!.Applier.KeptBytes = kept;
         Volatile.Write(ref _waiting, waiting);
         var behind = waiting > 0 || _progress.Next < Volatile.Read(ref _durableUntil);
-        Volatile.Write(ref _behindSince, !behind ? 0 : Volatile.Read(ref _behindSince) is var since and > 0 ? since : Stopwatch.GetTimestamp());
+        Volatile.Write(ref _behindSince, !behind ? 0 : Volatile.Read(ref _behindSince) is var since and > 0 ? since : runtime.Time.GetTimestamp());
         return any;
     }
 

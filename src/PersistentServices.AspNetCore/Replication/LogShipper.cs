@@ -38,9 +38,14 @@ internal sealed class LogShipper : IDisposable
     private long _total;
     private volatile string _state = "connecting";
 
+    /// <summary>How far behind the replica is in time (<see cref="LagTime"/>), from the local commits it does not hold yet.</summary>
+    private readonly ReplicaLag _lag;
+
     public LogShipper(ReplicationNode node, int index, Uri replica, DurableLog log, ReplicationWatermark watermark, LogOptions logOptions, HttpClient http,
-        ReplicationOptions options, ILogger logger)
+        ReplicationOptions options, ILogger logger, TimeProvider time)
     {
+        _lag = new ReplicaLag(time);
+        _lag.LocallyDurable(Math.Max(log.LocalDurableUntil, watermark.LocalUntil));
         _node = node;
         _index = index;
         _replica = replica;
@@ -52,6 +57,7 @@ internal sealed class LogShipper : IDisposable
         _options = options;
         _logger = logger;
         watermark.LocalAdvanced += Wake;
+        watermark.LocalAdvanced += Sample;
     }
 
     /// <summary>The replica's address.</summary>
@@ -74,6 +80,13 @@ internal sealed class LogShipper : IDisposable
 
     /// <summary>Bytes of this log's durable end the replica does not hold yet, as far as this primary knows.</summary>
     public long LagBytes => Math.Max(0, _watermark.LocalUntil - Math.Max(0, ShippedUntil));
+
+    /// <summary>
+    /// How long ago the oldest record this log holds durably and the replica (as far as this primary knows) does not became
+    /// durable here: zero when it holds everything. What <see cref="ReplicationHealth"/> compares to
+    /// <see cref="ReplicationOptions.MaxHealthyLag"/>.
+    /// </summary>
+    public TimeSpan LagTime => _lag.Lag;
 
     public async Task RunAsync(CancellationToken cancellationToken)
     {
@@ -352,6 +365,7 @@ internal sealed class LogShipper : IDisposable
         {
             case ShipmentOutcome.Appended when answer.DurableUntil == until:
                 Volatile.Write(ref _shippedUntil, until);
+                _lag.Held(until);
                 Interlocked.Increment(ref _shipments);
                 Interlocked.Add(ref _bytes, shipment.Bytes.Length);
                 _watermark.Report(_index, until);
@@ -396,8 +410,11 @@ internal sealed class LogShipper : IDisposable
     public void Dispose()
     {
         _watermark.LocalAdvanced -= Wake;
+        _watermark.LocalAdvanced -= Sample;
         _wake.Dispose();
     }
+
+    private void Sample() => _lag.LocallyDurable(_watermark.LocalUntil);
 
     private void Wake()
     {
@@ -433,3 +450,64 @@ internal sealed class LogShipper : IDisposable
 
 /// <summary>A replica's answer that is not one (a wrong status, no body): the shipper asks again later.</summary>
 internal sealed class ReplicationProtocolException(string message) : Exception(message);
+
+/// <summary>
+/// A replica's lag in time, as PostgreSQL's walsender measures its standbys' (its <c>LagTracker</c>): a sample (durable end,
+/// when) at each local commit, dropped once the replica holds that end; the lag is the age of the oldest sample left. At most
+/// <see cref="MaxSamples"/> are kept: past that the newest one is moved forward instead (its time stays), which can only make
+/// the lag look longer, never shorter.
+/// </summary>
+internal sealed class ReplicaLag(TimeProvider time)
+{
+    internal const int MaxSamples = 4096;
+
+    private readonly Lock _gate = new();
+    private readonly LinkedList<(long Until, long At)> _samples = new();
+    private long _held;
+
+    /// <summary>The log holds everything below <paramref name="until"/> durably, from now on.</summary>
+    public void LocallyDurable(long until)
+    {
+        lock (_gate)
+        {
+            if (until <= _held || (_samples.Last is { } last && until <= last.Value.Until))
+            {
+                return;
+            }
+
+            if (_samples.Count < MaxSamples)
+            {
+                _samples.AddLast((until, time.GetTimestamp()));
+            }
+            else
+            {
+                _samples.Last!.Value = (until, _samples.Last.Value.At);
+            }
+        }
+    }
+
+    /// <summary>The replica holds everything below <paramref name="until"/>.</summary>
+    public void Held(long until)
+    {
+        lock (_gate)
+        {
+            _held = Math.Max(_held, until);
+            while (_samples.First is { } first && first.Value.Until <= _held)
+            {
+                _samples.RemoveFirst();
+            }
+        }
+    }
+
+    /// <summary>How long ago the oldest durable record the replica does not hold became durable (zero: it holds them all).</summary>
+    public TimeSpan Lag
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _samples.First is { } first ? time.GetElapsedTime(first.Value.At) : TimeSpan.Zero;
+            }
+        }
+    }
+}

@@ -399,7 +399,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         _watermark = watermark;
         var logOptions = _service.BuildLogOptions();
         _shipping = [.. peers.Select((address, index) => new LogShipper(this, index, address, log, watermark, logOptions,
-            _httpClients.CreateClient(HttpClientName), _options, _logger))];
+            _httpClients.CreateClient(HttpClientName), _options, _logger, _runtime.Time))];
         lock (_gate)
         {
             foreach (var shipper in _shipping)
@@ -410,24 +410,6 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
         var shippers = _shipping;
         _runtime.Metrics.ObserveReplication(() => shippers.Select(s => (s.Replica.ToString(), s.LagBytes, s.Reachable)));
-    }
-
-    /// <summary>
-    /// Whether a primary's replication holds acknowledgements back now: fewer of its replicas answer than it requires (a
-    /// reason for the health check to say so), else null.
-    /// </summary>
-    public string? AcknowledgementsHeldBack()
-    {
-        if (_watermark is not { Required: > 0 } watermark)
-        {
-            return null;
-        }
-
-        var reachable = _shipping.Count(s => s.Reachable);
-        return reachable >= watermark.Required
-            ? null
-            : $"{reachable} of the {watermark.Replicas} replicas answer and {watermark.Required} must hold a record before it is acknowledged: " +
-              "replies wait (503 reply-pending) until enough of them are back (docs/replication.md)";
     }
 
     /// <summary>Where the primary's anchor stands (what a replica writes once it holds the checkpoint); 0 before the first.</summary>

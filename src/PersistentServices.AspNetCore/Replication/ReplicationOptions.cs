@@ -124,6 +124,15 @@ public sealed class ReplicationOptions
     /// </summary>
     public TimeSpan SwitchoverTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// How far behind a node may fall before its health says so (5 seconds by default; positive). On a primary, readiness is
+    /// degraded while fewer than <see cref="RequiredReplicas"/> replicas hold what became durable on its disk more than this
+    /// long ago (acknowledgements then wait about that long). On a replica, its status is degraded while its hot follower has
+    /// been behind its copy for longer (a promotion now would replay that backlog first); its liveness stays healthy: a
+    /// lagging replica is never restarted for it (docs/replication.md, "Health").
+    /// </summary>
+    public TimeSpan MaxHealthyLag { get; set; } = TimeSpan.FromSeconds(5);
+
     internal int EffectiveRequiredReplicas => RequiredReplicas ?? (Peers.Count + 1) / 2;
 
     /// <summary>The other log-holding nodes of the group: <see cref="Replicas"/> without <see cref="Address"/> (and, on a witness, all of them).</summary>
@@ -211,6 +220,11 @@ public sealed class ReplicationOptions
         if (SwitchoverTimeout <= TimeSpan.Zero || SwitchoverTimeout > TimeSpan.FromMinutes(1))
         {
             yield return $"PersistentServicesOptions.Replication.SwitchoverTimeout must be positive and at most 1 minute (was {SwitchoverTimeout}).";
+        }
+
+        if (MaxHealthyLag <= TimeSpan.Zero)
+        {
+            yield return $"PersistentServicesOptions.Replication.MaxHealthyLag must be positive (was {MaxHealthyLag}).";
         }
 
         if (string.IsNullOrEmpty(service.Calls.PeerKey))

@@ -49,4 +49,10 @@ internal static partial class ReplicationServiceEvents
     [LoggerMessage(1443, LogLevel.Warning,
         "Replication: this node's directory says primary of term {Term}, and {Node} has seen term {NewerTerm}: another node took over while this one was away; it starts as a replica")]
     public static partial void RejoinsAsReplica(ILogger logger, long term, long newerTerm, string node);
+
+    [LoggerMessage(1456, LogLevel.Warning, "Replication: this {Role} lags by more than MaxHealthyLag ({MaxHealthyLagMs} ms): {Reason}; health says degraded until it catches up")]
+    public static partial void Lagging(ILogger logger, string role, long maxHealthyLagMs, string reason);
+
+    [LoggerMessage(1457, LogLevel.Information, "Replication: this {Role} no longer lags by more than MaxHealthyLag ({MaxHealthyLagMs} ms)")]
+    public static partial void NoLongerLagging(ILogger logger, string role, long maxHealthyLagMs);
 }

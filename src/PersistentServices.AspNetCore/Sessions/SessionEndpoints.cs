@@ -59,10 +59,16 @@ internal static class SessionEndpoints
         }
 
         var session = new Session(SessionId.NewRandom((byte?)options.InstanceOrdinal), owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec) { AdmissionBucket = bucket };
-        if (!await starter.StartAsync(session, logger, reserved: true).ConfigureAwait(false))
+        // An end client's start answers within ReplyTimeout, as its requests do: while too few replicas answer, 503
+        // reply-pending and nothing started (SessionStarter.StartWithinAsync).
+        switch (await starter.StartWithinAsync(session, logger, ReplyTimeouts.For(runtime, fromService: false), reserved: true).ConfigureAwait(false))
         {
-            await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
-            return;
+            case SessionStart.Unavailable:
+                await ProtocolProblems.UnavailableAsync(context).ConfigureAwait(false);
+                return;
+            case SessionStart.Pending:
+                await ProtocolProblems.ReplyPendingAsync(context, ProtocolProblems.SessionStartPendingDetail).ConfigureAwait(false);
+                return;
         }
 
         context.RequestServices.GetRequiredService<SessionExpiryService>().NoteStarted(session);

@@ -4,6 +4,7 @@ using PersistentServices.Diagnostics;
 using PersistentServices.Hosting;
 using PersistentServices.Http;
 using PersistentServices.Log;
+using PersistentServices.Log.Records;
 
 namespace PersistentServices.Sessions;
 
@@ -16,22 +17,40 @@ internal sealed partial class SessionStarter(PersistentRuntime runtime, SessionL
     /// <summary>
     /// Logs and forces <paramref name="session"/>'s start and adds it; false when the log could not make it durable. With
     /// <paramref name="reserved"/>, its slot was taken by <see cref="SessionTable.TryReserve"/> and is given back unless
-    /// the session joins the table.
+    /// the session joins the table. Waits as long as the start takes to be durable (a calling service's session).
     /// </summary>
     public async ValueTask<bool> StartAsync(Session session, ILogger logger, bool reserved = false)
+        => await StartWithinAsync(session, logger, Timeout.InfiniteTimeSpan, reserved).ConfigureAwait(false) == SessionStart.Started;
+
+    /// <summary>
+    /// As <see cref="StartAsync"/>, within <paramref name="replyTimeout"/> (<see cref="ReplyTimeouts"/>): when the start
+    /// is not durable by then (with synchronous replication: too few replicas answer), <see cref="SessionStart.Pending"/>
+    /// and nothing started. The session never joins the table, its slot is given back, and its end is appended right after
+    /// its start (reason <c>Expired</c>: it was never handed out), so a node that replays the log (a promoted replica, a
+    /// restart) drops it too once the end is there; if only the start reached a node, that node holds a session nobody
+    /// knows the id of, until <see cref="PersistentServicesOptions.UnusedSessionRetention"/> expires it. A session start
+    /// carries no key a retry could repeat it by, so a 503 must mean that nothing started (docs/protocol.md, "Sessions").
+    /// </summary>
+    public async ValueTask<SessionStart> StartWithinAsync(Session session, ILogger logger, TimeSpan replyTimeout, bool reserved = false)
     {
         var added = false;
         var starting = runtime.Sessions.BeginStart(runtime.Log.TailAddress);
         try
         {
             var lsn = SessionRecords.AppendStarted(runtime.Log, session, session.StartedAt);
-            await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+            if (!await ReplyTimeouts.WithinAsync(runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None), replyTimeout, runtime.Time).ConfigureAwait(false))
+            {
+                AspNetCoreEvents.SessionStartPending(logger, session.TraceTag, (long)replyTimeout.TotalMilliseconds);
+                EndUnstarted(session, logger);
+                return SessionStart.Pending;
+            }
+
             added = reserved ? runtime.Sessions.TryAddReserved(session) : runtime.Sessions.TryAdd(session);
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
         {
             AspNetCoreEvents.SessionResourceUnavailable(logger, ex);
-            return false;
+            return SessionStart.Unavailable;
         }
         finally
         {
@@ -43,7 +62,36 @@ internal sealed partial class SessionStarter(PersistentRuntime runtime, SessionL
         }
 
         AspNetCoreEvents.SessionStarted(logger, session.TraceTag);
-        return true;
+        return SessionStart.Started;
+    }
+
+    /// <summary>The end of a start that was answered 503: appended, not waited for (it becomes durable with the start, or the log faulted and nothing of either counts).</summary>
+    private void EndUnstarted(Session session, ILogger logger)
+    {
+        long lsn;
+        try
+        {
+            lsn = SessionRecords.AppendEnded(runtime.Log, session, SessionEndReason.Expired, runtime.Time.GetUtcNow());
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+        {
+            return; // the log faulted meanwhile: the service restarts, and nothing was handed out
+        }
+
+        _ = EndedAsync();
+
+        async Task EndedAsync()
+        {
+            try
+            {
+                await runtime.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+                AspNetCoreEvents.SessionStartAbandoned(logger, session.TraceTag);
+            }
+            catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
+            {
+                // The log faulted or closed first: nothing of the start was acknowledged.
+            }
+        }
     }
 
     /// <summary>
@@ -114,4 +162,17 @@ internal sealed partial class SessionStarter(PersistentRuntime runtime, SessionL
 
     [LoggerMessage(1112, LogLevel.Debug, "Refused a session start: {Cap} reached; Retry-After {RetryAfterSeconds} s")]
     private static partial void SessionRefused(ILogger logger, string cap, long retryAfterSeconds);
+}
+
+/// <summary>How a session start ended (<see cref="SessionStarter.StartWithinAsync"/>).</summary>
+internal enum SessionStart
+{
+    /// <summary>Durable and in the table: its id may be handed out.</summary>
+    Started,
+
+    /// <summary>The log could not make it durable (faulted or closed): 503, nothing started.</summary>
+    Unavailable,
+
+    /// <summary>Not durable within the reply timeout (too few replicas answer): 503 <c>reply-pending</c>, nothing started.</summary>
+    Pending,
 }
