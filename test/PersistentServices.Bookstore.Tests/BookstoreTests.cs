@@ -124,6 +124,30 @@ public sealed class BookstoreTests
 
     [Fact]
     [Trait("Category", "Crash")]
+    public async Task Run_WithTwoReplicasPerService_ARollingUpgradeBySwitchover_ToBuildsWhoseRepliesDiffer_PlainClientsSeeNoError()
+    {
+        // --replicas 2 --upgrade: each group upgraded as docs/upgrades.md says, its replicas first, then its primary, whose
+        // SIGTERM hands the role to an upgraded replica (a switchover that checkpoints every session first). BookSeller's
+        // build 2 adds a field to /basket/add replies, so a new primary that replayed the old build's requests would diverge.
+        // Eight upgrades reach BookSeller's primary (store-1's three nodes, PriceGrabber, TaxCalculator, BookSeller's three);
+        // through the gateway a client that never retries sees no error, and everything acknowledged ran exactly once.
+        var run = await BookstoreRun.RunAsync(
+            ["--replicas", "2", "--stores", "1", "--upgrade", "--gateway", "--plain-clients", "--seconds", "60"],
+            TimeSpan.FromMinutes(4));
+
+        Assert.True(run.Result.Count > 0, "no RESULT line");
+        Assert.Equal(0, run["mismatches"]);
+        Assert.Equal(0, run["duplicates"]);
+        Assert.Equal(0, run["client_errors"]);
+        Assert.Equal(0, run.ExitCode);
+        Assert.True(run["upgrades"] >= 8, $"only {run["upgrades"]} upgrades: BookSeller's primary was not reached");
+        Assert.True(run["failovers"] >= 2, $"only {run["failovers"]} switchovers: not every group's primary handed over");
+        Assert.Contains(run.Output, line => line.Contains("replies came from builds 1, 2", StringComparison.Ordinal));
+        Assert.Empty(run.LiveServices());
+    }
+
+    [Fact]
+    [Trait("Category", "Crash")]
     public async Task Run_ServicesRestartWithTheirLogDeleted_ReconciliationReportsMismatches()
     {
         // The checker itself: services that forget (their log deleted at each restart) must be noticed.

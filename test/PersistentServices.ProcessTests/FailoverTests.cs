@@ -277,9 +277,12 @@ public sealed class FailoverTests : IDisposable
     public async Task ARollingUpgradeBySwitchover_UnderLoad_NothingAcknowledgedIsLostOrDuplicated_AndTheOldPrimaryRejoins()
     {
         // The upgrade of a group (docs/upgrades.md, "A replicated service"): each replica stopped (SIGTERM) and started again
-        // (the new version), then the primary's role handed to a caught-up replica (psctl replication switchover), then the old
-        // primary restarted; and once more with the new primary's own SIGTERM, which hands over by itself (Failover = Raft).
-        // Eight clients follow the primary throughout; every request any of them saw acknowledged is there once at the end.
+        // as the new version, then the primary's role handed to a caught-up replica (psctl replication switchover), then the old
+        // primary restarted as the new version; and once more with the new primary's own SIGTERM, which hands over by itself
+        // (Failover = Raft). The new version's /deposit replies differ (PS_VERSION 2 adds a field): the switchover checkpoints
+        // every session first (Replication.CheckpointBeforeSwitchover), so the new primary replays nothing the old version ran,
+        // and no session diverges. Eight clients follow the primary throughout; every request any of them saw acknowledged is
+        // there once at the end.
         var ct = TestContext.Current.CancellationToken;
         var (ports, nodes, sessions) = await StartGroupAsync();
         try
@@ -305,7 +308,7 @@ public sealed class FailoverTests : IDisposable
                     await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(refusedAt, node: 0) is not null), nodes);
                 }
 
-                await RestartAsync(nodes, ports, r);
+                await RestartAsync(nodes, ports, r, version: "2");
             }
 
             // 2. The switchover, to the replica that holds the most.
@@ -315,6 +318,7 @@ public sealed class FailoverTests : IDisposable
             var handover = JsonDocument.Parse(answer).RootElement;
             var promoted = Array.FindIndex(ports, p => handover.GetProperty("primary").GetString() == $"http://127.0.0.1:{p}/");
             Assert.True(promoted > 0, answer);
+            Assert.Contains("the next primary replays nothing this one ran", nodes[0].Output, StringComparison.Ordinal);
             Assert.Equal(2, handover.GetProperty("term").GetInt64());
             await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(switchAt, promoted) is not null), nodes);
             var (pause, toFirstAnswer) = Pause(load, switchAt, from: 0, to: promoted);
@@ -322,7 +326,7 @@ public sealed class FailoverTests : IDisposable
             // 3. The old primary: fenced by the promotion (it answers 503 replica meanwhile), restarted, rejoins as a replica.
             Assert.True(await IsFencedAsync(nodes[0]), Diagnose(nodes));
             Assert.Equal(0, await nodes[0].TerminateAsync(TimeSpan.FromSeconds(20)));
-            var rejoinedBy = await RestartAsync(nodes, ports, 0);
+            var rejoinedBy = await RestartAsync(nodes, ports, 0, version: "2");
 
             // 4. The new primary's SIGTERM hands the role over before it exits: no detection delay.
             var stopAt = Stopwatch.GetTimestamp();
@@ -333,7 +337,26 @@ public sealed class FailoverTests : IDisposable
                 string.Join('\n', nodes[promoted].Output.Split('\n').Where(l => l.Contains("Replication", StringComparison.Ordinal) || l.Contains("Drain", StringComparison.Ordinal)).TakeLast(30)));
             await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(stopAt, third) is not null), nodes);
             var (stopPause, stopToFirstAnswer) = Pause(load, stopAt, from: promoted, to: third);
-            await RestartAsync(nodes, ports, promoted);
+            await RestartAsync(nodes, ports, promoted, version: "2");
+
+            // The replica that stayed one through the first switchover followed the old version's log with the new code: its
+            // follower stopped at the first reply that differed, and started over once the switchover's checkpoint was anchored
+            // in its copy. Now every replica's follower follows (docs/replication.md, "Hot followers").
+            var stayed = 3 - promoted;
+            await WaitAsync(async () =>
+            {
+                foreach (var i in Enumerable.Range(0, nodes.Length).Where(i => i != third))
+                {
+                    var replay = (await StatusAsync(nodes[i])).GetProperty("replica").GetProperty("replay");
+                    if (replay.GetProperty("stoppedBecause").ValueKind != JsonValueKind.Null || replay.GetProperty("appliedUntil").GetInt64() == 0)
+                    {
+                        return false;
+                    }
+                }
+
+                return true;
+            }, nodes);
+            Assert.Contains("a newer checkpoint is anchored in the copy", nodes[stayed].Output, StringComparison.Ordinal);
 
             await load.StopAsync();
             await AssertExactlyOnceAsync(nodes[third], sessions, load.Acknowledged);
@@ -364,11 +387,20 @@ public sealed class FailoverTests : IDisposable
         return (Stopwatch.GetElapsedTime(last, first).TotalMilliseconds, Stopwatch.GetElapsedTime(since, first).TotalMilliseconds);
     }
 
-    /// <summary>Starts node <paramref name="index"/> again (its configuration unchanged) and waits until it holds the newest term's log as a replica; how it caught up.</summary>
-    private async Task<string> RestartAsync(ServiceProcess[] nodes, int[] ports, int index)
+    /// <summary>
+    /// Starts node <paramref name="index"/> again (its configuration unchanged but, when given, the service's
+    /// <paramref name="version"/>) and waits until it holds the newest term's log as a replica; how it caught up.
+    /// </summary>
+    private async Task<string> RestartAsync(ServiceProcess[] nodes, int[] ports, int index, string? version = null)
     {
         var old = nodes[index];
-        Volatile.Write(ref nodes[index], await ServiceProcess.StartAsync(Node(index, ports), ports[index], waitUntilReady: false));
+        var environment = Node(index, ports);
+        if (version is not null)
+        {
+            environment["PS_VERSION"] = version;
+        }
+
+        Volatile.Write(ref nodes[index], await ServiceProcess.StartAsync(environment, ports[index], waitUntilReady: false));
         await old.DisposeAsync();
         await WaitAsync(async () => (await StatusAsync(nodes[index])) is { } s && s.GetProperty("role").GetString() == "Replica" &&
                                     s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&

@@ -339,28 +339,32 @@ internal sealed class Deployment : IAsyncDisposable
 
     /// <summary>
     /// Replaces <paramref name="service"/> by <paramref name="build"/> (README.md, "Upgrades"): a graceful stop (SIGTERM: it
-    /// drains, checkpoints and exits; SIGKILL after 30 s), then a start of the new build on the same port and log. Only
+    /// drains, checkpoints and exits; a group's primary hands its role to a replica first, after it checkpointed every session;
+    /// SIGKILL after 30 s), then a start of the new build on the same port and log. Only
     /// a graceful stop lets the new build start without replaying the old build's requests (docs/upgrades.md): when the
     /// stop was not graceful (the chaos monkey's SIGKILL came during the drain), the old build is started again on its log
     /// to recover, and stopped again, before the new one starts; else the new build's replies (a field added) would not
     /// be the logged ones and the sessions would diverge.
     /// </summary>
-    public async Task UpgradeAsync(ComponentProcess service, int build, CancellationToken cancellationToken)
+    public async Task UpgradeAsync(ComponentProcess service, int build)
     {
         var from = Stopwatch.GetTimestamp();
         service.Replacing = true;
+
+        // Once stopped, the service is started again whatever the run does meanwhile (the end of the buyers' loops included):
+        // an upgrade under way finishes, so the reconciliation finds every service up; only the deployment's own stop ends it.
         try
         {
             await service.StopAsync(TimeSpan.FromSeconds(30));
             while (service.ExitCode is not 0)
             {
                 _events($"{service.Name} did not stop gracefully (exit {service.ExitCode?.ToString(CultureInfo.InvariantCulture) ?? "?"}): recovering it on build {service.Build.ToString(CultureInfo.InvariantCulture)} before the upgrade");
-                await service.StartAsync(cancellationToken);
+                await service.StartAsync(_stopping.Token);
                 await service.StopAsync(TimeSpan.FromSeconds(30));
             }
 
             service.SetBuild(build);
-            await service.StartAsync(cancellationToken);
+            await service.StartAsync(_stopping.Token);
         }
         finally
         {
@@ -373,7 +377,7 @@ internal sealed class Deployment : IAsyncDisposable
         }
 
         Upgrades++;
-        _events($"{service.Name} upgraded to build {build.ToString(CultureInfo.InvariantCulture)} in {Stopwatch.GetElapsedTime(from).TotalSeconds:0.0} s (drained, log carried over), pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
+        _events($"{service.Name} upgraded to build {build.ToString(CultureInfo.InvariantCulture)} in {Stopwatch.GetElapsedTime(from).TotalSeconds:0.0} s (stopped gracefully: drained, or its primary role handed over; log carried over), pid {service.ProcessId.ToString(CultureInfo.InvariantCulture)}");
         lock (_supervisors)
         {
             _supervisors.Add(SuperviseAsync(service));

@@ -137,9 +137,12 @@ internal sealed class LauncherOptions
             throw new ArgumentException($"--replicas must be between 0 and 4 (was {options.Replicas}): N replicas per persistent service, a group of N + 1 log nodes");
         }
 
-        if (options.Replicas > 0 && options.Upgrade)
+        if (options.Replicas > 0 && options.Upgrade && options.Chaos)
         {
-            throw new ArgumentException("--replicas cannot be combined with --upgrade: a promoted replica of the new build would replay the old build's requests (switchover for upgrades is not built yet, docs/replication.md)");
+            throw new ArgumentException(
+                "--replicas --upgrade cannot be combined with --chaos: a primary killed while its group runs two builds is replaced by a replica of the new build, " +
+                "which replays the old build's requests since each session's last checkpoint with the new code, and BookSeller's new replies differ (docs/upgrades.md, " +
+                "\"A replicated service\"); upgrade by switchover, or kill without upgrading");
         }
 
         if (options.Replicas > 0 && options.WipeOnRestart)

@@ -267,7 +267,9 @@ internal static class RunCommand
     /// <summary>
     /// Replaces every service in turn by the next build (2, 3, …), round after round, while the buyer runs: each one is
     /// stopped gracefully (it drains and checkpoints) and started as the new build on the same port and log, a second
-    /// after every service is up again.
+    /// after every service is up again. A replication group is upgraded as docs/upgrades.md says, its primary last: the
+    /// replicas (and witness) one at a time, then the primary, whose SIGTERM hands its role to a caught-up upgraded replica
+    /// (a switchover, after it checkpointed every session) before it exits; it comes back as a replica of the new build.
     /// </summary>
     private static async Task UpgradeAsync(Deployment deployment, RunStatus status, SemaphoreSlim disruption, CancellationToken cancellationToken)
     {
@@ -275,7 +277,8 @@ internal static class RunCommand
         {
             for (var build = 2; !cancellationToken.IsCancellationRequested; build++)
             {
-                foreach (var service in deployment.Services)
+                var upgraded = new HashSet<ComponentProcess>();
+                while (true)
                 {
                     await WhenAllReadyAsync(deployment, cancellationToken);
                     await Task.Delay(TimeSpan.FromSeconds(1), cancellationToken);
@@ -283,8 +286,15 @@ internal static class RunCommand
                     try
                     {
                         await WhenAllReadyAsync(deployment, cancellationToken);
-                        status.Event($"upgrade: {service.Name} to build {build.ToString(CultureInfo.InvariantCulture)} (SIGTERM, drain, start)");
-                        await deployment.UpgradeAsync(service, build, cancellationToken);
+                        if (NextToUpgrade(deployment, upgraded) is not { } service)
+                        {
+                            break;
+                        }
+
+                        upgraded.Add(service);
+                        var primary = deployment.Groups.ContainsKey(service.Service) && ReferenceEquals(deployment.PrimaryOf(service.Service), service);
+                        status.Event($"upgrade: {service.Name} to build {build.ToString(CultureInfo.InvariantCulture)} ({(primary ? "SIGTERM: switchover to an upgraded replica" : "SIGTERM, drain")}, start)");
+                        await deployment.UpgradeAsync(service, build);
                     }
                     finally
                     {
@@ -296,6 +306,26 @@ internal static class RunCommand
         catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
         {
         }
+    }
+
+    /// <summary>
+    /// The next process of this round's upgrade, in <see cref="Deployment.Services"/>' order, except that a group's primary
+    /// (the node that is primary now) comes after every other node of its group; null when every process is upgraded.
+    /// </summary>
+    private static ComponentProcess? NextToUpgrade(Deployment deployment, HashSet<ComponentProcess> upgraded)
+    {
+        foreach (var service in deployment.Services.Where(s => !upgraded.Contains(s)))
+        {
+            if (!deployment.Groups.TryGetValue(service.Service, out var group))
+            {
+                return service;
+            }
+
+            var primary = deployment.PrimaryOf(service.Service);
+            return group.FirstOrDefault(n => !upgraded.Contains(n) && !ReferenceEquals(n, primary)) ?? service;
+        }
+
+        return null;
     }
 
     private static async Task WhenAllReadyAsync(Deployment deployment, CancellationToken cancellationToken)

@@ -168,12 +168,41 @@ internal sealed partial class HotFollower(
             }
             catch (Exception ex)
             {
-                // A replay that diverged or failed: thrown away; the promotion's recovery meets it as a restart would.
+                // A replay that diverged or failed (a replica of another build, as in a rolling upgrade whose replies differ):
+                // thrown away; a promotion meanwhile recovers as a restart would. Once the copy anchors a newer checkpoint the
+                // follower starts over from it, as a recovery would start there: after a switchover's checkpoint of every
+                // session (ReplicationOptions.CheckpointBeforeSwitchover) nothing of the old build is left to replay.
                 Volatile.Write(ref _stoppedBecause, ex.Message);
                 FollowerEvents.Stopped(logger, ex);
+                var anchor = _replica!.Anchor;
                 Discard();
+                try
+                {
+                    await AnchoredAfterAsync(anchor).ConfigureAwait(false);
+                }
+                catch (OperationCanceledException) when (_stop.IsCancellationRequested)
+                {
+                    return;
+                }
+
+                Volatile.Write(ref _stoppedBecause, null);
+                FollowerEvents.StartsOver(logger, $"a newer checkpoint is anchored in the copy than {anchor?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "none"}, the anchor when its replay stopped");
+            }
+        }
+    }
+
+    /// <summary>Completes when the copy's anchored checkpoint is another than <paramref name="anchor"/>.</summary>
+    private async Task AnchoredAfterAsync(long? anchor)
+    {
+        while (true)
+        {
+            var changed = _replica!.Changed;
+            if (_replica.Anchor != anchor)
+            {
                 return;
             }
+
+            await changed.WaitAsync(_stop.Token).ConfigureAwait(false);
         }
     }
 
@@ -433,7 +462,7 @@ internal sealed partial class HotFollower(
         [LoggerMessage(1451, LogLevel.Information, "Replication: the hot follower starts over ({Reason})")]
         public static partial void StartsOver(ILogger logger, string reason);
 
-        [LoggerMessage(1452, LogLevel.Warning, "Replication: the hot follower stopped; a promotion will recover this copy as a restart does")]
+        [LoggerMessage(1452, LogLevel.Warning, "Replication: the hot follower stopped; until the copy anchors a newer checkpoint, from which it starts over, a promotion recovers this copy as a restart does")]
         public static partial void Stopped(ILogger logger, Exception error);
 
         [LoggerMessage(1453, LogLevel.Information,

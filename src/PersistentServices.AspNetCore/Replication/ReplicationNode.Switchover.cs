@@ -123,6 +123,15 @@ internal sealed partial class ReplicationNode
             // Caught up: nothing runs here, everything appended is durable here, and the target holds all of it.
             using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
             timeout.CancelAfter(_options.SwitchoverTimeout);
+            if (_options.CheckpointBeforeSwitchover)
+            {
+                var checkpointed = await CheckpointEverythingAsync(timeout.Token).ConfigureAwait(false);
+                if (checkpointed is not null)
+                {
+                    return Refused($"{checkpointed}; this primary serves again", target.Replica, term, Stopwatch.GetElapsedTime(started));
+                }
+            }
+
             IDisposable checkpoints;
             try
             {
@@ -189,6 +198,36 @@ internal sealed partial class ReplicationNode
         finally
         {
             _availability.EndHandover();
+        }
+    }
+
+    /// <summary>
+    /// Before a handover (<see cref="ReplicationOptions.CheckpointBeforeSwitchover"/>): once the admitted requests have
+    /// finished, every session and shared variable is checkpointed and a service checkpoint taken, as a drain does
+    /// (<see cref="Checkpoints.ServiceCheckpointer.CheckpointEverythingAsync"/>). The target, which holds the log to its
+    /// end before it is promoted, then recovers every session from its checkpoint and replays nothing this primary ran,
+    /// with whatever build it runs. Null when done; else why not (the switchover is refused).
+    /// </summary>
+    private async Task<string?> CheckpointEverythingAsync(CancellationToken timeout)
+    {
+        try
+        {
+            while (_availability.Executing > 0)
+            {
+                await Task.Delay(2, timeout).ConfigureAwait(false);
+            }
+
+            var result = await _runtime.Checkpointer.CheckpointEverythingAsync(timeout).ConfigureAwait(false);
+            ReplicationServiceEvents.SwitchoverCheckpointed(_logger, result.Sessions, result.Variables, result.Lsn, (long)result.Elapsed.TotalMilliseconds);
+            return null;
+        }
+        catch (OperationCanceledException) when (timeout.IsCancellationRequested)
+        {
+            return $"the requests running ({_availability.Executing}) and the checkpoint of every session did not end within {_options.SwitchoverTimeout.TotalSeconds:0.###} s";
+        }
+        catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
+        {
+            return $"checkpointing every session failed ({ex.Message})";
         }
     }
 

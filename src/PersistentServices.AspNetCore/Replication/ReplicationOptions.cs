@@ -125,6 +125,15 @@ public sealed class ReplicationOptions
     public TimeSpan SwitchoverTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
     /// <summary>
+    /// Whether a switchover checkpoints every session and shared variable before it hands over, as a drain does (true by
+    /// default), within <see cref="SwitchoverTimeout"/>. The new primary then replays nothing the old one ran, so a replica
+    /// of a new build whose replies differ takes over without its sessions diverging (docs/upgrades.md). False saves the
+    /// checkpoint's time (a record for each session that ran a request since its last checkpoint) where every node runs
+    /// the same build: the new primary's hot follower has replayed those requests already.
+    /// </summary>
+    public bool CheckpointBeforeSwitchover { get; set; } = true;
+
+    /// <summary>
     /// How far behind a node may fall before its health says so (5 seconds by default; positive). On a primary, readiness is
     /// degraded while fewer than <see cref="RequiredReplicas"/> replicas hold what became durable on its disk more than this
     /// long ago (acknowledgements then wait about that long). On a replica, its status is degraded while its hot follower has

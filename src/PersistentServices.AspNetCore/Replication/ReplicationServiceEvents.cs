@@ -35,6 +35,10 @@ internal static partial class ReplicationServiceEvents
         "Replication: switched over: {Replica} is the primary of term {Term}, holding this log until {Until} (requests refused for {WaitedMs} ms before its promotion); this node is fenced and rejoins as a replica when restarted")]
     public static partial void SwitchedOver(ILogger logger, string replica, long term, long until, long waitedMs);
 
+    [LoggerMessage(1459, LogLevel.Information,
+        "Replication: switchover: every request finished; {Sessions} sessions and {Variables} shared variables checkpointed, service checkpoint at LSN {Lsn} ({ElapsedMs} ms): the next primary replays nothing this one ran")]
+    public static partial void SwitchoverCheckpointed(ILogger logger, int sessions, int variables, long lsn, long elapsedMs);
+
     [LoggerMessage(1447, LogLevel.Warning, "Replication: switchover to {Replica} refused: {Why}")]
     public static partial void SwitchoverRefused(ILogger logger, string replica, string why);
 

@@ -178,6 +178,18 @@ internal sealed class ReplicaLog : IDisposable
         }
     }
 
+    /// <summary>The LSN of the service checkpoint anchored in the copy (its anchor file), or null when none is.</summary>
+    public long? Anchor
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _anchor;
+            }
+        }
+    }
+
     private void NotifyChanged() => Interlocked.Exchange(ref _changed, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously)).TrySetResult();
 
     /// <summary>
