@@ -276,6 +276,24 @@ internal sealed class ServiceProcess : IAsyncDisposable
         listener.Start();
         return ((IPEndPoint)listener.LocalEndpoint).Port;
     }
+
+    /// <summary>
+    /// <paramref name="count"/> distinct loopback ports free at the moment of the call: every listener is held until all are
+    /// chosen, so the system cannot hand the same port out twice (as consecutive <see cref="FreePort"/> calls may).
+    /// </summary>
+    public static int[] FreePorts(int count)
+    {
+        var listeners = Enumerable.Range(0, count).Select(_ => new TcpListener(IPAddress.Loopback, 0)).ToList();
+        try
+        {
+            listeners.ForEach(l => l.Start());
+            return [.. listeners.Select(l => ((IPEndPoint)l.LocalEndpoint).Port)];
+        }
+        finally
+        {
+            listeners.ForEach(l => l.Stop());
+        }
+    }
 }
 
 /// <summary>A temporary directory, deleted afterwards.</summary>

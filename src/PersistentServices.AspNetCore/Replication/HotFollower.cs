@@ -287,6 +287,9 @@ internal sealed partial class HotFollower(
 
             if (verified.Until > scan.Next)
             {
+                // What now waits to be replayed is counted before the applied end moves, so a reader never sees the copy
+                // applied with its new requests' lag not yet counted (a promotion or a status read in between).
+                Volatile.Write(ref _waiting, Pending().Waiting);
                 scan.Next = verified.Until;
                 moved = true;
             }
@@ -294,6 +297,26 @@ internal sealed partial class HotFollower(
 
         moved |= await ReplayReadyAsync(router, next).ConfigureAwait(false);
         return moved;
+    }
+
+    /// <summary>
+    /// What waits now: answered requests a promotion would replay (one still running on the primary is the tail any takeover
+    /// runs), and the bytes of the records kept for them (counted against the scan's budget: replayed records were let go).
+    /// </summary>
+    private (long Waiting, long Kept) Pending()
+    {
+        long waiting = 0;
+        long kept = 0;
+        foreach (var session in runtime.Sessions.All)
+        {
+            foreach (var position in session.PositionStream)
+            {
+                waiting += session.LoggedReplies.ContainsKey(position.Sequence) ? 1 : 0;
+                kept += (position.RequestRecord?.Body.Length ?? 0) + (position.AuxRecords?.Sum(r => (long)r.Body.Length) ?? 0);
+            }
+        }
+
+        return (waiting, kept);
     }
 
     /// <summary>Replays every session's requests that are ready (<see cref="SessionReplayer.ReadyToReplayAhead"/>); true when any was.</summary>
@@ -316,19 +339,7 @@ internal sealed partial class HotFollower(
             }
         }
 
-        // What waits now (answered requests a promotion would replay; one still running on the primary is the tail any
-        // takeover runs), and the records kept (counted against the scan's budget again: replayed records were let go).
-        long waiting = 0;
-        long kept = 0;
-        foreach (var session in runtime.Sessions.All)
-        {
-            foreach (var position in session.PositionStream)
-            {
-                waiting += session.LoggedReplies.ContainsKey(position.Sequence) ? 1 : 0;
-                kept += (position.RequestRecord?.Body.Length ?? 0) + (position.AuxRecords?.Sum(r => (long)r.Body.Length) ?? 0);
-            }
-        }
-
+        var (waiting, kept) = Pending();
         _progress!.Applier.KeptBytes = kept;
         Volatile.Write(ref _waiting, waiting);
         var behind = waiting > 0 || _progress.Next < Volatile.Read(ref _durableUntil);

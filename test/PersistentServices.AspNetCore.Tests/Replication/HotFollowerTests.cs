@@ -23,8 +23,6 @@ public sealed class HotFollowerTests : IDisposable
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
-    private static int FreePort() => ReplicationTestNode.FreePort();
-
     /// <summary>Node <paramref name="index"/> of a group of three on <paramref name="ports"/> (a promotion needs a majority to take its term).</summary>
     private Task<TestServer> StartAsync(int index, int[] ports, TestBehavior? behavior = null)
         => ReplicationTestNode.StartAsync(
@@ -71,7 +69,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task AReplica_ReplaysWhatThePrimaryAnswered_AndItsPromotionReplaysNothingMore_ServingExactlyWhatWasAcknowledged()
     {
-        int[] ports = [FreePort(), FreePort(), FreePort()];
+        int[] ports = ReplicationTestNode.FreePorts(3);
         var behavior = new TestBehavior();
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);
@@ -124,7 +122,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task AReplayThatDivergesOnTheReplica_StopsTheFollower_AndThePromotionRecoversTheCopyAsARestartDoes()
     {
-        int[] ports = [FreePort(), FreePort(), FreePort()];
+        int[] ports = ReplicationTestNode.FreePorts(3);
         var behavior = new TestBehavior { Salt = "-changed" }; // this replica's build answers /cart/add differently
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);
@@ -160,7 +158,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task ACutOfTheCopy_MakesTheFollowerStartOver_AndThePromotionServesExactlyWhatWasAcknowledged()
     {
-        int[] ports = [FreePort(), FreePort(), FreePort()];
+        int[] ports = ReplicationTestNode.FreePorts(3);
         var behavior = new TestBehavior();
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);

@@ -25,8 +25,6 @@ public sealed class TermVoteTests : IDisposable
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
 
-    private static int FreePort() => ReplicationTestNode.FreePort();
-
     private Task<TestServer> StartAsync(string name, ReplicationRole role, int port, params int[] others)
         => ReplicationTestNode.StartAsync(Path.Combine(_dir.Path, name), PeerKey, role, port, others);
 
@@ -81,7 +79,7 @@ public sealed class TermVoteTests : IDisposable
     [Fact]
     public async Task AVoterThatGrantedATermToCandidateA_DeniesCandidateBsClaimOfIt_AndGrantsAsAgain()
     {
-        int[] ports = [FreePort(), FreePort(), FreePort(), FreePort()]; // P, B, X, A (nobody listens at A's)
+        int[] ports = ReplicationTestNode.FreePorts(4); // P, B, X, A (nobody listens at A's)
         await using var b = await StartAsync("b", ReplicationRole.Replica, ports[1], ports[2], ports[3]);
         await using var x = await StartAsync("x", ReplicationRole.Replica, ports[2], ports[1], ports[3]);
         var a = Guid.NewGuid();
@@ -112,7 +110,7 @@ public sealed class TermVoteTests : IDisposable
     [Fact]
     public async Task AVoterThatTookATermFromItsPrimary_DeniesACandidatesClaimOfIt()
     {
-        int[] ports = [FreePort(), FreePort(), FreePort(), FreePort()];
+        int[] ports = ReplicationTestNode.FreePorts(4);
         await using var b = await StartAsync("b", ReplicationRole.Replica, ports[1], ports[2], ports[3]);
         await using var x = await StartAsync("x", ReplicationRole.Replica, ports[2], ports[1], ports[3]);
 
