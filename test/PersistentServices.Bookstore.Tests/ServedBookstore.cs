@@ -1,7 +1,6 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Net;
-using System.Net.Sockets;
 using System.Reflection;
 using System.Text.Json;
 
@@ -24,7 +23,7 @@ internal sealed class ServedBookstore : IAsyncDisposable
 
     private ServedBookstore(int stores)
     {
-        var ports = FreePorts(stores + 3);
+        var ports = TestSupport.LoopbackPorts.Free(stores + 3);
         for (var i = 0; i < stores; i++)
         {
             _services[$"store-{i.ToString(CultureInfo.InvariantCulture)}"] = ("store", ports[i]);
@@ -161,19 +160,5 @@ internal sealed class ServedBookstore : IAsyncDisposable
         }
 
         Directory.Delete(_root, recursive: true);
-    }
-
-    private static List<int> FreePorts(int count)
-    {
-        var listeners = Enumerable.Range(0, count).Select(_ => new TcpListener(IPAddress.Loopback, 0)).ToList();
-        try
-        {
-            listeners.ForEach(l => l.Start());
-            return [.. listeners.Select(l => ((IPEndPoint)l.LocalEndpoint).Port)];
-        }
-        finally
-        {
-            listeners.ForEach(l => l.Stop());
-        }
     }
 }

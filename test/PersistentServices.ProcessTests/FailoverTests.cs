@@ -47,7 +47,7 @@ public sealed class FailoverTests : IDisposable
     /// <summary>The group's three nodes (node 0 the initial primary, ready) and a session per client, started at the primary.</summary>
     private async Task<(int[] Ports, ServiceProcess[] Nodes, string[] Sessions)> StartGroupAsync()
     {
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         var nodes = new ServiceProcess[3];
         nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
         nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);
@@ -189,7 +189,7 @@ public sealed class FailoverTests : IDisposable
         // primary runs what it had been sent, but whatever it answers 200 must be on the new primary (its acknowledgement
         // needs a replica, which now refuses its term), and once it has heard of the new term it answers nothing with 200.
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         var nodes = new ServiceProcess[3];
         nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
         nodes[2] = await ServiceProcess.StartAsync(Node(2, ports), ports[2], waitUntilReady: false);

@@ -84,7 +84,7 @@ public sealed class GatewayTests : IDisposable
     [Fact]
     public async Task PlainClients_ThroughThePrimarysLossAndAPromotion_SeeNoError_NothingLostOrDuplicated()
     {
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         Dictionary<string, string> Node(int n, string role) => GroupNode(n, role, ports);
 
         await using var b = await ServiceProcess.StartAsync(Node(1, "Replica"), ports[1], waitUntilReady: false);
@@ -133,7 +133,7 @@ public sealed class GatewayTests : IDisposable
     [Fact]
     public async Task PlainClients_ThroughASwitchover_SeeNoError_NothingLostOrDuplicated()
     {
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         ServiceProcess[] nodes = [null!, null!, null!];
         await using var b = nodes[1] = await ServiceProcess.StartAsync(GroupNode(1, "Replica", ports), ports[1], waitUntilReady: false);
         await using var c = nodes[2] = await ServiceProcess.StartAsync(GroupNode(2, "Replica", ports), ports[2], waitUntilReady: false);

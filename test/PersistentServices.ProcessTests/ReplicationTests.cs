@@ -44,7 +44,7 @@ public sealed class ReplicationTests : IDisposable
     public async Task PrimaryKilledAndItsLogDeleted_TheLongestReplicaIsPromoted_NothingAcknowledgedIsLost_TheOldPrimaryRejoinsAsAReplica()
     {
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         var a = Node("a", "Primary", [ports[1], ports[2]]);
         var b = Node("b", "Replica", [ports[0], ports[2]]);
         var c = Node("c", "Replica", [ports[0], ports[1]]);
@@ -143,7 +143,7 @@ public sealed class ReplicationTests : IDisposable
         // The old primary is alive (as when it is cut off from the operator, not from every node): the promotion claims the
         // new term at a majority first, so the old primary gets nothing more acknowledged, and is fenced.
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
         await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
         await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);
@@ -214,7 +214,7 @@ public sealed class ReplicationTests : IDisposable
         // acknowledges nothing while the replica is away (503 reply-pending, the request goes on), and a session start gets
         // 503 reply-pending within ReplyTimeout too, with no session id (nothing started); once the replica is back the same
         // request is answered, having run once, and a session start is acknowledged and serves.
-        int[] ports = ServiceProcess.FreePorts(2);
+        int[] ports = TestSupport.LoopbackPorts.Free(2);
         var a = Node("a", "Primary", [ports[1]]);
         a["PS_REPLY_TIMEOUT_MS"] = "1000";
         var b = Node("b", "Replica", [ports[0]]);
@@ -280,7 +280,7 @@ public sealed class ReplicationTests : IDisposable
         // answering 503 replica, and is retried; the longest replica is promoted; the same request is served there (the
         // same session and number) and the next goes there at once. Each /tally reply counts the session's requests.
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
         await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
         await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);
@@ -365,7 +365,7 @@ public sealed class ReplicationTests : IDisposable
         // replica, the dead node refuses); the longest replica is promoted; the payment's credit lands there with the
         // same call id, and the next payment's goes there at once. Every credit ran once on the group.
         var ct = TestContext.Current.CancellationToken;
-        int[] ports = ServiceProcess.FreePorts(3);
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
         await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
         await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
         await using var primary = await ServiceProcess.StartAsync(Node("a", "Primary", [ports[1], ports[2]]), ports[0]);

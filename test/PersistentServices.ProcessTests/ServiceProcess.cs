@@ -1,7 +1,6 @@
 using System.Diagnostics;
 using System.Net;
 using System.Net.Http.Json;
-using System.Net.Sockets;
 using System.Reflection;
 using System.Text;
 using System.Text.Json;
@@ -270,30 +269,7 @@ internal sealed class ServiceProcess : IAsyncDisposable
         }
     }
 
-    public static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
-
-    /// <summary>
-    /// <paramref name="count"/> distinct loopback ports free at the moment of the call: every listener is held until all are
-    /// chosen, so the system cannot hand the same port out twice (as consecutive <see cref="FreePort"/> calls may).
-    /// </summary>
-    public static int[] FreePorts(int count)
-    {
-        var listeners = Enumerable.Range(0, count).Select(_ => new TcpListener(IPAddress.Loopback, 0)).ToList();
-        try
-        {
-            listeners.ForEach(l => l.Start());
-            return [.. listeners.Select(l => ((IPEndPoint)l.LocalEndpoint).Port)];
-        }
-        finally
-        {
-            listeners.ForEach(l => l.Stop());
-        }
-    }
+    public static int FreePort() => TestSupport.LoopbackPorts.Free();
 }
 
 /// <summary>A temporary directory, deleted afterwards.</summary>

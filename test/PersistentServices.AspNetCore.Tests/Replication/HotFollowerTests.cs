@@ -69,7 +69,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task AReplica_ReplaysWhatThePrimaryAnswered_AndItsPromotionReplaysNothingMore_ServingExactlyWhatWasAcknowledged()
     {
-        int[] ports = ReplicationTestNode.FreePorts(3);
+        int[] ports = PersistentServices.TestSupport.LoopbackPorts.Free(3);
         var behavior = new TestBehavior();
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);
@@ -122,7 +122,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task AReplayThatDivergesOnTheReplica_StopsTheFollower_AndThePromotionRecoversTheCopyAsARestartDoes()
     {
-        int[] ports = ReplicationTestNode.FreePorts(3);
+        int[] ports = PersistentServices.TestSupport.LoopbackPorts.Free(3);
         var behavior = new TestBehavior { Salt = "-changed" }; // this replica's build answers /cart/add differently
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);
@@ -158,7 +158,7 @@ public sealed class HotFollowerTests : IDisposable
     [Fact]
     public async Task ACutOfTheCopy_MakesTheFollowerStartOver_AndThePromotionServesExactlyWhatWasAcknowledged()
     {
-        int[] ports = ReplicationTestNode.FreePorts(3);
+        int[] ports = PersistentServices.TestSupport.LoopbackPorts.Free(3);
         var behavior = new TestBehavior();
         await using var replica = await StartAsync(1, ports, behavior);
         await using var other = await StartAsync(2, ports);

@@ -79,7 +79,7 @@ public sealed class TermVoteTests : IDisposable
     [Fact]
     public async Task AVoterThatGrantedATermToCandidateA_DeniesCandidateBsClaimOfIt_AndGrantsAsAgain()
     {
-        int[] ports = ReplicationTestNode.FreePorts(4); // P, B, X, A (nobody listens at A's)
+        int[] ports = PersistentServices.TestSupport.LoopbackPorts.Free(4); // P, B, X, A (nobody listens at A's)
         await using var b = await StartAsync("b", ReplicationRole.Replica, ports[1], ports[2], ports[3]);
         await using var x = await StartAsync("x", ReplicationRole.Replica, ports[2], ports[1], ports[3]);
         var a = Guid.NewGuid();
@@ -110,7 +110,7 @@ public sealed class TermVoteTests : IDisposable
     [Fact]
     public async Task AVoterThatTookATermFromItsPrimary_DeniesACandidatesClaimOfIt()
     {
-        int[] ports = ReplicationTestNode.FreePorts(4);
+        int[] ports = PersistentServices.TestSupport.LoopbackPorts.Free(4);
         await using var b = await StartAsync("b", ReplicationRole.Replica, ports[1], ports[2], ports[3]);
         await using var x = await StartAsync("x", ReplicationRole.Replica, ports[2], ports[1], ports[3]);
 

@@ -1,5 +1,3 @@
-using System.Net;
-using System.Net.Sockets;
 using Microsoft.AspNetCore.Hosting;
 using PersistentServices.Replication;
 
@@ -9,30 +7,7 @@ namespace PersistentServices.AspNetCore.Tests.TestSupport;
 internal static class ReplicationTestNode
 {
     /// <summary>A loopback port free at the moment of the call.</summary>
-    public static int FreePort()
-    {
-        using var listener = new TcpListener(IPAddress.Loopback, 0);
-        listener.Start();
-        return ((IPEndPoint)listener.LocalEndpoint).Port;
-    }
-
-    /// <summary>
-    /// <paramref name="count"/> distinct loopback ports free at the moment of the call: every listener is held until all are
-    /// chosen, so the system cannot hand the same port out twice (as consecutive <see cref="FreePort"/> calls may).
-    /// </summary>
-    public static int[] FreePorts(int count)
-    {
-        var listeners = Enumerable.Range(0, count).Select(_ => new TcpListener(IPAddress.Loopback, 0)).ToList();
-        try
-        {
-            listeners.ForEach(l => l.Start());
-            return [.. listeners.Select(l => ((IPEndPoint)l.LocalEndpoint).Port)];
-        }
-        finally
-        {
-            listeners.ForEach(l => l.Stop());
-        }
-    }
+    public static int FreePort() => PersistentServices.TestSupport.LoopbackPorts.Free();
 
     /// <summary>Starts a node of <paramref name="role"/> on <paramref name="port"/> over <paramref name="directory"/>, whose group's other nodes listen on <paramref name="others"/>.</summary>
     public static Task<TestServer> StartAsync(string directory, string peerKey, ReplicationRole role, int port, IEnumerable<int> others, TestBehavior? behavior = null)
