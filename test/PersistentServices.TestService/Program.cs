@@ -20,6 +20,7 @@ using PersistentServices.SharedState;
 //   PS_DIE_AFTER_CREDIT      "1": SIGKILL itself right after the reply to its first /bank/credit went out (a member that
 //                            crashes before anything forced what it just told the caller)
 //   PS_RELAY                 "1": /bank/credit also credits its own callee (a chain A -> B -> C)
+//   PS_CALLEE2_NAME, PS_CALLEE2_URL  a second member /pay credits after the first (a fan-out A -> B, A -> C -> D)
 //   PS_REFUSE_FLUSH_FILE     while this file exists, a member's distributed flush request (POST /ps/domain/flush) gets
 //                            503, as from a member that is unreachable or still recovering (nothing else is affected)
 //   PS_CALL_LOGGING          PersistentCallOptions.Logging (ForceEveryMessage | ForceBeforeEachCall | MultiCall)
@@ -225,6 +226,13 @@ if (Environment.GetEnvironmentVariable("PS_CALLEE_CLIENT_TIMEOUT_MS") is { Lengt
     bankBuilder.ConfigureHttpClient(client => client.Timeout = TimeSpan.FromMilliseconds(int.Parse(clientTimeout, System.Globalization.CultureInfo.InvariantCulture)));
 }
 
+var secondBank = Environment.GetEnvironmentVariable("PS_CALLEE2_NAME");
+if (secondBank is { Length: > 0 })
+{
+    builder.Services.AddHttpClient(secondBank, client => client.BaseAddress = new Uri(Environment.GetEnvironmentVariable("PS_CALLEE2_URL")!))
+        .AddPersistentCalls();
+}
+
 var app = builder.Build();
 var refuseFlushFile = Environment.GetEnvironmentVariable("PS_REFUSE_FLUSH_FILE");
 if (refuseFlushFile is { Length: > 0 })
@@ -422,6 +430,12 @@ app.MapPost("/pay", [Persistent] async (Deposit body, Tally tally, IHttpClientFa
     var credit = await bank.PostAsJsonAsync("/bank/credit", body with { Amount = body.Amount - fee });
     credit.EnsureSuccessStatusCode();
     var balance = (await credit.Content.ReadFromJsonAsync<System.Text.Json.JsonElement>()).GetProperty("balance").GetInt64();
+    if (secondBank is { Length: > 0 })
+    {
+        // PS_CALLEE2_NAME: a fan-out; the second member is credited too (its balance is not in the reply).
+        (await clients.CreateClient(secondBank).PostAsJsonAsync("/bank/credit", body with { Amount = body.Amount - fee })).EnsureSuccessStatusCode();
+    }
+
     // ?light=true skips the read-only call (a test that needs nothing to touch the callee after the credit).
     var seen = light == true ? balance : (await bank.GetFromJsonAsync<System.Text.Json.JsonElement>("/bank/balance")).GetProperty("balance").GetInt64();
     tally.Count += 1;
