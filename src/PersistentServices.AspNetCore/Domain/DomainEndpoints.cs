@@ -84,7 +84,17 @@ internal static class DomainEndpoints
         }
 
         runtime.CrashPoints.Hit(Checkpoints.CrashPoints.DomainFlushReceived);
-        var lost = await runtime.Domain.FlushLocalAsync(epoch, lsn, context.RequestAborted).ConfigureAwait(false);
+        long? lost;
+        try
+        {
+            lost = await runtime.Domain.FlushLocalAsync(epoch, lsn, context.RequestAborted).ConfigureAwait(false);
+        }
+        catch (DomainUnavailableException unknown)
+        {
+            await Http.ProtocolProblems.WriteAsync(context, 503, "domain-state-unknown", "State not known durable", unknown.Message).ConfigureAwait(false);
+            return;
+        }
+
         if (lost is { } recovered)
         {
             context.Response.StatusCode = StatusCodes.Status409Conflict;

@@ -183,8 +183,17 @@ internal sealed partial class ServiceDomain : IDisposable
             return null;
         }
 
-        var recovered = Recovered.RecoveredLsn(Self, epoch);
-        return recovered is { } r && lsn > r ? r : null;
+        // A past epoch: lost past where it recovered. Its number is always known (logged at the recovery that ended it, and
+        // listed in every service checkpoint since); should it not be (a log written before checkpoints listed them, then
+        // truncated), the state is not called durable: the flush is refused, and what depends on it stays unsent.
+        if (Recovered.RecoveredLsn(Self, epoch) is not { } r)
+        {
+            UnknownOwnEpoch(_logger, epoch, lsn);
+            throw new DomainUnavailableException(
+                $"This service does not know where its epoch {epoch} ended (its recovered state number is not in its log any more), so it cannot confirm {epoch}.{lsn} durable.");
+        }
+
+        return lsn > r ? r : null;
     }
 
     /// <summary>
@@ -197,9 +206,9 @@ internal sealed partial class ServiceDomain : IDisposable
         long last = 0;
         foreach (var number in numbers)
         {
-            if (Recovered.Learn(number))
+            if (Recovered.LearnAndLog(number, LogRecovered) is var lsn && lsn > 0)
             {
-                last = _runtime.Log.Append(RecordKind.RecoveredState, new RecoveredState { Service = number.Service, Epoch = number.State.Epoch, Lsn = number.State.Lsn });
+                last = lsn;
                 learned.Add(number);
                 LearnedRecovered(_logger, number.Service, number.State.Epoch, number.State.Lsn);
             }
@@ -221,6 +230,10 @@ internal sealed partial class ServiceDomain : IDisposable
 
         return learned.Count;
     }
+
+    /// <summary>Appends a <see cref="RecoveredState"/> record (not forced); its LSN.</summary>
+    public long LogRecovered(RecoveredStateNumber number)
+        => _runtime.Log.Append(RecordKind.RecoveredState, new RecoveredState { Service = number.Service, Epoch = number.State.Epoch, Lsn = number.State.Lsn });
 
     /// <summary>Sends <paramref name="numbers"/> to a member; true once it acknowledged them.</summary>
     public async Task<bool> SendRecoveredAsync(string member, IReadOnlyList<RecoveredStateNumber> numbers, CancellationToken cancellationToken)
@@ -375,6 +388,10 @@ internal sealed partial class ServiceDomain : IDisposable
             return numbers;
         }
     }
+
+    [LoggerMessage(1384, LogLevel.Error,
+        "A member asked for a flush of this service's epoch {Epoch} (LSN {Lsn}), whose recovered state number this service no longer knows (a log written before service checkpoints listed them): refused as not durable")]
+    private static partial void UnknownOwnEpoch(ILogger logger, long epoch, long lsn);
 
     [LoggerMessage(1370, LogLevel.Warning, "Learned that service '{Service}' recovered epoch {Epoch} only up to LSN {Lsn}: whatever depended on later state of it is an orphan")]
     private static partial void LearnedRecovered(ILogger logger, string service, long epoch, long lsn);

@@ -103,6 +103,12 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
                 BeforeSessionCheckpoint = runtime.BeforeSessionCheckpointAsync,
             };
             runtime.Analyzed(analysis, checkpointer);
+            if (domain.Enabled)
+            {
+                // Every service checkpoint lists the recovered state numbers known (MSP §3.4): truncation forgets none.
+                checkpointer.Recovered = domain.Recovered;
+            }
+
             if (domain.IsMember(options.ServiceName))
             {
                 // A shared variable's checkpoint must never be an orphan either (MSP §3.3): its DV is flushed first.
@@ -121,10 +127,7 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
             if (domain.Enabled && analysis.LastEpoch > 0)
             {
                 var own = new Domain.RecoveredStateNumber(options.ServiceName, new Domain.StateId(analysis.LastEpoch, durableAtOpen - 1));
-                if (domain.Recovered.Learn(own))
-                {
-                    log.Append(RecordKind.RecoveredState, new RecoveredState { Service = own.Service, Epoch = own.State.Epoch, Lsn = own.State.Lsn });
-                }
+                domain.Recovered.LearnAndLog(own, n => log.Append(RecordKind.RecoveredState, new RecoveredState { Service = n.Service, Epoch = n.State.Epoch, Lsn = n.State.Lsn }));
             }
 
             var epochLsn = log.Append(RecordKind.EpochStarted, new EpochStarted { Epoch = epoch, Service = options.ServiceName });

@@ -49,6 +49,12 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>The service's epoch, written in each checkpoint.</summary>
     public long Epoch { get; set; }
 
+    /// <summary>
+    /// In a service domain, the recovered state numbers the service knows: each checkpoint lists them, so truncating the log
+    /// below its scan start forgets none ([MSP §3.4]). Null outside a domain.
+    /// </summary>
+    public Domain.RecoveredStates? Recovered { get; set; }
+
     /// <summary>LSN of the newest anchored service checkpoint (0 before the first).</summary>
     public long AnchoredLsn { get; private set; }
 
@@ -92,6 +98,19 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
             var record = new ServiceCheckpoint { Epoch = Epoch, CleanShutdown = cleanShutdown };
             var scanFrom = long.MaxValue;
+
+            // The recovered state numbers known now; one learned after this is logged at or above loggedFrom, where the
+            // scan of the next recovery meets it.
+            if (Recovered is { } recovered)
+            {
+                var (known, loggedFrom) = recovered.Snapshot(() => log.TailAddress);
+                foreach (var number in known)
+                {
+                    record.Recovered.Add(new RecoveredState { Service = number.Service, Epoch = number.State.Epoch, Lsn = number.State.Lsn });
+                }
+
+                scanFrom = loggedFrom;
+            }
 
             // Replies kept in the log that sessions may still need lie below their recovery position (docs/capacity.md):
             // the log is kept from the lowest, but recovery does not scan them.

@@ -435,7 +435,15 @@ internal static class AnalysisScan
                     break;
 
                 case RecordKind.ServiceCheckpoint:
-                    _epoch = Math.Max(_epoch, record.Parse(ServiceCheckpoint.Parser).Epoch);
+                    var serviceCheckpoint = record.Parse(ServiceCheckpoint.Parser);
+                    _epoch = Math.Max(_epoch, serviceCheckpoint.Epoch);
+
+                    // The recovered state numbers known when it was taken: their own records may be truncated (MSP §3.4).
+                    foreach (var listed in serviceCheckpoint.Recovered)
+                    {
+                        _recovered?.Learn(new RecoveredStateNumber(listed.Service, new StateId(listed.Epoch, listed.Lsn)));
+                    }
+
                     break;
 
                 case RecordKind.RecoveredState:
