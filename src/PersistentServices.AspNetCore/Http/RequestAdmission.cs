@@ -91,7 +91,7 @@ internal sealed class RequestAdmission(
         }
 
         request.Session = session;
-        if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+        if (!await lookup.WaitUntilReplayedAsync(context, session, fromService: request.Caller is not null).ConfigureAwait(false))
         {
             return false;
         }
@@ -133,7 +133,7 @@ internal sealed class RequestAdmission(
                 return false;
             }
 
-            if (!await lookup.WaitUntilReplayedAsync(context, session).ConfigureAwait(false))
+            if (!await lookup.WaitUntilReplayedAsync(context, session, fromService: request.Caller is not null).ConfigureAwait(false))
             {
                 return false;
             }

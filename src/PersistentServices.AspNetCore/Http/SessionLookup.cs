@@ -17,10 +17,12 @@ internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners own
            owners.Owns(context.User, session);
 
     /// <summary>
-    /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery). False when
-    /// the client went away, or the replay failed (then 503 was written).
+    /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery), at most
+    /// <see cref="PersistentServicesOptions.ReplyTimeout"/> for an end client (a calling service waits as long as it takes,
+    /// as for its call's execution, <see cref="ReplyTimeouts"/>). False when the client went away, the wait timed out, or
+    /// the replay failed (then 503 was written: the request was not admitted, nothing of it ran).
     /// </summary>
-    public async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session)
+    public async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session, bool fromService = false)
     {
         var ready = session.Ready;
         if (ready.IsCompletedSuccessfully)
@@ -30,13 +32,23 @@ internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners own
 
         // Its client is here: replay it before the sessions nobody waits for.
         runtime.Replays?.Prioritize(session);
+        var timeout = ReplyTimeouts.For(runtime, fromService);
         try
         {
-            await ready.WaitAsync(context.RequestAborted).ConfigureAwait(false);
+            await (timeout == Timeout.InfiniteTimeSpan ? ready.WaitAsync(context.RequestAborted) : ready.WaitAsync(timeout, runtime.Time, context.RequestAborted))
+                .ConfigureAwait(false);
             return true;
         }
         catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
         {
+            return false;
+        }
+        catch (TimeoutException) when (!ready.IsCompleted)
+        {
+            // Still replaying (its recovery, or an orphan rollback waiting for a member): the request was not admitted.
+            await ProtocolProblems.UnavailableAsync(context,
+                $"The session is still being recovered (replayed, or rolled back after a member's crash) and was not ready within ReplyTimeout ({timeout.TotalMilliseconds:0} ms). " +
+                "Nothing of this request ran: retry the same request.").ConfigureAwait(false);
             return false;
         }
         catch (Exception) when (session.Diverged is not null && IdempotencyKeys.IdempotencyKey.IsKeySession(session))

@@ -79,6 +79,30 @@ public sealed class ReplyTimeoutTests : IAsyncLifetime
     }
 
     [Fact]
+    public async Task ARequestForASessionStillReplaying_IsAnswered503WithinTheReplyTimeout_NothingRuns_ARetryOnceReadyRunsIt()
+    {
+        // Issue 49: a request for a session still replaying (its recovery, or an orphan rollback waiting for a member)
+        // waited without bound (30 s and more while a member was down). It is answered within ReplyTimeout now, and not admitted.
+        var session = await _server.StartSessionAsync();
+        _behavior.Gate.SetResult();
+        var (first, _) = await _server.SendAsync(HttpMethod.Post, "/shared/add", session, 1, new { amount = 1, opId = "r1" });
+        Assert.Equal(HttpStatusCode.OK, first.StatusCode);
+        var replaying = _server.Session(session);
+        replaying.BeginRollback();
+
+        var started = Stopwatch.StartNew();
+        var (waited, waitedBody) = await _server.SendAsync(HttpMethod.Post, "/shared/add", session, 2, new { amount = 1, opId = "r2" });
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, waited.StatusCode);
+        Assert.Equal("urn:persistentservices:problem:unavailable", waitedBody.GetProperty("type").GetString());
+        Assert.True(started.Elapsed < TimeSpan.FromSeconds(10), $"answered after {started.Elapsed.TotalMilliseconds:0} ms");
+        Assert.Equal(1, replaying.LastSequence);
+
+        replaying.FinishReplay(null);
+        var (retried, _) = await _server.SendAsync(HttpMethod.Post, "/shared/add", session, 2, new { amount = 1, opId = "r2" });
+        Assert.Equal(HttpStatusCode.OK, retried.StatusCode);
+    }
+
+    [Fact]
     public async Task ExecutionWithinTheReplyTimeout_IsAnsweredAsBefore()
     {
         // The default reply timeout (30 s), not this class's 300 ms: the request and its log force must not have to finish
