@@ -18,13 +18,20 @@
  *   converges   (correct model only) the client gets every reply: nothing is ever quarantined
  * Mutants (-D), one per defect of issue 49, each expected to fail a claim:
  *   MUTANT_LOST_EPOCH_REPLY       1: B answers A's new incarnation with the buffered reply computed for A's lost epoch,
- *                                    and A drops its own earlier epochs from DVs (DependencyVector.WithOwn)
+ *                                    and A drops its own earlier epochs from DVs (DependencyVector.WithOwn) before
+ *                                    the reply's DV is checked (as when A does not hold its own recovered number)
  *   MUTANT_REFUSAL_AS_OUTCOME     2: a refused DV header (401) is logged as the call's reply and consumes its number
  *   MUTANT_CALLER_KEEPS_NUMBERING 3: the callee's session rewinds, the caller's session keeps its call counter; the
  *                                    callee's 409 (gap) / 410 (stale) is logged as the call's reply
  *   MUTANT_NO_VAR_ROLLBACK        4: the shared variable that carries a lost dependency is not rolled back
  *   MUTANT_UNCAPPED               4: ... and a refused re-run ("rolls back again") is not counted towards the cap
  *   MUTANT_NO_FLUSH               (control) a reply leaves the domain after a local force only
+ * Variants of the code as it is (not mutants; check.sh records what they do):
+ *   CODE_WITHOWN    own earlier epochs dropped from a DV when a record is logged, after the reply's header was checked
+ *                   (RequestExecution.Advance -> DependencyVector.WithOwn): every claim still holds
+ *   CODE_NO_HOLD    B answers a later incarnation of A at once (its buffered reply, or a fresh execution): safe, but
+ *                   A discards the orphan reply and runs again until B learns, and the session is quarantined
+ *                   (converges fails) once those runs count towards the cap
  */
 #define N 2                 /* end-client requests (fixed: the claims below spell out 1..N and the calls 1..K) */
 #ifndef MAXLOSS
@@ -111,7 +118,7 @@ inline merge(dst, src) {
 /* A record of member m at LSN l: its own entry moves there (Advance). The mutant drops m's own earlier epochs. */
 inline own(dst, m, l) {
     dst.d[IX(m, epoch[m])] = l;
-#ifdef MUTANT_LOST_EPOCH_REPLY
+#if defined(MUTANT_LOST_EPOCH_REPLY) || defined(CODE_WITHOWN)
     i = 1; do :: i < epoch[m] -> dst.d[IX(m, i)] = 0; i++ :: else -> break od; i = 0
 #endif
 }
@@ -264,7 +271,7 @@ end:
             repK = callK;
             /* a later incarnation of A, while D depends on an earlier epoch of A whose end B does not know yet */
             found = false;
-#ifndef MUTANT_LOST_EPOCH_REPLY
+#if !defined(MUTANT_LOST_EPOCH_REPLY) && !defined(CODE_NO_HOLD)
             j = E;                                       /* the caller's epoch: its newest entry in the call's DV */
             do :: j > 1 && callDv.d[IX(A, j)] == 0 -> j-- :: else -> break od;
             k = 1;
