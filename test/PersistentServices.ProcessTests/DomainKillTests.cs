@@ -171,7 +171,10 @@ public sealed class DomainKillTests : IDisposable
             }
 
             string Output() => string.Join("\n", running.Select(r => $"{r.Key}:\n{r.Value.RecentOutput(3000)}"));
-            var failures = new List<string>(violations);
+
+            // Answers other than 200 and 503 (and stuck sessions), one line per kind with its count and first example.
+            var failures = violations.GroupBy(v => System.Text.RegularExpressions.Regex.Replace(v, @"^c\d+-\d+ \(number \d+\): (\d+)( \{[^}]*""type"":""([^""]*)"")?.*$", "$1 $3"))
+                .Select(g => $"{g.Count()} x {g.Key}: e.g. {g.First()[..Math.Min(g.First().Length, 300)]}").ToList();
 
             // Every payment a client started was answered (the last of each after the kills), and only with 200 or 503.
             if (started.Sum() != acknowledged.Count)

@@ -187,8 +187,53 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             throw execution.Abandon(await OrphanRefusedAsync(execution, orphan.FirstOrDefault(), cancellationToken).ConfigureAwait(false));
         }
 
+        if (number > 0 && runtime.Domain.IsMember(calleeService) && await RefusalAsync(response).ConfigureAwait(false) is { } refusal)
+        {
+            // The member refused the call before admitting it (its protocol's problem, no PS-Seq echo): not the call's reply.
+            // Logged as the reply it would use up the number the member never ran (every later call a 409 sequence-gap) and
+            // hand the endpoint a refusal as its outcome. The request is abandoned and runs again after a pause, under the same
+            // number: by then the member's rollback, or this session's, has settled the numbering (OrphanRecovery caps the turns).
+            response.Dispose();
+            CallRefused(logger, callee, method, path, number, refusal);
+            throw execution.Abandon(new CallRefusedException(
+                $"'{callee}' refused call {number} ({method} {path}) without running it: {refusal}. The request runs again after a pause, under the same call number.",
+                numbering: refusal.Contains("sequence", StringComparison.Ordinal)));
+        }
+
         var role = CallRoles.Parse(response.Headers.TryGetValues(ProtocolHeaders.Role, out var values) ? values.FirstOrDefault() : null);
         return (response, role);
+    }
+
+    /// <summary>The refusals of a member's protocol that are never a call's reply: the call was not run, and may be run later.</summary>
+    private static readonly string[] RefusalsRetried =
+        ["dv-not-trusted", "peer-signature", "sequence-gap", "stale-sequence", "sequence-reused", "session-busy", "unavailable", "domain-member"];
+
+    /// <summary>
+    /// The problem type of a member's refusal of a persistent call (written by its protocol before the call was admitted:
+    /// a problem of this library's without the <c>PS-Seq</c> echo an executed call's reply carries), when it is one that is
+    /// retried; null for a reply.
+    /// </summary>
+    private static async Task<string?> RefusalAsync(HttpResponseMessage response)
+    {
+        if (response.Headers.Contains(ProtocolHeaders.Sequence) || response.Content.Headers.ContentType?.MediaType != "application/problem+json")
+        {
+            return null;
+        }
+
+        await response.Content.LoadIntoBufferAsync().ConfigureAwait(false);
+        try
+        {
+            using var problem = System.Text.Json.JsonDocument.Parse(await response.Content.ReadAsByteArrayAsync().ConfigureAwait(false));
+            return problem.RootElement.TryGetProperty("type", out var type) && type.GetString() is { } text &&
+                   text.StartsWith(ProtocolProblems.TypePrefix, StringComparison.Ordinal) &&
+                   RefusalsRetried.Contains(text[ProtocolProblems.TypePrefix.Length..])
+                ? $"{(int)response.StatusCode} {text[ProtocolProblems.TypePrefix.Length..]}"
+                : null;
+        }
+        catch (System.Text.Json.JsonException)
+        {
+            return null;
+        }
     }
 
     /// <summary>
@@ -217,7 +262,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
     /// A member's reply carries its session's DV: a reply that depends on state a crash took back is discarded (the
     /// calling request is abandoned, [MSP Fig. 7]); otherwise it is merged into the calling session's DV.
     /// </summary>
-    private Domain.DependencyVector ReplyDv(RequestExecution execution, HttpResponseMessage response)
+    private async Task<Domain.DependencyVector> ReplyDvAsync(RequestExecution execution, HttpResponseMessage response)
     {
         var domain = runtime.Domain;
         if (!domain.IsMember(calleeService) || !response.Headers.TryGetValues(ProtocolHeaders.Dv, out var values))
@@ -227,6 +272,16 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
 
         var dv = Domain.DvHeader.Parse(values.FirstOrDefault(), domain.Members.Count * Domain.DvHeader.MaxEntriesPerMember, domain.IsMember, out var error)
                  ?? throw execution.Abandon(new CallAbandonedException($"'{callee}' answered with an unusable DV ({error}); the request is finished by its next run, under the same call id."));
+
+        // A member's later epoch in the reply and an earlier one whose end is not known here: learn it first (the hold,
+        // ServiceDomain.LearnEarlierEpochsAsync), so a reply computed on state a crash took back is found an orphan below.
+        if (!await domain.LearnEarlierEpochsAsync(execution.Session.Dv.Merge(dv), CancellationToken.None).ConfigureAwait(false))
+        {
+            response.Dispose();
+            throw execution.Abandon(new Domain.DomainUnavailableException(
+                $"'{callee}' answered with a DV that depends on an earlier epoch of a member whose end this service could not learn yet; the request runs again, under the same call id."));
+        }
+
         if (domain.Recovered.FindOrphan(dv) is { } lost)
         {
             response.Dispose();
@@ -275,7 +330,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             logged.Headers.Add(header);
         }
 
-        var replyDv = ReplyDv(execution, response);
+        var replyDv = await ReplyDvAsync(execution, response).ConfigureAwait(false);
         var lsn = execution.Append(RecordKind.CallReply, new CallReply
         {
             Dv = replyDv.Entries.Count > 0 ? replyDv.ToRecord() : null,
@@ -441,6 +496,10 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
 
     private void Count(CalleeRole role, string how)
         => runtime.Metrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
+
+    [Microsoft.Extensions.Logging.LoggerMessage(1386, Microsoft.Extensions.Logging.LogLevel.Warning,
+        "'{Callee}' refused call {Number} ({Method} {Path}) without running it ({Refusal}): not a reply; its request is abandoned and runs again after a pause")]
+    private static partial void CallRefused(Microsoft.Extensions.Logging.ILogger logger, string callee, string method, string path, long number, string refusal);
 
     [Microsoft.Extensions.Logging.LoggerMessage(1375, Microsoft.Extensions.Logging.LogLevel.Error,
         "A call to '{Callee}' ({Method} {Path}) failed with an error that is not retried; its request is abandoned and finished by its next run")]

@@ -63,6 +63,9 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1202, LogLevel.Critical, "Recovery failed; the service stops (fail-stop)")]
     public static partial void RecoveryFailed(ILogger logger, Exception exception);
 
+    [LoggerMessage(1209, LogLevel.Information, "The host is stopping before recovery's first part ended: the start ends without failing, and the stop runs as usual (requests meanwhile get 503)")]
+    public static partial void StoppedWhileRecovering(ILogger logger);
+
     [LoggerMessage(1203, LogLevel.Critical,
         "UsePersistentServices() was not called, so logged requests cannot be replayed; call app.UsePersistentServices() before mapping endpoints")]
     public static partial void PipelineMissing(ILogger logger);

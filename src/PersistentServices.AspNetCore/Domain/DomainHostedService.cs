@@ -39,25 +39,42 @@ internal sealed partial class DomainHostedService(PersistentRuntime runtime, Orp
         var delay = TimeSpan.FromMilliseconds(200);
         while (pending.Count > 0 || pulled.Count < domain.Members.Count - 1)
         {
-            foreach (var member in domain.Members.Keys.Where(m => m != domain.Self && !pulled.Contains(m)).ToList())
-            {
-                if (await domain.PullRecoveredAsync(member, stoppingToken).ConfigureAwait(false) is { } theirs)
-                {
-                    await domain.LearnAsync(theirs, stoppingToken).ConfigureAwait(false);
-                    pulled.Add(member);
-                }
-            }
-
+            // Its own numbers first: they are what the members need to roll back what depended on this service's lost state.
+            // A member that fails here is asked again in the next round; nothing ends this loop but every member's answer or
+            // the host's stop (issue 49: members never heard of a recovery until the next restart).
             var own = domain.Recovered.All.Where(n => n.Service == domain.Self).ToList();
             foreach (var member in pending.ToList())
             {
-                if (own.Count == 0 || await domain.SendRecoveredAsync(member, own, stoppingToken).ConfigureAwait(false))
+                try
                 {
-                    pending.Remove(member);
-                    if (own.Count > 0)
+                    if (own.Count == 0 || await domain.SendRecoveredAsync(member, own, stoppingToken).ConfigureAwait(false))
                     {
-                        Told(logger, member, own.Count);
+                        pending.Remove(member);
+                        if (own.Count > 0)
+                        {
+                            Told(logger, member, own.Count);
+                        }
                     }
+                }
+                catch (Exception ex) when (ex is not OperationCanceledException || !stoppingToken.IsCancellationRequested)
+                {
+                    ExchangeFailed(logger, member, ex);
+                }
+            }
+
+            foreach (var member in domain.Members.Keys.Where(m => m != domain.Self && !pulled.Contains(m)).ToList())
+            {
+                try
+                {
+                    if (await domain.PullRecoveredAsync(member, stoppingToken).ConfigureAwait(false) is { } theirs)
+                    {
+                        await domain.LearnAsync(theirs, stoppingToken).ConfigureAwait(false);
+                        pulled.Add(member);
+                    }
+                }
+                catch (Exception ex) when (ex is not OperationCanceledException || !stoppingToken.IsCancellationRequested)
+                {
+                    ExchangeFailed(logger, member, ex);
                 }
             }
 
@@ -75,6 +92,9 @@ internal sealed partial class DomainHostedService(PersistentRuntime runtime, Orp
         lifetime.ApplicationStarted.Register(() => started.TrySetResult());
         return started.Task.WaitAsync(stoppingToken);
     }
+
+    [LoggerMessage(1388, LogLevel.Warning, "Exchanging recovered state numbers with member '{Member}' failed; asked again in the next round")]
+    private static partial void ExchangeFailed(ILogger logger, string member, Exception exception);
 
     [LoggerMessage(1373, LogLevel.Information, "Told member '{Member}' this service's {Count} recovered state numbers")]
     private static partial void Told(ILogger logger, string member, int count);

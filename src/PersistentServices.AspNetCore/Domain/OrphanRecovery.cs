@@ -73,6 +73,27 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         Start(session, lost, TimeSpan.Zero);
     }
 
+    /// <summary>
+    /// The request a rollback runs again keeps being abandoned for lost state or a refused call number
+    /// (<paramref name="cause"/>): quarantined as <see cref="GiveUp(Session, RecoveredStateNumber, int)"/> does.
+    /// </summary>
+    private void GiveUp(Session session, Exception cause, int runs)
+    {
+        if (cause is OrphanException orphan)
+        {
+            GiveUp(session, orphan.Lost, runs);
+            return;
+        }
+
+        var error = new ReplayDivergenceException(
+            $"Session {session.TraceTag} was rolled back and its last request run again {runs} times, and each time it was abandoned ({cause.Message}): " +
+            "orphan recovery does not converge for it, so it is quarantined (its requests get session-diverged) instead of running it again without end. " +
+            "The other sessions go on. This is a defect: please report it with the service's log.",
+            session.TraceTag, session.RecoveryLsn);
+        quarantines.Quarantine(session, error, logger);
+        GaveUpRerunning(logger, session.TraceTag, runs, cause.Message);
+    }
+
     /// <summary>The session keeps depending on <paramref name="lost"/> after every rollback: quarantined (reported: log, health, metric), not rolled back again.</summary>
     private void GiveUp(Session session, RecoveredStateNumber lost, int rollbacks)
     {
@@ -86,7 +107,8 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
     }
 
     /// <summary>
-    /// The replay of a recovered session abandoned the request the crash cut short (<see cref="ReplayTailAbandonedException"/>):
+    /// The replay of a recovered session abandoned the request the crash cut short (<see cref="ReplayTailAbandonedException"/>),
+    /// or a live request was abandoned without an orphan to roll back for (a member refused its call, or was out of reach):
     /// after a pause the session rolls back and runs it again (by then the member that refused it may have rolled back).
     /// </summary>
     public void ScheduleAfterAbandonedTail(Session session) => Start(session, null, FirstRetryDelay);
@@ -141,6 +163,11 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
     private async Task RunAsync(Session session, Run run, RecoveredStateNumber? lost, TimeSpan delay)
     {
         var abandonedRuns = 0;
+
+        // Runs again whose request was abandoned for lost state (an orphan) or a member's refusal of its call's number: each
+        // is a rollback that did not converge. Past MaxRollbacksPerLoss in a row the session is quarantined (the loop ends);
+        // runs abandoned because a member was out of reach, or its DV or signature refused, wait on without count.
+        var unsettledRuns = 0;
         while (true)
         {
             if (delay > TimeSpan.Zero)
@@ -153,7 +180,26 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
                 run.Again = false;
             }
 
-            var abandoned = await RollBackAsync(session, lost).ConfigureAwait(false);
+            var abandonedBy = await RollBackAsync(session, lost).ConfigureAwait(false);
+            var abandoned = abandonedBy is not null;
+            if (abandonedBy is OrphanException or Calls.CallRefusedException { Numbering: true })
+            {
+                if (++unsettledRuns > MaxRollbacksPerLoss)
+                {
+                    lock (_gate)
+                    {
+                        _runs.Remove(session.Id);
+                    }
+
+                    GiveUp(session, abandonedBy, unsettledRuns - 1);
+                    return;
+                }
+            }
+            else if (!abandoned)
+            {
+                unsettledRuns = 0;
+            }
+
             lock (_gate)
             {
                 if ((!abandoned && !run.Again) || session.Ended || !runtime.Availability.CanServe(RequestKind.BackgroundWork))
@@ -170,8 +216,8 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         }
     }
 
-    /// <summary>One rollback; true when the request it ran live again was abandoned (the session is ready, that request unanswered).</summary>
-    private async Task<bool> RollBackAsync(Session session, RecoveredStateNumber? lost)
+    /// <summary>One rollback; what abandoned the request it ran live again (the session is ready, that request unanswered), or null.</summary>
+    private async Task<Exception?> RollBackAsync(Session session, RecoveredStateNumber? lost)
     {
         // A replay of this session under way (its recovery replay, which may still run its last request live) finishes
         // first: a reset beneath it would make it replay a stream being replaced, and its end would leave the session at
@@ -179,7 +225,7 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
         await session.Ready.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         if (session.Ended || session.Diverged is not null)
         {
-            return false;
+            return null;
         }
 
         if (lost is { } known)
@@ -216,19 +262,19 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
 
             var (router, next) = await pipeline.Ready.ConfigureAwait(false);
             await replayer.ReplayAsync(session, router.Value, next, preloaded: null, CancellationToken.None).ConfigureAwait(false);
-            return false;
+            return null;
         }
-        catch (ReplayTailAbandonedException)
+        catch (ReplayTailAbandonedException abandoned)
         {
             // The session is ready with that request unanswered; the caller runs the rollback again after a pause.
-            return true;
+            return abandoned.InnerException ?? abandoned;
         }
         catch (Exception ex) when (ex is not OutOfMemoryException)
         {
             // The rollback could not finish (the log faulted, a replay diverged): the session cannot be trusted any more.
             RollbackFailed(logger, session.TraceTag, ex);
             session.FailReplay(ex);
-            return false;
+            return null;
         }
         finally
         {
@@ -259,6 +305,10 @@ internal sealed partial class OrphanRecovery(PersistentRuntime runtime, SessionR
     [LoggerMessage(1377, LogLevel.Error,
         "Session {SessionTag} still depends on lost state of '{Service}' (epoch {Epoch}, recovered to LSN {Lsn}) after {Rollbacks} rollbacks for it: quarantined instead of rolling back again")]
     private static partial void GaveUp(ILogger logger, string sessionTag, string service, long epoch, long lsn, int rollbacks);
+
+    [LoggerMessage(1387, LogLevel.Error,
+        "Session {SessionTag}'s last request was run again {Runs} times by its rollback and abandoned each time ({Cause}): quarantined instead of running it again")]
+    private static partial void GaveUpRerunning(ILogger logger, string sessionTag, int runs, string cause);
 
     [LoggerMessage(1374, LogLevel.Warning, "Session {SessionTag} rolls back again (a recovered state number was learned while it rolled back, or the request it ran live again was abandoned)")]
     private static partial void RunningAgain(ILogger logger, string sessionTag);

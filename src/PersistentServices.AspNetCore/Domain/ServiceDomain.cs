@@ -231,6 +231,57 @@ internal sealed partial class ServiceDomain : IDisposable
         return learned.Count;
     }
 
+    /// <summary>
+    /// The hold before a message from a member's later epoch is taken in ([MSP §3.1, §4]): when <paramref name="dv"/> (the
+    /// message's DV merged with the receiving session's) names a member at an epoch and also depends on an earlier epoch of
+    /// it whose recovered state number this service does not know, that member has restarted since, and the earlier
+    /// dependency may be on state its crash took back: the numbers are asked from the member (which logged them before its
+    /// later epoch began) and learned (logged, forced, orphans rolled back) before the message is used. Without it, a
+    /// callee answered a caller's new incarnation with the reply buffered from the caller's lost epoch whenever the caller's
+    /// recovery broadcast had not arrived yet. False when a member could not be asked (out of reach within
+    /// <see cref="DomainOptions.FlushTimeout"/>): the message is refused as unavailable, and sent again.
+    /// </summary>
+    public async Task<bool> LearnEarlierEpochsAsync(DependencyVector dv, CancellationToken cancellationToken)
+    {
+        List<string>? ask = null;
+        foreach (var (service, state) in dv.Entries)
+        {
+            if (service != Self && IsMember(service) && Recovered.RecoveredLsn(service, state.Epoch) is null &&
+                dv[service] is { } latest && latest.Epoch > state.Epoch && ask?.Contains(service) != true)
+            {
+                (ask ??= []).Add(service);
+            }
+        }
+
+        if (ask is null)
+        {
+            return true;
+        }
+
+        foreach (var member in ask)
+        {
+            EarlierEpochsAsked(_logger, member);
+            if (await PullRecoveredAsync(member, cancellationToken).ConfigureAwait(false) is not { } theirs)
+            {
+                return false;
+            }
+
+            await LearnAsync(theirs.Where(n => n.Service == member), cancellationToken).ConfigureAwait(false);
+        }
+
+        // A member that answered without the number of an epoch it has left (it cannot: it logs it before the next begins)
+        // is not trusted for it: refuse, and ask again with the message's next attempt.
+        foreach (var (service, state) in dv.Entries)
+        {
+            if (ask.Contains(service) && state.Epoch < dv[service]!.Value.Epoch && Recovered.RecoveredLsn(service, state.Epoch) is null)
+            {
+                return false;
+            }
+        }
+
+        return true;
+    }
+
     /// <summary>Appends a <see cref="RecoveredState"/> record (not forced); its LSN.</summary>
     public long LogRecovered(RecoveredStateNumber number)
         => _runtime.Log.Append(RecordKind.RecoveredState, new RecoveredState { Service = number.Service, Epoch = number.State.Epoch, Lsn = number.State.Lsn });
@@ -388,6 +439,10 @@ internal sealed partial class ServiceDomain : IDisposable
             return numbers;
         }
     }
+
+    [LoggerMessage(1385, LogLevel.Information,
+        "A message depends on an earlier epoch of member '{Member}' whose end this service does not know: asking the member for its recovered state numbers before using it")]
+    private static partial void EarlierEpochsAsked(ILogger logger, string member);
 
     [LoggerMessage(1384, LogLevel.Error,
         "A member asked for a flush of this service's epoch {Epoch} (LSN {Lsn}), whose recovered state number this service no longer knows (a log written before service checkpoints listed them): refused as not durable")]

@@ -287,6 +287,13 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
             // this execution fail too, and the service answers 503 until it restarts and recovers from the log.
             session.Abandon(ex);
             runtime.Metrics.Requests.Add(1, Abandoned);
+            if (ex is Calls.CallRefusedException or Domain.DomainUnavailableException or Calls.CallAbandonedException { HostStopping: false })
+            {
+                // Neither the log nor the host: a member refused the call or could not be asked. The session's rollback runs
+                // the request again after a pause (its retries get 503 meanwhile); without it the session waited for a restart.
+                runtime.Orphans?.ScheduleAfterAbandonedTail(session);
+            }
+
             await UnavailableAsync(request, ex).ConfigureAwait(false);
             return false;
         }

@@ -96,6 +96,17 @@ internal sealed class RequestAdmission(
             return false;
         }
 
+        // A member's later epoch in the message, and an earlier one of it in the message or the session whose end is not
+        // known here: learn where it ended first (its loss rolls the session back), or the session could answer from state
+        // that member's crash took back (ServiceDomain.LearnEarlierEpochsAsync).
+        if (request.IncomingDv is { } arriving &&
+            !await runtime.Domain.LearnEarlierEpochsAsync(session.Dv.Merge(arriving), context.RequestAborted).ConfigureAwait(false))
+        {
+            await ProtocolProblems.UnavailableAsync(context,
+                "The call depends on an earlier epoch of a member of this domain whose end this service could not learn yet (the member is out of reach). Nothing ran: call again.").ConfigureAwait(false);
+            return false;
+        }
+
         var sequence = request.Sequence;
         var method = http.Method;
         var path = http.Path.Value ?? "";

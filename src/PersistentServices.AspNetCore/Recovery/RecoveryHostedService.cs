@@ -91,6 +91,15 @@ internal sealed class RecoveryHostedService(
         {
             await opener.StartOpening().WaitAsync(cancellationToken).ConfigureAwait(false);
         }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            // The host is stopping before recovery's first part ended (a SIGTERM while it started): the start ends here
+            // without failing, and the stop runs as usual, the server first; requests meanwhile get 503 (recovering). Thrown,
+            // the host's start failed and its services were disposed while the server still took requests: each got a 500
+            // (ObjectDisposedException), found by the domain kill test (issue 49).
+            AspNetCoreEvents.StoppedWhileRecovering(logger);
+            return;
+        }
         catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
         {
             if (FailStop.StopAfterStart(availability, runtime.Options, lifetime, logger, ex))

@@ -51,7 +51,7 @@ internal static class DvHeader
         var parts = text.Split(',');
         if (parts.Length > maxEntries)
         {
-            error = $"a DV of {parts.Length} entries for a domain of {maxEntries} services";
+            error = $"a DV of {parts.Length} entries, more than the {maxEntries} this domain allows ({MaxEntriesPerMember} per member: one per epoch not known durable)";
             return null;
         }
 
