@@ -30,6 +30,12 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
     /// <summary>The admission bucket of every key a gateway generated (not a principal's hash, not an address's).</summary>
     private static readonly byte[] GatewayKeysBucket = System.Security.Cryptography.SHA256.HashData("ps-gateway-keys"u8);
 
+    /// <summary>
+    /// The table's cap for a session or a client's own key: <see cref="PersistentServicesOptions.MaxSessions"/> besides the
+    /// gateway keys remembered now, which have their own cap (<see cref="IdempotencyKeyOptions.MaxGatewayKeys"/>).
+    /// </summary>
+    public static int TableCap(PersistentRuntime runtime) => runtime.Options.MaxSessions + runtime.Sessions.CountOf(GatewayKeysBucket);
+
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = KeySessions.StateHeader;
 
@@ -41,10 +47,12 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
         Session? session = null;
         var refusal = Refusal.None;
         var startRefusal = StartRefusal.None;
-        // A gateway's generated key counts in the gateway keys' own share: behind a gateway every client has its address.
+        // A gateway's generated key counts in the gateway keys' own share, apart from MaxSessions: behind a gateway every
+        // client has its address, and such keys are forgotten within minutes.
         var (bucket, share, byAddress) = key.Generated
-            ? (GatewayKeysBucket, runtime.Options.IdempotencyKeys.MaxGatewayKeys ?? Math.Max(runtime.Options.MaxSessions / 2, 1), false)
+            ? (GatewayKeysBucket, runtime.Options.IdempotencyKeys.MaxGatewayKeys ?? runtime.Options.MaxSessions, false)
             : owners.AdmissionBucket(context, key.Scope);
+        var cap = key.Generated ? int.MaxValue : TableCap(runtime);
         lock (runtime.Sessions.FindOrStartGate)
         {
             if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
@@ -55,7 +63,7 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
                           owners.Owns(context.User, existing) ? existing : null;
                 refusal = session is null ? Refusal.Unavailable : Refusal.None;
             }
-            else if ((startRefusal = runtime.Sessions.TryReserve(bucket, runtime.Options.MaxSessions, share)) != StartRefusal.None)
+            else if ((startRefusal = runtime.Sessions.TryReserve(bucket, cap, share)) != StartRefusal.None)
             {
                 // Each remembered key holds a slot, counted in the table and in the caller's share (its principal's, or
                 // its address's when anonymous), so one client's flood of fresh keys cannot lock the others out.

@@ -26,6 +26,7 @@ public sealed class GatewayKeyTests : IAsyncLifetime
 
     public async ValueTask InitializeAsync() => _server = await TestServer.StartAsync(_dir.Path, options =>
     {
+        options.MaxSessions = 4; // fewer than the gateway keys below: they are counted besides it
         options.MaxSessionsPerAddress = 2;
         options.IdempotencyKeys.MaxGatewayKeys = 6;
         options.Calls.PeerKey = PeerKey;
@@ -53,7 +54,7 @@ public sealed class GatewayKeyTests : IAsyncLifetime
     [Fact]
     public async Task SignedGatewayKeys_AreCountedApartFromTheAddress_AndForgottenAfterTheirWindow()
     {
-        // Five generated keys from one address whose own share is 2: all served, each run once.
+        // Five generated keys from one address whose own share is 2, in a table of 4: all served, each run once.
         for (var i = 0; i < 5; i++)
         {
             using var response = await SendAsync($"ps-gateway-k{i}", $"g{i}", PeerKey);
@@ -66,7 +67,7 @@ public sealed class GatewayKeyTests : IAsyncLifetime
             Assert.Equal("true", again.Headers.GetValues("PS-Replayed").Single());
         }
 
-        // The address's own share is untouched: two keys of its own, then 429.
+        // The address's own share and the table are untouched: two keys of its own, then 429 (its share), and a session.
         using (var own1 = await SendAsync("own-1", "o1", signWith: null))
         using (var own2 = await SendAsync("own-2", "o2", signWith: null))
         using (var own3 = await SendAsync("own-3", "o3", signWith: null))
@@ -74,13 +75,28 @@ public sealed class GatewayKeyTests : IAsyncLifetime
             Assert.Equal((HttpStatusCode.OK, HttpStatusCode.OK, (HttpStatusCode)429), (own1.StatusCode, own2.StatusCode, own3.StatusCode));
         }
 
+        using (var otherAddress = new HttpClient(new SocketsHttpHandler
+        {
+            ConnectCallback = async (context, token) =>
+            {
+                var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+                socket.Bind(new IPEndPoint(IPAddress.Parse("127.0.0.2"), 0));
+                await socket.ConnectAsync(context.DnsEndPoint, token);
+                return new System.Net.Sockets.NetworkStream(socket, ownsSocket: true);
+            },
+        }) { BaseAddress = _server.Client.BaseAddress })
+        using (var started = await otherAddress.PostAsync("/ps/sessions", null, Ct))
+        {
+            Assert.Equal(HttpStatusCode.Created, started.StatusCode);
+        }
+
         // After the window the generated keys are forgotten (and their slots free); the clients' own keys are kept.
         var keySessions = _server.App.Services.GetRequiredService<IdempotencyKeySessions>();
-        _time.Advance(TimeSpan.FromMinutes(2) - TimeSpan.FromSeconds(1));
+        _time.Advance(TimeSpan.FromMinutes(1) - TimeSpan.FromSeconds(1));
         Assert.Equal(0, (await keySessions.ExpireAsync(NullLogger.Instance, Ct)).Forgotten);
         _time.Advance(TimeSpan.FromSeconds(2));
         Assert.Equal(5, (await keySessions.ExpireAsync(NullLogger.Instance, Ct)).Forgotten);
-        Assert.Equal(2, _server.Runtime.Sessions.Count);
+        Assert.Equal(3, _server.Runtime.Sessions.Count);
         Assert.All(Enumerable.Range(0, 5), i => Assert.Equal(1, _behavior.Count($"counter:g{i}")));
     }
 
