@@ -535,7 +535,8 @@ public sealed class GatewayTests : IDisposable
         var lines = output.Split('\n');
         int Count(string text) => lines.Count(l => l.Contains(text, StringComparison.Ordinal));
         return $"gateway held: refused {Count("refused the connection")}, lost in flight {Count("lost the request")}, " +
-               $"unavailable {Count("answered unavailable")}, reply-pending {Count("answered reply-pending")}, key in use {Count("answered idempotency-key-in-use")}; released {Count("Held request")}";
+               $"unavailable {Count("answered unavailable")}, reply-pending {Count("answered reply-pending")}, key in use {Count("answered idempotency-key-in-use")}; released {Count("Held request")}; " +
+               $"past HoldTime {Count("past HoldTime")}; YARP forwarder warnings {Count("Yarp.ReverseProxy.Forwarder.HttpForwarder")}";
     }
 
     /// <summary>Clients that never retry: each request is sent once through the gateway; anything but a 2xx is an error.</summary>
