@@ -8,8 +8,8 @@ internal static partial class GatewayEvents
     [LoggerMessage(1400, LogLevel.Debug, "Holding {Method} {Path} for service {Service}: instance {Ordinal} {Reason}; resending in {DelayMs} ms")]
     public static partial void Holding(ILogger logger, string method, string path, string service, int ordinal, string reason, long delayMs);
 
-    [LoggerMessage(1401, LogLevel.Warning, "Gave up holding {Method} {Path} for service {Service} after {HoldMs} ms (instance {Ordinal}: {Reason}); answered 503")]
-    public static partial void HoldExpired(ILogger logger, string method, string path, string service, int ordinal, long holdMs, string reason);
+    [LoggerMessage(1401, LogLevel.Warning, "Held {Method} {Path} for service {Service} past HoldTime: instance {Ordinal}, {HoldMs} ms ({Reason}); answered {Status}")]
+    public static partial void HoldExpired(ILogger logger, string method, string path, string service, int ordinal, long holdMs, string reason, int status);
 
     [LoggerMessage(1402, LogLevel.Warning, "{Method} {Path} for service {Service} may have executed at instance {Ordinal} ({Reason}) and carries no identity the service honours: not resent, answered 502")]
     public static partial void NotResent(ILogger logger, string method, string path, string service, int ordinal, string reason);

@@ -1,5 +1,6 @@
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Routing;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.DependencyInjection.Extensions;
@@ -34,6 +35,14 @@ namespace Microsoft.Extensions.DependencyInjection
             services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<PersistentGatewayOptions>, PersistentGatewayOptionsValidator>());
             services.TryAddSingleton(TimeProvider.System);
             services.AddHttpForwarder();
+
+            // Bodies are kept to be resent; a client that trickles one is closed (docs/gateway.md, "Configuration").
+            services.AddOptions<KestrelServerOptions>().Configure<IOptions<PersistentGatewayOptions>>((kestrel, gateway) =>
+                kestrel.Limits.MinRequestBodyDataRate = new MinDataRate(gateway.Value.MinRequestBodyDataRate, TimeSpan.FromSeconds(5)));
+
+            // Every failed send is the gateway's own event (held: debug; not resent or held past HoldTime: a warning), so
+            // YARP's warning with a stack trace for each one (HttpForwarder[48]) is left out.
+            services.Configure<LoggerFilterOptions>(o => o.AddFilter("Yarp.ReverseProxy.Forwarder.HttpForwarder", LogLevel.Error));
             services.TryAddSingleton(sp => new GatewayTopology(sp.GetRequiredService<IOptions<PersistentGatewayOptions>>().Value));
             services.TryAddSingleton<GatewayForwarder>();
             return services;

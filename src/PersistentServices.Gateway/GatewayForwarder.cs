@@ -8,6 +8,7 @@ using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Http.Features;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
+using PersistentServices.Http.IdempotencyKeys;
 using Yarp.ReverseProxy.Forwarder;
 
 namespace PersistentServices.Gateway;
@@ -19,7 +20,6 @@ namespace PersistentServices.Gateway;
 /// </summary>
 internal sealed class GatewayForwarder : IDisposable
 {
-    public const string IdempotencyKeyHeader = "Idempotency-Key";
     public const string SessionHeader = "PS-Session";
     public const string SequenceHeader = "PS-Seq";
     public const string InstanceHeader = "PS-Gateway-Instance";
@@ -36,6 +36,7 @@ internal sealed class GatewayForwarder : IDisposable
     private readonly HttpMessageInvoker _client;
     private readonly ForwarderRequestConfig _requestConfig = new() { ActivityTimeout = TimeSpan.FromMinutes(2) };
     private readonly BufferBudget _buffers;
+    private readonly byte[]? _peerKey;
 
     public GatewayForwarder(IHttpForwarder forwarder, GatewayTopology topology, IOptions<PersistentGatewayOptions> options, TimeProvider time, ILogger<GatewayForwarder> logger)
     {
@@ -45,6 +46,7 @@ internal sealed class GatewayForwarder : IDisposable
         _time = time;
         _logger = logger;
         _buffers = new BufferBudget(_options.MaxBufferedBytes, _options.EffectiveMaxBufferedBytesPerClient);
+        _peerKey = _options.PeerKey is { } peerKey ? System.Text.Encoding.UTF8.GetBytes(peerKey) : null;
         _client = new HttpMessageInvoker(new SocketsHttpHandler
         {
             UseProxy = false,
@@ -72,9 +74,10 @@ internal sealed class GatewayForwarder : IDisposable
             return;
         }
 
+        // The key as the service will read it (one parser for both): "K", K and " K " are one key, routed alike.
         var session = Single(request.Headers[SessionHeader]);
-        var key = Single(request.Headers[IdempotencyKeyHeader]);
-        var route = service.Route(request.Method, path, session, key);
+        var keySyntax = IdempotencyKeyHeader.Parse(request.Headers[IdempotencyKeyHeader.Name], IdempotencyKeyHeader.LongestKey, out var key);
+        var route = service.Route(request.Method, path, session, keySyntax == IdempotencyKeyHeader.Syntax.Valid ? key : null);
         if (route.Placement == Placement.UnknownOwner)
         {
             var ordinal = GatewayService.OwnerOrdinal(session ?? path[(service.SessionsPath.Length + 1)..]) ?? 0;
@@ -84,54 +87,74 @@ internal sealed class GatewayForwarder : IDisposable
             return;
         }
 
-        // A request without an identity to a persistent endpoint gets one, so that its resend is exactly-once too.
+        // A request without an identity to a persistent endpoint gets one, so that its resend is exactly-once too. One the
+        // service refuses as it is (a malformed key, PS-Seq without PS-Session) goes through unchanged: it gets its 400.
+        var unsafeMethod = !IsSafe(request.Method);
+        var malformed = keySyntax == IdempotencyKeyHeader.Syntax.Malformed || (session is null && request.Headers.ContainsKey(SequenceHeader));
         string? addedKey = null;
-        if (route.Placement == Placement.Unkeyed && !IsSafe(request.Method) && service.HonoursIdentity(path))
+        if (route.Placement == Placement.Unkeyed && !malformed && unsafeMethod && service.HonoursIdentity(path))
         {
             addedKey = NewKey();
             route = new RouteDecision(Placement.Key, service.ForNewKey(addedKey));
         }
 
+        // A key of the gateway's own (generated now, or one it generated before that the client resends after a 504) is
+        // signed, so that the service keeps it apart from clients' own keys (docs/gateway.md, "Generated keys").
+        var signedKey = addedKey ?? (route.Placement == Placement.Key && _peerKey is not null && unsafeMethod && service.HonoursIdentity(path) &&
+                                     key!.StartsWith(GatewayKeySignature.KeyPrefix, StringComparison.Ordinal) ? key : null);
+
         if (request.ContentLength > _options.MaxRequestBodyBytes)
         {
-            await ProblemAsync(context, 413, "body-too-large", "Request body too large", $"The gateway keeps bodies of at most {_options.MaxRequestBodyBytes} bytes.").ConfigureAwait(false);
-            return;
-        }
-
-        var body = await ReadBodyAsync(request, context.RequestAborted).ConfigureAwait(false);
-        if (body is null)
-        {
-            await ProblemAsync(context, 413, "body-too-large", "Request body too large", $"The gateway keeps bodies of at most {_options.MaxRequestBodyBytes} bytes.").ConfigureAwait(false);
+            await TooLargeAsync(context).ConfigureAwait(false);
             return;
         }
 
         var client = context.Connection.RemoteIpAddress;
-        switch (_buffers.TryTake(client, body.Length))
-        {
-            case BufferBudget.Refusal.Total:
-                GatewayEvents.BufferFull(_logger, _options.MaxBufferedBytes, request.Method, path);
-                context.Response.Headers.RetryAfter = "1";
-                await ProblemAsync(context, 503, "unavailable", "Gateway busy", "The gateway holds as many request bodies as it may; nothing was sent. Retry the same request.").ConfigureAwait(false);
-                return;
-            case BufferBudget.Refusal.Client:
-                GatewayEvents.ClientBufferFull(_logger, _options.EffectiveMaxBufferedBytesPerClient, request.Method, path);
-                context.Response.Headers.RetryAfter = "1";
-                await ProblemAsync(context, 503, "unavailable", "Gateway busy for this client",
-                    "The gateway holds as many request bodies from this client address as one client may (MaxBufferedBytesPerClient); nothing was sent. Retry the same request once an earlier one is answered.").ConfigureAwait(false);
-                return;
-        }
-
+        var read = new BodyRead();
         try
         {
-            await HoldAsync(context, service, path, route, addedKey, body).ConfigureAwait(false);
+            try
+            {
+                await ReadBodyAsync(request, client, read, context.RequestAborted).ConfigureAwait(false);
+            }
+            catch (Exception ex) when (ex is BadHttpRequestException or IOException or OperationCanceledException)
+            {
+                return; // the client left, or sent its body too slowly (MinRequestBodyDataRate): Kestrel closes the connection
+            }
+
+            if (read.TooLarge)
+            {
+                await TooLargeAsync(context).ConfigureAwait(false);
+                return;
+            }
+
+            switch (read.Refusal)
+            {
+                case BufferBudget.Refusal.Total:
+                    GatewayEvents.BufferFull(_logger, _options.MaxBufferedBytes, request.Method, path);
+                    context.Response.Headers.RetryAfter = "1";
+                    await ProblemAsync(context, 503, "unavailable", "Gateway busy", "The gateway holds as many request bodies as it may; nothing was sent. Retry the same request.").ConfigureAwait(false);
+                    return;
+                case BufferBudget.Refusal.Client:
+                    GatewayEvents.ClientBufferFull(_logger, _options.EffectiveMaxBufferedBytesPerClient, request.Method, path);
+                    context.Response.Headers.RetryAfter = "1";
+                    await ProblemAsync(context, 503, "unavailable", "Gateway busy for this client",
+                        "The gateway holds as many request bodies from this client address as one client may (MaxBufferedBytesPerClient); nothing was sent. Retry the same request once an earlier one is answered.").ConfigureAwait(false);
+                    return;
+            }
+
+            await HoldAsync(context, service, path, route, addedKey, signedKey, read.Body!, malformed).ConfigureAwait(false);
         }
         finally
         {
-            _buffers.Return(client, body.Length);
+            _buffers.Return(client, read.Taken);
         }
     }
 
-    private async Task HoldAsync(HttpContext context, GatewayService service, string path, RouteDecision route, string? addedKey, byte[] body)
+    private Task TooLargeAsync(HttpContext context)
+        => ProblemAsync(context, 413, "body-too-large", "Request body too large", $"The gateway keeps bodies of at most {_options.MaxRequestBodyBytes} bytes; nothing was sent.");
+
+    private async Task HoldAsync(HttpContext context, GatewayService service, string path, RouteDecision route, string? addedKey, string? signedKey, byte[] body, bool malformed)
     {
         var request = context.Request;
         var started = _time.GetTimestamp();
@@ -141,7 +164,7 @@ internal sealed class GatewayForwarder : IDisposable
         // May a request that may have executed be sent again? Only with an identity the service honours (docs/gateway.md):
         // the operator's statement (Persistent) covers the unsafe methods, so a GET is never resent once it may have run.
         var unsafeMethod = !IsSafe(request.Method);
-        var resendable = route.Placement switch
+        var resendable = !malformed && route.Placement switch
         {
             Placement.SessionStart => true, // starting a session executes nothing
             Placement.Session => hasSequence && unsafeMethod && service.HonoursIdentity(path),
@@ -151,6 +174,7 @@ internal sealed class GatewayForwarder : IDisposable
 
         var delay = _options.RetryDelay;
         var nodesTried = 0;
+        var mayHaveRun = false; // whether any send so far may have executed (then the hold ends in 504, not 503)
         for (var attempt = 1; ; attempt++)
         {
             if (body.Length > 0)
@@ -158,12 +182,13 @@ internal sealed class GatewayForwarder : IDisposable
                 request.Body = new MemoryStream(body, writable: false);
             }
             var address = instance.Address;
-            var transformer = new AttemptTransformer(path, service.PathPrefix, addedKey, instance.Ordinal);
+            var transformer = new AttemptTransformer(path, service.PathPrefix, addedKey, signedKey, _peerKey, _time, instance.Ordinal);
             var error = await _forwarder.SendAsync(context, address, _client, _requestConfig, transformer).ConfigureAwait(false);
             string reason;
             if (transformer.Held is { } held)
             {
                 reason = held;
+                mayHaveRun |= transformer.Running;
                 if (transformer.Replica && instance.NextNode(address) && ++nodesTried < instance.Nodes.Count)
                 {
                     // A replica executed nothing: the next node of the group may be the primary; asked at once, once around.
@@ -201,7 +226,8 @@ internal sealed class GatewayForwarder : IDisposable
                 }
                 else if (resendable)
                 {
-                    reason = $"lost the request ({error})";
+                    reason = $"lost the request ({error}: {exception?.GetBaseException().Message})";
+                    mayHaveRun |= route.Placement != Placement.SessionStart;
                     if (route.Placement == Placement.SessionStart)
                     {
                         instance = service.NextInstance();
@@ -220,16 +246,8 @@ internal sealed class GatewayForwarder : IDisposable
             var elapsed = _time.GetElapsedTime(started);
             if (elapsed + delay > _options.HoldTime)
             {
-                GatewayEvents.HoldExpired(_logger, request.Method, path, service.Name, instance.Ordinal, (long)elapsed.TotalMilliseconds, reason);
                 ResetResponse(context);
-                context.Response.Headers.RetryAfter = "1";
-                if (addedKey is not null)
-                {
-                    context.Response.Headers[IdempotencyKeyHeader] = addedKey; // resend with it: the service runs it once
-                }
-
-                await ProblemAsync(context, 503, "unavailable", "Service unavailable",
-                    $"Instance {instance.Ordinal} of service {service.Name} did not serve the request within the gateway's hold time. Retry the same request.").ConfigureAwait(false);
+                await HoldExpiredAsync(context, service, path, instance.Ordinal, elapsed, reason, mayHaveRun, addedKey ?? (route.Placement == Placement.Key ? Single(request.Headers[IdempotencyKeyHeader.Name]) : null)).ConfigureAwait(false);
                 return;
             }
 
@@ -247,6 +265,36 @@ internal sealed class GatewayForwarder : IDisposable
 
             delay = TimeSpan.FromTicks(Math.Min(delay.Ticks * 2, _options.MaxRetryDelay.Ticks));
         }
+    }
+
+    /// <summary>
+    /// The answer after <see cref="PersistentGatewayOptions.HoldTime"/>: <c>503 unavailable</c> when no send can have run
+    /// (refused connections, <c>503 unavailable</c> or <c>replica</c> answers), else <c>504 outcome-unknown</c> with the
+    /// identity to resend under: the request may have run, and only a resend with that identity runs it at most once.
+    /// </summary>
+    private Task HoldExpiredAsync(HttpContext context, GatewayService service, string path, byte ordinal, TimeSpan elapsed, string reason, bool mayHaveRun, string? key)
+    {
+        var request = context.Request;
+        var status = mayHaveRun ? 504 : 503;
+        GatewayEvents.HoldExpired(_logger, request.Method, path, service.Name, ordinal, (long)elapsed.TotalMilliseconds, reason, status);
+        if (key is not null)
+        {
+            context.Response.Headers[IdempotencyKeyHeader.Name] = key; // the identity to resend under: the service runs it once
+        }
+
+        if (!mayHaveRun)
+        {
+            context.Response.Headers.RetryAfter = "1";
+            return ProblemAsync(context, 503, "unavailable", "Service unavailable",
+                $"Instance {ordinal} of service {service.Name} did not serve the request within the gateway's hold time; it was not executed. Send it again.");
+        }
+
+        var identity = key is not null
+            ? $"Idempotency-Key {key} (in this reply's Idempotency-Key header)"
+            : $"the same {SessionHeader} and {SequenceHeader}";
+        return ProblemAsync(context, 504, "outcome-unknown", "Outcome unknown",
+            $"Instance {ordinal} of service {service.Name} may have executed the request, but did not answer within the gateway's hold time. " +
+            $"Send the same request again with {identity}: it runs at most once, and the resend gets its reply. Without that identity a resend may run it twice.");
     }
 
     /// <summary>
@@ -277,26 +325,71 @@ internal sealed class GatewayForwarder : IDisposable
         context.Response.Clear();
     }
 
-    private async Task<byte[]?> ReadBodyAsync(HttpRequest request, CancellationToken cancellationToken)
+    /// <summary>What reading a body took from the budget, and what came of it.</summary>
+    private sealed class BodyRead
+    {
+        public byte[]? Body { get; set; }
+
+        /// <summary>Bytes taken from the budget (returned when the request is done, whatever happened).</summary>
+        public long Taken { get; set; }
+
+        public BufferBudget.Refusal Refusal { get; set; }
+
+        public bool TooLarge { get; set; }
+    }
+
+    /// <summary>
+    /// Reads the body whole, taking its bytes from the budget before they are kept: a declared <c>Content-Length</c> up front
+    /// (refused before a byte is read), a body without one chunk by chunk as it arrives (refused at the first chunk over).
+    /// </summary>
+    private async Task ReadBodyAsync(HttpRequest request, IPAddress? client, BodyRead read, CancellationToken cancellationToken)
     {
         if (request.ContentLength == 0 || request.HttpContext.Features.Get<IHttpRequestBodyDetectionFeature>() is { CanHaveBody: false })
         {
-            return []; // a GET without a body: nothing to keep (and nothing to read)
+            read.Body = []; // a GET without a body: nothing to keep (and nothing to read)
+            return;
         }
 
-        using var buffer = new MemoryStream(request.ContentLength is { } length ? (int)length : 0);
+        if (request.ContentLength is { } length)
+        {
+            if ((read.Refusal = _buffers.TryTake(client, length)) != BufferBudget.Refusal.None)
+            {
+                return;
+            }
+
+            read.Taken = length;
+            var body = new byte[length];
+            var at = 0;
+            int n;
+            while (at < body.Length && (n = await request.Body.ReadAsync(body.AsMemory(at), cancellationToken).ConfigureAwait(false)) > 0)
+            {
+                at += n;
+            }
+
+            read.Body = at == body.Length ? body : body[..at];
+            return;
+        }
+
+        using var buffer = new MemoryStream();
         var chunk = System.Buffers.ArrayPool<byte>.Shared.Rent(16 * 1024);
         try
         {
-            int read;
-            while ((read = await request.Body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
+            int n;
+            while ((n = await request.Body.ReadAsync(chunk, cancellationToken).ConfigureAwait(false)) > 0)
             {
-                if (buffer.Length + read > _options.MaxRequestBodyBytes)
+                if (buffer.Length + n > _options.MaxRequestBodyBytes)
                 {
-                    return null;
+                    read.TooLarge = true;
+                    return;
                 }
 
-                buffer.Write(chunk, 0, read);
+                if ((read.Refusal = _buffers.TryTake(client, n)) != BufferBudget.Refusal.None)
+                {
+                    return;
+                }
+
+                read.Taken += n;
+                buffer.Write(chunk, 0, n);
             }
         }
         finally
@@ -304,7 +397,7 @@ internal sealed class GatewayForwarder : IDisposable
             System.Buffers.ArrayPool<byte>.Shared.Return(chunk);
         }
 
-        return buffer.ToArray();
+        read.Body = buffer.ToArray();
     }
 
     private static bool IsSafe(string method)
@@ -316,7 +409,7 @@ internal sealed class GatewayForwarder : IDisposable
     {
         Span<byte> bytes = stackalloc byte[16];
         RandomNumberGenerator.Fill(bytes);
-        return "ps-gateway-" + System.Buffers.Text.Base64Url.EncodeToString(bytes);
+        return GatewayKeySignature.KeyPrefix + System.Buffers.Text.Base64Url.EncodeToString(bytes);
     }
 
     internal static Task ProblemAsync(HttpContext context, int status, string type, string title, string detail)
@@ -338,7 +431,7 @@ internal sealed class GatewayForwarder : IDisposable
     /// per-address shares; a reply that says "not yet" (503 <c>unavailable</c> or <c>reply-pending</c>, 409
     /// <c>idempotency-key-in-use</c>) is kept from the client.
     /// </summary>
-    private sealed class AttemptTransformer(string path, string prefix, string? addedKey, byte ordinal) : HttpTransformer
+    private sealed class AttemptTransformer(string path, string prefix, string? addedKey, string? signedKey, byte[]? peerKey, TimeProvider time, byte ordinal) : HttpTransformer
     {
         private const int MaxProblemBytes = 16 * 1024;
 
@@ -348,13 +441,25 @@ internal sealed class GatewayForwarder : IDisposable
         /// <summary>The node answered that it is a replica (it executed nothing; another node of its group is the primary).</summary>
         public bool Replica { get; private set; }
 
+        /// <summary>The held answer says the request ran or is running (<c>reply-pending</c>, <c>idempotency-key-in-use</c>).</summary>
+        public bool Running { get; private set; }
+
         public override async ValueTask TransformRequestAsync(HttpContext httpContext, HttpRequestMessage proxyRequest, string destinationPrefix, CancellationToken cancellationToken)
         {
             await base.TransformRequestAsync(httpContext, proxyRequest, destinationPrefix, cancellationToken).ConfigureAwait(false);
             proxyRequest.RequestUri = RequestUtilities.MakeDestinationAddress(destinationPrefix, new PathString(path), httpContext.Request.QueryString);
             if (addedKey is not null)
             {
-                proxyRequest.Headers.TryAddWithoutValidation(IdempotencyKeyHeader, addedKey);
+                proxyRequest.Headers.TryAddWithoutValidation(IdempotencyKeyHeader.Name, addedKey);
+            }
+
+            proxyRequest.Headers.Remove(GatewayKeySignature.Header); // only the gateway vouches for a key, never a client
+            if (signedKey is not null && peerKey is not null)
+            {
+                // What the service sees as PathBase + Path + QueryString (decoded, as Kestrel gives them).
+                var basePath = Uri.UnescapeDataString(new Uri(destinationPrefix).AbsolutePath).TrimEnd('/');
+                proxyRequest.Headers.TryAddWithoutValidation(GatewayKeySignature.Header, GatewayKeySignature.Sign(
+                    peerKey, time.GetUtcNow().ToUnixTimeMilliseconds(), httpContext.Request.Method, basePath + path + httpContext.Request.QueryString.Value, signedKey));
             }
 
             SetForwarded(httpContext, proxyRequest, prefix);
@@ -382,12 +487,13 @@ internal sealed class GatewayForwarder : IDisposable
                 {
                     Held = "answered " + type["urn:persistentservices:problem:".Length..];
                     Replica = type == "urn:persistentservices:problem:replica";
+                    Running = type is "urn:persistentservices:problem:reply-pending" or "urn:persistentservices:problem:idempotency-key-in-use";
                     return false;
                 }
 
                 // Any other problem goes to the client as it came.
                 await base.TransformResponseAsync(httpContext, proxyResponse, cancellationToken).ConfigureAwait(false);
-                httpContext.Response.Headers[InstanceHeader] = ordinal.ToString(System.Globalization.CultureInfo.InvariantCulture);
+                Stamp(httpContext);
                 await httpContext.Response.Body.WriteAsync(buffer.AsMemory(0, length), cancellationToken).ConfigureAwait(false);
                 await stream.CopyToAsync(httpContext.Response.Body, cancellationToken).ConfigureAwait(false);
                 return false;
@@ -396,10 +502,20 @@ internal sealed class GatewayForwarder : IDisposable
             var copy = await base.TransformResponseAsync(httpContext, proxyResponse, cancellationToken).ConfigureAwait(false);
             if (proxyResponse is not null)
             {
-                httpContext.Response.Headers[InstanceHeader] = ordinal.ToString(System.Globalization.CultureInfo.InvariantCulture);
+                Stamp(httpContext);
             }
 
             return copy;
+        }
+
+        /// <summary>The instance that answered, and the key the gateway generated (so that the client can resend under it).</summary>
+        private void Stamp(HttpContext httpContext)
+        {
+            httpContext.Response.Headers[InstanceHeader] = ordinal.ToString(System.Globalization.CultureInfo.InvariantCulture);
+            if (addedKey is not null)
+            {
+                httpContext.Response.Headers[IdempotencyKeyHeader.Name] = addedKey;
+            }
         }
 
         /// <summary>

@@ -11,7 +11,8 @@ public sealed class PersistentGatewayOptions
 
     /// <summary>
     /// How long the gateway holds one request while its instance is unreachable, recovering or answering
-    /// <c>503</c>; after it the client gets <c>503</c> with <c>Retry-After</c>. Default 30 seconds.
+    /// <c>503</c>; after it the client gets <c>503 unavailable</c> with <c>Retry-After</c> when no send of it can have run,
+    /// else <c>504 outcome-unknown</c> with the identity to resend it under (docs/gateway.md, "Answers"). Default 30 seconds.
     /// </summary>
     public TimeSpan HoldTime { get; set; } = TimeSpan.FromSeconds(30);
 
@@ -28,8 +29,9 @@ public sealed class PersistentGatewayOptions
     public int MaxRequestBodyBytes { get; set; } = 1 << 20;
 
     /// <summary>
-    /// The most bytes of request bodies the gateway keeps at once, over all requests in flight; a request that would
-    /// exceed it gets <c>503</c> with <c>Retry-After</c> before anything is sent. Default 64 MiB.
+    /// The most bytes of request bodies the gateway keeps at once, over all requests in flight, taken as the bytes arrive
+    /// (a declared <c>Content-Length</c> up front); a request that would exceed it gets <c>503</c> with <c>Retry-After</c>
+    /// before anything is sent. Default 64 MiB.
     /// </summary>
     public long MaxBufferedBytes { get; set; } = 64L << 20;
 
@@ -43,6 +45,22 @@ public sealed class PersistentGatewayOptions
     public long? MaxBufferedBytesPerClient { get; set; }
 
     internal long EffectiveMaxBufferedBytesPerClient => MaxBufferedBytesPerClient ?? Math.Max(MaxBufferedBytes / 8, MaxRequestBodyBytes);
+
+    /// <summary>
+    /// The deployment's peer key (the services' <c>PersistentServicesOptions.Calls.PeerKey</c>, at least 32 characters): the
+    /// gateway signs the <c>Idempotency-Key</c>s it generates with it, so that a service keeps them apart from clients' own
+    /// keys (their own share, forgotten after <c>IdempotencyKeys.GatewayKeyRetention</c>, docs/gateway.md, "Generated keys").
+    /// Required when a service is <see cref="GatewayServiceOptions.Persistent"/>. Keep it out of files: an environment
+    /// variable or a secret (<c>PersistentGateway__PeerKey</c>).
+    /// </summary>
+    public string? PeerKey { get; set; }
+
+    /// <summary>
+    /// The slowest a client may send a request body, in bytes per second after a 5-second grace (Kestrel's
+    /// <c>MinRequestBodyDataRate</c>, which <c>AddPersistentGateway</c> sets): a connection that trickles slower is closed,
+    /// and the bytes it had taken from <see cref="MaxBufferedBytes"/> are freed. Default 4096.
+    /// </summary>
+    public double MinRequestBodyDataRate { get; set; } = 4096;
 
     /// <summary>How long the gateway waits for a TCP connection to an instance. Default 2 seconds.</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(2);

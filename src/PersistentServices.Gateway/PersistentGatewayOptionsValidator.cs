@@ -39,6 +39,22 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
             failures.Add($"PersistentGateway:MaxBufferedBytesPerClient must be at least MaxRequestBodyBytes ({options.MaxRequestBodyBytes}) and at most MaxBufferedBytes ({options.MaxBufferedBytes}) (was {perClient}).");
         }
 
+        if (options.PeerKey is { Length: < 32 } shortKey)
+        {
+            failures.Add($"PersistentGateway:PeerKey must have at least 32 characters (had {shortKey.Length}): the services' PersistentServicesOptions.Calls.PeerKey.");
+        }
+        else if (options.PeerKey is null && options.Services.Values.Any(s => s.Persistent))
+        {
+            failures.Add("PersistentGateway:PeerKey must be set (the services' PersistentServicesOptions.Calls.PeerKey) when a service is Persistent: the gateway signs " +
+                "the Idempotency-Keys it generates with it, and without the signature a service counts them as one client's own keys, kept a day " +
+                "(docs/gateway.md, \"Generated keys\").");
+        }
+
+        if (!(options.MinRequestBodyDataRate > 0))
+        {
+            failures.Add($"PersistentGateway:MinRequestBodyDataRate must be positive, in bytes per second (was {options.MinRequestBodyDataRate}).");
+        }
+
         if (options.ConnectTimeout <= TimeSpan.Zero)
         {
             failures.Add($"PersistentGateway:ConnectTimeout must be positive (was {options.ConnectTimeout}).");

@@ -19,6 +19,7 @@ namespace PersistentServices.Gateway.Tests;
 /// </summary>
 public sealed class GatewayHoldTests : IAsyncDisposable
 {
+    private const string PeerKey = "gateway-hold-tests-peer-key-0123456789";
     private readonly List<WebApplication> _apps = [];
 
     private static CancellationToken Ct => TestContext.Current.CancellationToken;
@@ -75,6 +76,7 @@ public sealed class GatewayHoldTests : IAsyncDisposable
             o.RetryDelay = TimeSpan.FromMilliseconds(10);
             o.MaxRetryDelay = TimeSpan.FromMilliseconds(20);
             o.HoldTime = holdTime ?? TimeSpan.FromSeconds(30);
+            o.PeerKey = PeerKey;
             configure?.Invoke(o);
         });
         var app = builder.Build();
@@ -278,7 +280,7 @@ public sealed class GatewayHoldTests : IAsyncDisposable
     }
 
     [Fact]
-    public async Task RefusedConnection_HeldUntilTheHoldTime_Then503WithRetryAfter_AndTheGeneratedKey()
+    public async Task RefusedConnection_HeldUntilTheHoldTime_Then503WithRetryAfter_AndTheGeneratedKey_NothingRan()
     {
         int port;
         using (var listener = new TcpListener(IPAddress.Loopback, 0))
@@ -358,6 +360,191 @@ public sealed class GatewayHoldTests : IAsyncDisposable
             Assert.Equal(HttpStatusCode.OK, response.StatusCode);
             response.Dispose();
         }
+    }
+
+    [Fact]
+    public async Task OneKey_InEverySpelling_GoesToOneInstance()
+    {
+        // Issue 50, finding 2: the gateway hashed the raw header, so K and "K" (one key for the service) went to different
+        // instances, and both ran. It now routes by the key as the service parses it.
+        var (first, firstSeen) = await UpstreamAsync(Ok);
+        var (second, secondSeen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync(first, persistent: true, configure: o => o.Services["svc"].Instances["1"] = second);
+
+        for (var k = 0; k < 8; k++)
+        {
+            foreach (var spelling in (string[])[$"key-{k}", $"\"key-{k}\"", $"  key-{k} ", $" \"key-{k}\" "])
+            {
+                using var request = Post("/deposit", "{}");
+                request.Headers.TryAddWithoutValidation("Idempotency-Key", spelling);
+                using var response = await client.SendAsync(request, Ct);
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            }
+
+            // All four spellings of key-k reached the same instance.
+            var at = firstSeen.Count(s => Unquoted(s.Key) == $"key-{k}") + 10 * secondSeen.Count(s => Unquoted(s.Key) == $"key-{k}");
+            Assert.True(at is 4 or 40, $"key-{k}: {at % 10} at instance 0, {at / 10} at instance 1");
+        }
+
+        Assert.NotEmpty(firstSeen);
+        Assert.NotEmpty(secondSeen);
+    }
+
+    private static string? Unquoted(string? raw) => raw?.Trim().Trim('"');
+
+    [Theory]
+    [InlineData("a, b")]
+    [InlineData("\"unterminated")]
+    [InlineData("")]
+    public async Task AMalformedKey_GoesThroughUnchanged_NoKeyAdded_NeverResent(string malformed)
+    {
+        var (address, seen, headers) = await RecordingUpstreamAsync(Abort, Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+        using var request = Post("/deposit", "{}");
+        request.Headers.TryAddWithoutValidation("Idempotency-Key", malformed);
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.BadGateway, response.StatusCode); // lost once; not resent: the service would refuse it anyway
+        Assert.Single(seen);
+        Assert.Equal(malformed, headers.Single()["Idempotency-Key"].ToString());
+        Assert.False(headers.Single().ContainsKey("PS-Gateway-Signature"));
+    }
+
+    [Fact]
+    public async Task ASequenceWithoutASession_GoesThroughUnchanged_NoKeyAdded()
+    {
+        // Issue 50, finding 3: PS-Seq without PS-Session got a fresh key per send, and two sends ran twice. The service
+        // answers such a request 400 session-header; the gateway lets it.
+        var (address, seen, headers) = await RecordingUpstreamAsync(c => Problem(c, 400, "session-header"));
+        using var client = await GatewayAsync(address, persistent: true);
+        using var request = Post("/deposit", "{}");
+        request.Headers.Add("PS-Seq", "1");
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
+        Assert.Single(seen);
+        Assert.False(headers.Single().ContainsKey("Idempotency-Key"));
+        Assert.False(response.Headers.Contains("Idempotency-Key"));
+    }
+
+    [Fact]
+    public async Task AGeneratedKey_IsSignedForTheService_AndEchoedToTheClient_AClientsSignatureNeverPasses()
+    {
+        var (address, seen, headers) = await RecordingUpstreamAsync(Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+        using var request = Post("/deposit?x=1", "{}");
+        request.Headers.Add("PS-Gateway-Signature", "t=1,v2=00");
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        var key = seen.Single().Key!;
+        Assert.StartsWith("ps-gateway-", key, StringComparison.Ordinal);
+        Assert.Equal(key, response.Headers.GetValues("Idempotency-Key").Single());
+        var signature = PersistentServices.Calls.PeerSignature.Parse(headers.Single()["PS-Gateway-Signature"].ToString(), out _);
+        Assert.NotNull(signature);
+        var bodyHash = System.Security.Cryptography.SHA256.HashData(Array.Empty<byte>());
+        var message = PersistentServices.Http.IdempotencyKeys.GatewayKeySignature.Message("POST", "/deposit?x=1", key);
+        Assert.True(PersistentServices.Calls.PeerSignature.Matches(Encoding.UTF8.GetBytes(PeerKey), signature.Value.UnixMs, signature.Value.Version, message, bodyHash, signature.Value.Mac));
+    }
+
+    [Fact]
+    public async Task AClientsOwnKey_IsNeverSigned_ButAGeneratedOneItResends_Is()
+    {
+        var (address, _, headers) = await RecordingUpstreamAsync(Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+        foreach (var key in (string[])["order-17", "ps-gateway-AAAAAAAAAAAAAAAAAAAAAA"])
+        {
+            using var request = Post("/deposit", "{}");
+            request.Headers.Add("Idempotency-Key", key);
+            using var response = await client.SendAsync(request, Ct);
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            Assert.False(response.Headers.Contains("Idempotency-Key")); // nothing generated, nothing echoed
+        }
+
+        var seen = headers.ToList();
+        Assert.False(seen[0].ContainsKey("PS-Gateway-Signature"));
+        Assert.True(seen[1].ContainsKey("PS-Gateway-Signature"));
+    }
+
+    [Fact]
+    public async Task ARequestLostAfterItWasSent_HeldPastTheHoldTime_Gets504OutcomeUnknown_WithTheKeyToResendUnder()
+    {
+        // Issue 50, finding 5: after the hold the client got "503 ... Retry the same request" for deposits that had run.
+        var (address, seen) = await UpstreamAsync(Abort);
+        using var client = await GatewayAsync(address, persistent: true, holdTime: TimeSpan.FromMilliseconds(300));
+
+        using var response = await client.SendAsync(Post("/deposit", """{"amount":5}"""), Ct);
+
+        Assert.Equal(HttpStatusCode.GatewayTimeout, response.StatusCode);
+        var key = response.Headers.GetValues("Idempotency-Key").Single();
+        Assert.All(seen, s => Assert.Equal(key, s.Key));
+        var problem = JsonDocument.Parse(await response.Content.ReadAsStringAsync(Ct)).RootElement;
+        Assert.Equal("urn:persistentservices:problem:outcome-unknown", problem.GetProperty("type").GetString());
+        Assert.Contains(key, problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+        Assert.False(response.Headers.Contains("Retry-After"));
+    }
+
+    [Fact]
+    public async Task ADeclaredBodyOverTheShare_IsRefusedBeforeItsBytesArrive()
+    {
+        // Issue 50, finding 4: the gateway allocated Content-Length and read the whole body before it took the budget, so
+        // trickling connections took memory beyond MaxBufferedBytes. Now a declared length is taken up front.
+        var release = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var (address, seen) = await UpstreamAsync(async c => { await release.Task; await Ok(c); });
+        using var client = await GatewayAsync(address, persistent: true, configure: o =>
+        {
+            o.MaxRequestBodyBytes = 1000;
+            o.MaxBufferedBytes = 10_000;
+            o.MaxBufferedBytesPerClient = 2000;
+        });
+        var forwarder = _apps[^1].Services.GetRequiredService<GatewayForwarder>();
+        var held = new[] { client.SendAsync(Post("/deposit", new string('x', 1000)), Ct), client.SendAsync(Post("/deposit", new string('x', 1000)), Ct) };
+        await WaitUntilAsync(() => seen.Count == 2);
+
+        // Headers announcing 1000 bytes and 10 of them: the answer comes before the rest is sent.
+        var reply = await RawAsync(new Uri(_gateway!), "POST /deposit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n0123456789");
+        Assert.StartsWith("HTTP/1.1 503", reply, StringComparison.Ordinal);
+        Assert.Contains("Retry-After: 1", reply, StringComparison.Ordinal);
+        Assert.Equal(2000, forwarder.BufferedBytes);
+
+        // A body without a declared length is counted as it arrives: the first chunk over the share is refused.
+        var chunked = await RawAsync(new Uri(_gateway!), "POST /deposit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n");
+        Assert.StartsWith("HTTP/1.1 503", chunked, StringComparison.Ordinal);
+        Assert.Equal(2, seen.Count);
+
+        release.SetResult();
+        foreach (var response in await Task.WhenAll(held))
+        {
+            Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+            response.Dispose();
+        }
+
+        await WaitUntilAsync(() => forwarder.BufferedBytes == 0);
+    }
+
+    /// <summary>Writes <paramref name="text"/> on a new connection and returns the response's head, without sending more.</summary>
+    private static async Task<string> RawAsync(Uri address, string text)
+    {
+        using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        await socket.ConnectAsync(address.Host, address.Port, Ct);
+        await socket.SendAsync(Encoding.ASCII.GetBytes(text), Ct);
+        var buffer = new byte[4096];
+        var received = new StringBuilder();
+        while (!received.ToString().Contains("\r\n\r\n", StringComparison.Ordinal))
+        {
+            var n = await socket.ReceiveAsync(buffer, Ct);
+            if (n == 0)
+            {
+                break;
+            }
+
+            received.Append(Encoding.ASCII.GetString(buffer, 0, n));
+        }
+
+        return received.ToString();
     }
 
     private static async Task WaitUntilAsync(Func<bool> condition)

@@ -5,11 +5,21 @@ public sealed class PersistentGatewayOptionsValidatorTests
 {
     private static PersistentGatewayOptions Valid()
     {
-        var options = new PersistentGatewayOptions();
+        var options = new PersistentGatewayOptions { PeerKey = "validator-tests-peer-key-0123456789abc" };
         options.Services["store"] = new GatewayServiceOptions { Persistent = true };
         options.Services["store"].Instances["0"] = "http://127.0.0.1:5001";
         options.Services["store"].Instances["2"] = "http://store-2.store:8080";
         return options;
+    }
+
+    [Fact]
+    public void NoPeerKey_IsValid_WhenNoServiceIsPersistent()
+    {
+        var options = Valid();
+        options.PeerKey = null;
+        options.Services["store"].Persistent = false;
+
+        Assert.True(new PersistentGatewayOptionsValidator().Validate(null, options).Succeeded);
     }
 
     [Fact]
@@ -36,6 +46,9 @@ public sealed class PersistentGatewayOptionsValidatorTests
     [InlineData("draining-unknown", "DrainingInstances: '5' is not one of the service's Instances")]
     [InlineData("draining-all", "DrainingInstances lists every instance")]
     [InlineData("plain", "PersistentGateway:Services:store:PlainPaths must start with '/'")]
+    [InlineData("no-peer-key", "PersistentGateway:PeerKey must be set")]
+    [InlineData("short-peer-key", "PersistentGateway:PeerKey must have at least 32 characters")]
+    [InlineData("body-rate", "PersistentGateway:MinRequestBodyDataRate must be positive")]
     public void Invalid_IsRefused_NamingTheOption(string which, string message)
     {
         var options = Valid();
@@ -59,6 +72,9 @@ public sealed class PersistentGatewayOptionsValidatorTests
             case "per-client-large": options.MaxBufferedBytesPerClient = options.MaxBufferedBytes + 1; break;
             case "draining-unknown": store.DrainingInstances.Add("5"); break;
             case "draining-all": store.DrainingInstances.AddRange(["0", "2"]); break;
+            case "no-peer-key": options.PeerKey = null; break;
+            case "short-peer-key": options.PeerKey = "short"; break;
+            case "body-rate": options.MinRequestBodyDataRate = 0; break;
             default: store.PlainPaths.Add("plain"); break;
         }
 

@@ -34,6 +34,7 @@ public sealed class GatewayTests : IDisposable
         ["PS_LOG_DIR"] = _dir.File($"log-{ordinal}"),
         ["PS_MAX_SESSIONS"] = "1000000", // every key and session comes from the gateway's one address
         ["PS_INSTANCE_ORDINAL"] = withOrdinal ? ordinal.ToString(CultureInfo.InvariantCulture) : "",
+        ["PS_PEER_KEY"] = GroupPeerKey, // the gateway signs the keys it generates with it
     };
 
     /// <summary>
@@ -338,13 +339,204 @@ public sealed class GatewayTests : IDisposable
         TestContext.Current.TestOutputHelper?.WriteLine($"gateway, 3 instances, {kills} kills: {run.Summary}; {Holds(gateway.Output)}");
     }
 
+    /// <summary>
+    /// Issue 50, finding 1: with its defaults the gateway stopped serving plain requests after 10,000 (its generated keys
+    /// counted against its one address's MaxSessionsPerAddress and were kept 48 h). Service and gateway with their default
+    /// options (the peer key set: the gateway signs its keys), 16 clients without identity, PS_GATEWAY_PLAIN_REQUESTS requests
+    /// (default 12,000, beyond the old limit): every one 2xx, and every balance what its client was told.
+    /// </summary>
+    [Fact]
+    public async Task PlainClients_WithDefaultOptions_BeyondTheOldLimit_NoAdmissionError()
+    {
+        var requests = EnvInt("PS_GATEWAY_PLAIN_REQUESTS", 12_000);
+        var environment = InstanceEnvironment(0, withOrdinal: false);
+        environment.Remove("PS_MAX_SESSIONS"); // the service's defaults: MaxSessions 100,000, a tenth of it per address
+        await using var service = await ServiceProcess.StartAsync(environment);
+        await using var gateway = await GatewayProcess.StartAsync([(0, service.Port)], holdTime: null);
+        var run = new PlainClientRun(gateway.Client, depositClients: 16, sessionClients: 0, expectOwner: false);
+        var clock = Stopwatch.StartNew();
+        var clients = run.Start();
+        try
+        {
+            for (var done = 0; done < requests; done += 2000)
+            {
+                await run.WaitForProgressAsync(Math.Min(2000, requests - done), () => service.RecentOutput());
+            }
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+        }
+
+        await run.AssertStateAsync(service.Client, gateway.Output);
+        TestContext.Current.TestOutputHelper?.WriteLine($"plain clients, defaults: {run.Summary} in {clock.Elapsed.TotalSeconds:F0} s; {Holds(gateway.Output)}");
+    }
+
+    /// <summary>
+    /// Issue 50, findings 2 and 3, against two real instances: one key in every spelling docs/client.md allows (bare,
+    /// quoted, with spaces) runs once; PS-Seq without PS-Session gets the service's 400 on every send and never runs.
+    /// </summary>
+    [Fact]
+    public async Task OneKeyInEverySpelling_AcrossTwoInstances_RunsOnce_AndASequenceWithoutASessionNever()
+    {
+        await using var first = await ServiceProcess.StartAsync(InstanceEnvironment(0, withOrdinal: true));
+        await using var second = await ServiceProcess.StartAsync(InstanceEnvironment(1, withOrdinal: true));
+        await using var gateway = await GatewayProcess.StartAsync([(0, first.Port), (1, second.Port)]);
+
+        for (var k = 0; k < 8; k++)
+        {
+            foreach (var spelling in (string[])[$"spell-{k}", $"\"spell-{k}\"", $"  spell-{k} ", $" \"spell-{k}\" "])
+            {
+                using var request = new HttpRequestMessage(HttpMethod.Post, "/deposit") { Content = JsonContent.Create(new { account = $"spell-{k}", amount = 1 }) };
+                request.Headers.TryAddWithoutValidation("Idempotency-Key", spelling);
+                using var response = await gateway.Client.SendAsync(request, Ct);
+                Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+                Assert.Equal(1, (await response.Content.ReadFromJsonAsync<JsonElement>(Ct)).GetProperty("balance").GetInt64());
+            }
+        }
+
+        for (var send = 0; send < 2; send++)
+        {
+            using var request = new HttpRequestMessage(HttpMethod.Post, "/deposit") { Content = JsonContent.Create(new { account = "seq-only", amount = 1 }) };
+            request.Headers.Add("PS-Seq", "1");
+            using var response = await gateway.Client.SendAsync(request, Ct);
+            Assert.Equal(HttpStatusCode.BadRequest, response.StatusCode);
+            Assert.Contains("session-header", await response.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+        }
+
+        var balances = new[] { first, second }.Select(s => s.Client.GetFromJsonAsync<Dictionary<string, long>>("/balances", Ct));
+        var all = (await Task.WhenAll(balances)).SelectMany(b => b!).GroupBy(b => b.Key).ToDictionary(g => g.Key, g => g.Sum(b => b.Value));
+        Assert.All(Enumerable.Range(0, 8), k => Assert.Equal(1, all.GetValueOrDefault($"spell-{k}")));
+        Assert.Equal(0, all.GetValueOrDefault("seq-only"));
+    }
+
+    /// <summary>
+    /// Issue 50, finding 4: 300 connections from one address each announcing 1 MiB and trickling took the gateway from 82 to
+    /// 417 MiB. Now a declared length is taken from the budget before a byte is read (one address: its eighth of
+    /// MaxBufferedBytes, 8 MiB), the rest are refused at once, and the trickling ones are closed by MinRequestBodyDataRate;
+    /// meanwhile another address is served.
+    /// </summary>
+    [Fact]
+    public async Task TrickledBodies_StayWithinTheBudget_AnotherClientIsServed()
+    {
+        const int connections = 300;
+        await using var service = await ServiceProcess.StartAsync(InstanceEnvironment(0, withOrdinal: false));
+        await using var gateway = await GatewayProcess.StartAsync([(0, service.Port)], holdTime: null);
+        using (var warm = await gateway.Client.PostAsJsonAsync("/deposit", new { account = "warm", amount = 1 }, Ct))
+        {
+            Assert.Equal(HttpStatusCode.OK, warm.StatusCode);
+        }
+
+        var before = gateway.ResidentBytes();
+        var address = gateway.Client.BaseAddress!;
+        var sockets = new List<System.Net.Sockets.Socket>();
+        var peak = before;
+        try
+        {
+            var head = Encoding.ASCII.GetBytes("POST /deposit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{");
+            for (var i = 0; i < connections; i++)
+            {
+                var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+                await socket.ConnectAsync(address.Host, address.Port, Ct);
+                await socket.SendAsync(head, Ct);
+                sockets.Add(socket);
+            }
+
+            // Each connection is answered 503 at once, or was let in within the address's share and trickles on.
+            var answers = sockets.Select(AnswerAsync).ToList();
+            var waited = Stopwatch.StartNew();
+            while (answers.Count(a => a.IsCompleted) < connections - 8 && waited.Elapsed < TimeSpan.FromSeconds(60))
+            {
+                peak = Math.Max(peak, gateway.ResidentBytes());
+                await Task.Delay(50, Ct);
+            }
+
+            var refused = answers.Count(a => a.IsCompletedSuccessfully && a.Result.StartsWith("HTTP/1.1 503", StringComparison.Ordinal));
+            var trickling = sockets.Where((_, i) => !answers[i].IsCompleted).ToList();
+            // Another address is served while they trickle.
+            using var other = new HttpClient(new SocketsHttpHandler
+            {
+                ConnectCallback = async (context, token) =>
+                {
+                    var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.InterNetwork, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Tcp);
+                    socket.Bind(new IPEndPoint(IPAddress.Parse("127.0.0.2"), 0));
+                    await socket.ConnectAsync(context.DnsEndPoint, token);
+                    return new System.Net.Sockets.NetworkStream(socket, ownsSocket: true);
+                },
+            }) { BaseAddress = address };
+            using (var served = await other.PostAsJsonAsync("/deposit", new { account = "other", amount = 1 }, Ct))
+            {
+                Assert.Equal(HttpStatusCode.OK, served.StatusCode);
+            }
+
+            // The trickling ones send 1 KiB every 500 ms (2 KiB/s, below MinRequestBodyDataRate) until the gateway closes them.
+            var chunk = Encoding.ASCII.GetBytes(new string(' ', 1024));
+            var deadline = Stopwatch.StartNew();
+            while (trickling.Count > 0 && deadline.Elapsed < TimeSpan.FromSeconds(60))
+            {
+                peak = Math.Max(peak, gateway.ResidentBytes());
+                foreach (var socket in trickling.ToList())
+                {
+                    try
+                    {
+                        if (answers[sockets.IndexOf(socket)].IsCompleted)
+                        {
+                            trickling.Remove(socket); // closed by the gateway
+                            continue;
+                        }
+
+                        await socket.SendAsync(chunk, Ct);
+                    }
+                    catch (System.Net.Sockets.SocketException)
+                    {
+                        trickling.Remove(socket);
+                    }
+                }
+
+                await Task.Delay(500, Ct);
+            }
+
+            peak = Math.Max(peak, gateway.ResidentBytes());
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"trickle: {connections} connections x 1 MiB announced: {refused} refused at once, {connections - refused} let in; gateway RSS {before >> 20} MiB before, peak {peak >> 20} MiB; " +
+                $"the trickling ones closed after {deadline.Elapsed.TotalSeconds:F1} s");
+            Assert.Empty(trickling);
+            Assert.True(refused >= connections - 8, $"{refused} refused");
+            Assert.True(peak - before < (8L << 20) + (48L << 20), $"RSS grew by {(peak - before) >> 20} MiB");
+        }
+        finally
+        {
+            foreach (var socket in sockets)
+            {
+                socket.Dispose();
+            }
+        }
+    }
+
+    /// <summary>The first bytes of the answer on <paramref name="socket"/>, or "" when the gateway closed it without one.</summary>
+    private static async Task<string> AnswerAsync(System.Net.Sockets.Socket socket)
+    {
+        var buffer = new byte[1024];
+        try
+        {
+            var n = await socket.ReceiveAsync(buffer, Ct);
+            return Encoding.ASCII.GetString(buffer, 0, n);
+        }
+        catch (System.Net.Sockets.SocketException)
+        {
+            return "";
+        }
+    }
+
     /// <summary>How often the gateway held a request, by reason (its debug log, event 1400), and released one (1405).</summary>
     private static string Holds(string output)
     {
         var lines = output.Split('\n');
         int Count(string text) => lines.Count(l => l.Contains(text, StringComparison.Ordinal));
         return $"gateway held: refused {Count("refused the connection")}, lost in flight {Count("lost the request")}, " +
-               $"unavailable {Count("answered unavailable")}, reply-pending {Count("answered reply-pending")}, key in use {Count("answered idempotency-key-in-use")}; released {Count("Held request")}";
+               $"unavailable {Count("answered unavailable")}, reply-pending {Count("answered reply-pending")}, key in use {Count("answered idempotency-key-in-use")}; released {Count("Held request")}; " +
+               $"past HoldTime {Count("past HoldTime")}; YARP forwarder warnings {Count("Yarp.ReverseProxy.Forwarder.HttpForwarder")}";
     }
 
     /// <summary>Clients that never retry: each request is sent once through the gateway; anything but a 2xx is an error.</summary>
@@ -519,6 +711,20 @@ public sealed class GatewayTests : IDisposable
 
         public HttpClient Client { get; }
 
+        /// <summary>The gateway's resident set size now (VmRSS), in bytes.</summary>
+        public long ResidentBytes()
+        {
+            foreach (var line in File.ReadLines($"/proc/{_process.Id}/status"))
+            {
+                if (line.StartsWith("VmRSS:", StringComparison.Ordinal))
+                {
+                    return long.Parse(line.Split(' ', StringSplitOptions.RemoveEmptyEntries)[1], CultureInfo.InvariantCulture) * 1024;
+                }
+            }
+
+            return 0;
+        }
+
         public string Output
         {
             get
@@ -530,19 +736,25 @@ public sealed class GatewayTests : IDisposable
             }
         }
 
-        public static Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, int Port)> instances)
-            => StartAsync(instances.Select(i => (i.Ordinal, $"http://127.0.0.1:{i.Port}")));
+        public static Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, int Port)> instances, string? holdTime = "00:02:00")
+            => StartAsync(instances.Select(i => (i.Ordinal, $"http://127.0.0.1:{i.Port}")), holdTime);
 
         /// <summary>Starts with each instance's address, or the comma-separated addresses of its replication group's nodes.</summary>
-        public static async Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, string Nodes)> instances)
+        public static async Task<GatewayProcess> StartAsync(IEnumerable<(int Ordinal, string Nodes)> instances, string? holdTime = "00:02:00")
         {
             var port = ServiceProcess.FreePort();
             // A hold time well above a restart on a loaded CI host (seen up to 15 s with two other builds running): the test
             // checks what the clients get, not how fast the service comes back.
             var arguments = new List<string>
             {
-                GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true", "--PersistentGateway:HoldTime=00:02:00",
+                GatewayPath, "--urls", $"http://127.0.0.1:{port}", "--PersistentGateway:Services:test:Persistent=true",
+                $"--PersistentGateway:PeerKey={GroupPeerKey}",
             };
+            if (holdTime is not null)
+            {
+                arguments.Add($"--PersistentGateway:HoldTime={holdTime}"); // null: the default (30 s)
+            }
+
             foreach (var (ordinal, nodes) in instances)
             {
                 arguments.Add($"--PersistentGateway:Services:test:Instances:{ordinal}={nodes}");

@@ -233,6 +233,7 @@ internal sealed class Deployment : IAsyncDisposable
             var settings = new Dictionary<string, string>
             {
                 ["Bookstore__ParentPid"] = Environment.ProcessId.ToString(CultureInfo.InvariantCulture),
+                ["PersistentGateway__PeerKey"] = peerKey, // it signs the keys it generates (docs/gateway.md, "Generated keys")
             };
             foreach (var behind in new[] { deployment.PriceGrabber, deployment.Seller })
             {

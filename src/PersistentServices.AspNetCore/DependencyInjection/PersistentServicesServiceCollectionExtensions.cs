@@ -111,6 +111,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton<SessionStarter>();
         services.TryAddSingleton<Quarantines>();
         services.TryAddSingleton<PersistentServices.Http.IdempotencyKeys.IdempotencyKeyAdmission>();
+        services.TryAddSingleton<PersistentServices.Http.IdempotencyKeys.GatewayKeyTrust>();
         services.TryAddSingleton<PersistentServices.Http.IdempotencyKeys.IdempotencyKeySessions>();
         services.TryAddSingleton<PersistentServices.Calls.PeerCalls>();
         services.TryAddSingleton<CheckpointHostedService>();

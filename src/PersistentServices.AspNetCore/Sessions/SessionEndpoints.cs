@@ -51,7 +51,7 @@ internal static class SessionEndpoints
         }
 
         var (bucket, share, byAddress) = owners.AdmissionBucket(context, owner);
-        var refusal = runtime.Sessions.TryReserve(bucket, options.MaxSessions, share);
+        var refusal = runtime.Sessions.TryReserve(bucket, Http.IdempotencyKeys.IdempotencyKeySessions.TableCap(runtime), share);
         if (refusal != StartRefusal.None)
         {
             await starter.RefuseAsync(context, refusal, bucket, byAddress, logger).ConfigureAwait(false);

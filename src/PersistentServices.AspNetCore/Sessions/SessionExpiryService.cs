@@ -186,6 +186,11 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
     private DateTimeOffset KeyForgottenAt(Session session)
     {
         var keys = runtime.Options.IdempotencyKeys;
+        if (Http.IdempotencyKeys.IdempotencyKey.IsGatewayKeySession(session))
+        {
+            return session.LastActivity + keys.GatewayKeyRetention;
+        }
+
         return keys.ExpiredKeyRetention == Timeout.InfiniteTimeSpan ? DateTimeOffset.MaxValue : session.LastActivity + keys.Retention + keys.ExpiredKeyRetention;
     }
 

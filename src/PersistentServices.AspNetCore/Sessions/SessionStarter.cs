@@ -115,7 +115,7 @@ internal sealed partial class SessionStarter(PersistentRuntime runtime, SessionL
         }
 
         var session = new Session(id, owner, runtime.Time.GetUtcNow(), replaying: false, codec: runtime.Codec);
-        if (runtime.Sessions.TryReserve(session.Owner, runtime.Options.MaxSessions, maxPerOwner: null) != StartRefusal.None)
+        if (runtime.Sessions.TryReserve(session.Owner, Http.IdempotencyKeys.IdempotencyKeySessions.TableCap(runtime), maxPerOwner: null) != StartRefusal.None)
         {
             context.Response.Headers.RetryAfter = expiry.RetryAfterSeconds(runtime.Time.GetUtcNow(), null).ToString(System.Globalization.CultureInfo.InvariantCulture);
             runtime.Metrics.SessionsRefused.Add(1, new KeyValuePair<string, object?>("reason", "max_sessions"));

@@ -18,11 +18,18 @@ internal static class KeySessions
     /// <summary>Key sessions started by builds before owner version 3.</summary>
     public const int LegacyOwnerVersion = 40;
 
+    /// <summary>
+    /// The owner version of a key session whose key a gateway generated and signed (docs/gateway.md, "Generated keys"): owner
+    /// hashed as version 3, kept only for <c>IdempotencyKeyOptions.GatewayKeyRetention</c>, counted in the gateway keys' own
+    /// share. A build before it takes such a session for an ordinary session, which its idle retention ends.
+    /// </summary>
+    public const int GatewayOwnerVersion = 42;
+
     /// <summary>The header that marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = "PS-Idempotency-Key";
 
     /// <summary>True when <paramref name="session"/> is a key session.</summary>
-    public static bool IsKeySession(Session session) => session.OwnerVersion is OwnerVersion or LegacyOwnerVersion;
+    public static bool IsKeySession(Session session) => session.OwnerVersion is OwnerVersion or LegacyOwnerVersion or GatewayOwnerVersion;
 
     /// <summary>True when <paramref name="reply"/> is the stand-in of an expired key's reply (410 with <see cref="StateHeader"/>: expired).</summary>
     public static bool IsExpiredMarker(BufferedReply? reply)

@@ -13,9 +13,9 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// same session in the recovered log; it is scoped per principal (the owner hash of <see cref="SessionOwner"/>), so two
 /// callers using the same key never meet, and one caller's key cannot read another's reply.
 /// </summary>
-internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] Scope, SessionId? LegacySessionId)
+internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] Scope, SessionId? LegacySessionId, bool Generated = false)
 {
-    public const string HeaderName = "Idempotency-Key";
+    public const string HeaderName = IdempotencyKeyHeader.Name;
 
     /// <summary>
     /// The <see cref="Session.OwnerVersion"/> of a key session, logged in its SessionStarted and checkpoint records: the
@@ -29,12 +29,18 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
     public const int LegacyKeySessionOwnerVersion = KeySessions.LegacyOwnerVersion;
 
     /// <summary>True when <paramref name="session"/> is a key session.</summary>
-    public static bool IsKeySession(Session session) => session.OwnerVersion is KeySessionOwnerVersion or LegacyKeySessionOwnerVersion;
+    public static bool IsKeySession(Session session) => KeySessions.IsKeySession(session);
+
+    /// <summary>The <see cref="Session.OwnerVersion"/> of a key session whose key a gateway generated (<see cref="Generated"/>).</summary>
+    public const int GatewayKeySessionOwnerVersion = KeySessions.GatewayOwnerVersion;
+
+    /// <summary>True when <paramref name="session"/> is the key session of a key a gateway generated.</summary>
+    public static bool IsGatewayKeySession(Session session) => session.OwnerVersion == GatewayKeySessionOwnerVersion;
 
     /// <summary>The <see cref="SessionOwner"/> version a session's owner was hashed with (a key session's version says which).</summary>
     public static int OwnerHashVersion(Session session) => session.OwnerVersion switch
     {
-        KeySessionOwnerVersion => 3,
+        KeySessionOwnerVersion or GatewayKeySessionOwnerVersion => 3,
         LegacyKeySessionOwnerVersion => 2,
         var version => version,
     };
@@ -55,30 +61,34 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
     /// (what most clients send), 1 to <paramref name="maxLength"/> printable ASCII characters (0x20–0x7E, the characters of a structured-field string).
     /// </summary>
     public static Presence TryRead(HttpRequest request, ClaimsPrincipal user, int maxLength, OwnerIdentityOptions identity, out IdempotencyKey? key)
+        => TryRead(request, user, maxLength, identity, gateways: null, out key);
+
+    /// <summary>
+    /// <see cref="TryRead(HttpRequest, ClaimsPrincipal, int, OwnerIdentityOptions, out IdempotencyKey?)"/>; a key that
+    /// <paramref name="gateways"/> finds signed by a gateway of the deployment is <see cref="Generated"/>: its session id is
+    /// derived in a scope of its own, so no client's own key (and no forged one) ever names the same session.
+    /// </summary>
+    public static Presence TryRead(HttpRequest request, ClaimsPrincipal user, int maxLength, OwnerIdentityOptions identity, GatewayKeyTrust? gateways, out IdempotencyKey? key)
     {
         key = null;
-        var values = request.Headers[HeaderName];
-        if (values.Count == 0)
+        switch (IdempotencyKeyHeader.Parse(request.Headers[HeaderName], maxLength, out var parsed))
         {
-            return Presence.Absent;
-        }
-
-        if (values.Count != 1 || values[0] is not { } raw || Unquote(raw.Trim()) is not { } value || value.Length == 0 || value.Length > maxLength)
-        {
-            return Presence.Malformed;
-        }
-
-        foreach (var c in value)
-        {
-            if (c is < (char)0x20 or > (char)0x7E)
-            {
+            case IdempotencyKeyHeader.Syntax.Absent:
+                return Presence.Absent;
+            case IdempotencyKeyHeader.Syntax.Malformed:
                 return Presence.Malformed;
-            }
         }
 
+        var value = parsed!;
         if (SessionOwner.Of(user, SessionOwner.CurrentVersion, identity) is not { } scope)
         {
             return Presence.Unidentified;
+        }
+
+        if (value.StartsWith(GatewayKeySignature.KeyPrefix, StringComparison.Ordinal) && gateways is not null && gateways.Generated(request, value))
+        {
+            key = new IdempotencyKey(value, Derive([.. GatewayScopeTag, .. scope], value), scope, null, Generated: true);
+            return Presence.Valid;
         }
 
         // A principal's keys of owner version 2 (before the authentication type was part of the owner) may still be
@@ -87,6 +97,9 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
         key = new IdempotencyKey(value, Derive(scope, value), scope, legacy);
         return Presence.Valid;
     }
+
+    /// <summary>Put before the scope of a generated key when its session id is derived: no client's own key derives the same id.</summary>
+    private static ReadOnlySpan<byte> GatewayScopeTag => "ps-gateway-key/1:"u8;
 
     /// <summary>SHA-256 over ("ps-idempotency-key/1", scope, key), length-prefixed; its first 16 bytes are the session id.</summary>
     public static SessionId Derive(byte[] scope, string key)
@@ -98,47 +111,6 @@ internal sealed record IdempotencyKey(string Value, SessionId SessionId, byte[] 
         Span<byte> digest = stackalloc byte[32];
         hash.GetHashAndReset(digest);
         return SessionId.FromBytes(digest[..16]);
-    }
-
-    /// <summary>The sf-string's content (escapes <c>\"</c> and <c>\\</c>), or the text itself when it is not quoted; null when malformed.</summary>
-    private static string? Unquote(string text)
-    {
-        if (text.Length == 0 || text[0] != '"')
-        {
-            // A bare key: no quote, and no comma (a comma outside quotes separates list members: "a, b" on one line is two
-            // values, refused as on two lines).
-            return text.Contains('"', StringComparison.Ordinal) || text.Contains(',', StringComparison.Ordinal) ? null : text;
-        }
-
-        if (text.Length < 2 || text[^1] != '"')
-        {
-            return null;
-        }
-
-        var builder = new StringBuilder(text.Length);
-        for (var i = 1; i < text.Length - 1; i++)
-        {
-            var c = text[i];
-            if (c == '\\')
-            {
-                if (++i >= text.Length - 1 || text[i] is not ('"' or '\\'))
-                {
-                    return null;
-                }
-
-                builder.Append(text[i]);
-            }
-            else if (c == '"')
-            {
-                return null;
-            }
-            else
-            {
-                builder.Append(c);
-            }
-        }
-
-        return builder.ToString();
     }
 
     private static void Append(IncrementalHash hash, ReadOnlySpan<byte> bytes)

@@ -20,7 +20,7 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// </list>
 /// A DI singleton (<see cref="RequestAdmission"/> classifies with it); what is a function of its arguments only is static.
 /// </summary>
-internal sealed class IdempotencyKeyAdmission(PersistentRuntime runtime, SessionOwners owners)
+internal sealed class IdempotencyKeyAdmission(PersistentRuntime runtime, SessionOwners owners, GatewayKeyTrust gateways)
 {
     /// <summary>
     /// Step 0 of admission. Returns false when the request was refused (written). Otherwise the returned key is the
@@ -31,7 +31,7 @@ internal sealed class IdempotencyKeyAdmission(PersistentRuntime runtime, Session
         var options = runtime.Options.IdempotencyKeys;
         IdempotencyKey? key = null;
         var presence = options.Enabled
-            ? IdempotencyKey.TryRead(context.Request, context.User, options.MaxKeyLength, runtime.Options.OwnerIdentityOptions, out key)
+            ? IdempotencyKey.TryRead(context.Request, context.User, options.MaxKeyLength, runtime.Options.OwnerIdentityOptions, gateways, out key)
             : IdempotencyKey.Presence.Absent;
         var hasSession = context.Request.Headers.ContainsKey(ProtocolHeaders.Session);
         switch (presence)

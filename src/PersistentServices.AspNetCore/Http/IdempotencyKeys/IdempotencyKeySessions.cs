@@ -27,6 +27,15 @@ namespace PersistentServices.Http.IdempotencyKeys;
 /// </summary>
 internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionOwners owners, SessionStarter starter, Quarantines quarantines, ILoggerFactory loggers)
 {
+    /// <summary>The admission bucket of every key a gateway generated (not a principal's hash, not an address's).</summary>
+    private static readonly byte[] GatewayKeysBucket = System.Security.Cryptography.SHA256.HashData("ps-gateway-keys"u8);
+
+    /// <summary>
+    /// The table's cap for a session or a client's own key: <see cref="PersistentServicesOptions.MaxSessions"/> besides the
+    /// gateway keys remembered now, which have their own cap (<see cref="IdempotencyKeyOptions.MaxGatewayKeys"/>).
+    /// </summary>
+    public static int TableCap(PersistentRuntime runtime) => runtime.Options.MaxSessions + runtime.Sessions.CountOf(GatewayKeysBucket);
+
     /// <summary>Marks the buffered reply of an expired key (value <c>expired</c>).</summary>
     public const string StateHeader = KeySessions.StateHeader;
 
@@ -38,17 +47,23 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
         Session? session = null;
         var refusal = Refusal.None;
         var startRefusal = StartRefusal.None;
-        var (bucket, share, byAddress) = owners.AdmissionBucket(context, key.Scope);
+        // A gateway's generated key counts in the gateway keys' own share, apart from MaxSessions: behind a gateway every
+        // client has its address, and such keys are forgotten within minutes.
+        var (bucket, share, byAddress) = key.Generated
+            ? (GatewayKeysBucket, runtime.Options.IdempotencyKeys.MaxGatewayKeys ?? runtime.Options.MaxSessions, false)
+            : owners.AdmissionBucket(context, key.Scope);
+        var cap = key.Generated ? int.MaxValue : TableCap(runtime);
         lock (runtime.Sessions.FindOrStartGate)
         {
             if (runtime.Sessions.TryGet(key.SessionId, out var existing) ||
                 (key.LegacySessionId is { } legacy && runtime.Sessions.TryGet(legacy, out existing) && existing.OwnerVersion == IdempotencyKey.LegacyKeySessionOwnerVersion))
             {
                 // The id is derived from the principal and the key: another session with it is a hash collision of SHA-256.
-                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && owners.Owns(context.User, existing) ? existing : null;
+                session = !existing.Ended && IdempotencyKey.IsKeySession(existing) && IdempotencyKey.IsGatewayKeySession(existing) == key.Generated &&
+                          owners.Owns(context.User, existing) ? existing : null;
                 refusal = session is null ? Refusal.Unavailable : Refusal.None;
             }
-            else if ((startRefusal = runtime.Sessions.TryReserve(bucket, runtime.Options.MaxSessions, share)) != StartRefusal.None)
+            else if ((startRefusal = runtime.Sessions.TryReserve(bucket, cap, share)) != StartRefusal.None)
             {
                 // Each remembered key holds a slot, counted in the table and in the caller's share (its principal's, or
                 // its address's when anonymous), so one client's flood of fresh keys cannot lock the others out.
@@ -56,7 +71,8 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
             }
             else
             {
-                var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false, IdempotencyKey.KeySessionOwnerVersion, runtime.Codec)
+                var started = new Session(key.SessionId, key.Scope, runtime.Time.GetUtcNow(), replaying: false,
+                    key.Generated ? IdempotencyKey.GatewayKeySessionOwnerVersion : IdempotencyKey.KeySessionOwnerVersion, runtime.Codec)
                 {
                     AdmissionBucket = bucket,
                 };
@@ -89,6 +105,12 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
 
         switch (refusal)
         {
+            case Refusal.Full when key.Generated:
+                // The gateway holds a 503 unavailable and resends it: nothing ran, and a slot frees as generated keys are forgotten.
+                IdempotencyKeyEvents.KeyRequestRefused(_refusals, "(new)", "gateway keys full");
+                await ProtocolProblems.UnavailableAsync(context,
+                    "The service remembers as many gateway-generated keys as it may (IdempotencyKeys.MaxGatewayKeys); nothing was executed. Send the same request again.").ConfigureAwait(false);
+                return null;
             case Refusal.Full:
                 await starter.RefuseAsync(context, startRefusal, bucket, byAddress, _refusals, "live sessions and remembered keys").ConfigureAwait(false);
                 return null;
@@ -165,7 +187,16 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
                 continue;
             }
 
-            if (session.LastSequence == 0)
+            if (IdempotencyKey.IsGatewayKeySession(session))
+            {
+                // A gateway's key: no resend can come after its window (the gateway's hold, then a client's resend after
+                // 504), so it is forgotten, reply and all, once its request is done (or never came).
+                if (age >= options.GatewayKeyRetention && (session.LastSequence == 0 || session.LastReply is not null) && Forget(session, now, logger))
+                {
+                    forgotten++;
+                }
+            }
+            else if (session.LastSequence == 0)
             {
                 if (age >= options.Retention && Forget(session, now, logger))
                 {
