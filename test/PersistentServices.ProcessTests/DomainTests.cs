@@ -82,6 +82,74 @@ public sealed class DomainTests : IDisposable
     }
 
     /// <summary>
+    /// Issue 49, defect 2: a member's refusal of a call's DV header (here B does not count A among its domain's members yet,
+    /// as during a rollout of a new member list, so it answers <c>401 dv-not-trusted</c>) is never the call's reply and never
+    /// uses up the call's number. The client is answered 503 (nothing acknowledged) while B refuses; once B accepts A, the
+    /// session's rollback runs the payment again under the same call number, B credits it once, and the next payment goes
+    /// through. Before, the 401 reached the endpoint, became the payment's logged 500, and B never ran call 1: every later
+    /// call got <c>409 sequence-gap</c>.
+    /// </summary>
+    [Fact]
+    public async Task AMembersRefusalOfTheDvHeader_IsNotTheCallsReply_TheCallRunsOnceUnderItsNumberOnceAccepted()
+    {
+        var aPort = ServiceProcess.FreePort();
+        var bPort = ServiceProcess.FreePort();
+        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var bEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = $"B=http://127.0.0.1:{bPort}",
+        };
+        var aEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
+        };
+        var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        await using var a = await ServiceProcess.StartAsync(aEnv, aPort);
+        try
+        {
+            var session = await a.StartSessionAsync();
+            for (var attempt = 0; attempt < 3; attempt++)
+            {
+                var (refused, refusedBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+                Assert.True(refused == HttpStatusCode.ServiceUnavailable, $"attempt {attempt}: {(int)refused} {refusedBody}\nA:\n{a.RecentOutput()}");
+            }
+
+            Assert.Contains("refused call 1", a.Output, StringComparison.Ordinal);
+            var (_, none, _) = await b.SendAsync(HttpMethod.Get, "/bank/credits/op-1", null, null);
+            Assert.Equal(0, none.GetProperty("count").GetInt32());
+
+            // B now counts A among its members: the session's next run calls it again under number 1.
+            await b.DisposeAsync();
+            bEnv["PS_DOMAIN"] = domain;
+            b = await ServiceProcess.StartAsync(bEnv, bPort);
+            var (paid, paidBody, _) = await a.SendUntilAnsweredAsync("/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            for (var attempt = 0; paid == HttpStatusCode.ServiceUnavailable && attempt < 100; attempt++)
+            {
+                await Task.Delay(200, TestContext.Current.CancellationToken);
+                (paid, paidBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            }
+
+            Assert.True(paid == HttpStatusCode.OK, $"{(int)paid} {paidBody}\nA:\n{a.RecentOutput()}\nB:\n{b.RecentOutput()}");
+            Assert.Equal(90, paidBody.GetProperty("balance").GetInt64());
+            var (next, nextBody, _) = await a.SendUntilAnsweredAsync("/pay?light=true", session, 2, new { account = "op-2", amount = 100 });
+            Assert.True(next == HttpStatusCode.OK, $"{(int)next} {nextBody}\nA:\n{a.RecentOutput()}");
+            Assert.Equal(180, nextBody.GetProperty("balance").GetInt64());
+            foreach (var op in new[] { "op-1", "op-2" })
+            {
+                var (_, credited, _) = await b.SendAsync(HttpMethod.Get, $"/bank/credits/{op}", null, null);
+                Assert.Equal(1, credited.GetProperty("count").GetInt32());
+                var (_, executed, _) = await a.SendAsync(HttpMethod.Get, $"/pay/count/{op}", null, null);
+                Assert.Equal(1, executed.GetProperty("count").GetInt32());
+            }
+        }
+        finally
+        {
+            await b.DisposeAsync();
+        }
+    }
+
+    /// <summary>
     /// Regression test for a member that cannot be reached during the distributed flush (here: B answers its flush
     /// requests with 503 while a file exists, as a member still recovering does, without crashing, so nothing is an
     /// orphan). A's reply is logged but may not leave the domain: the client gets 503 once the flush timeout has passed. A
