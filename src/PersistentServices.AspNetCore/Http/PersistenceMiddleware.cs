@@ -25,12 +25,14 @@ internal sealed class PersistenceMiddleware
     private readonly PersistentRequestHandler _persistent;
     private readonly ReadOnlyRequestHandler _readOnly;
     private readonly RequestDelegate _route; // RouteAsync, made into a delegate once rather than per request
+    private readonly CancellationToken _stopping;
 
     public PersistenceMiddleware(RequestDelegate next, Lazy<RequestDelegate> router, PersistentRuntime runtime, LogOpener opener, ReplayPipeline pipeline,
         LoggedRequestPipeline logged, Domain.DomainReplyGate gate, SessionLookup lookup, SessionStarter starter, IdempotencyKeys.IdempotencyKeyAdmission keyAdmission,
-        IdempotencyKeys.IdempotencyKeySessions keySessions, Calls.PeerCalls peers, ILogger<PersistenceMiddleware> logger)
+        IdempotencyKeys.IdempotencyKeySessions keySessions, Calls.PeerCalls peers, Microsoft.Extensions.Hosting.IHostApplicationLifetime lifetime, ILogger<PersistenceMiddleware> logger)
     {
         _next = next;
+        _stopping = lifetime.ApplicationStopping;
         _runtime = runtime;
         _availability = runtime.Availability;
         _opener = opener;
@@ -63,11 +65,20 @@ internal sealed class PersistenceMiddleware
     {
         try
         {
-            await _opener.StartOpening().WaitAsync(context.RequestAborted).ConfigureAwait(false);
+            using var waiting = CancellationTokenSource.CreateLinkedTokenSource(context.RequestAborted, _stopping);
+            await _opener.StartOpening().WaitAsync(waiting.Token).ConfigureAwait(false);
         }
         catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
         {
             return; // the client went away
+        }
+        catch (OperationCanceledException) when (_stopping.IsCancellationRequested)
+        {
+            // The host stops before recovery's first part ended (a SIGTERM while it started): a request held here would hold
+            // the server's stop until its shutdown timeout (30 s seen in the domain kill test, issue 49). Nothing ran.
+            await ProtocolProblems.UnavailableAsync(context,
+                "The service is stopping before its recovery finished. Nothing of this request ran: send it again once the service is back.").ConfigureAwait(false);
+            return;
         }
         catch (Exception)
         {
