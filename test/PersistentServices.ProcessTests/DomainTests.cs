@@ -82,6 +82,74 @@ public sealed class DomainTests : IDisposable
     }
 
     /// <summary>
+    /// Issue 49, defect 1, and the hold: A crashes after B ran A's call unforced, so A's recovery loses the request and the
+    /// call; A's announcement of its recovered state number never reaches B (B refuses it, as when a broadcast is lost).
+    /// The client's resend makes A's new incarnation call B again under the same call number. B must not answer it with
+    /// the reply it buffered from A's lost epoch: seeing A's later epoch in the call's DV and A's earlier one in its
+    /// session's, it asks A where that epoch ended first (event 1385), rolls its session back, and runs the call again.
+    /// The payment is acknowledged once, and counted once at A and at B.
+    /// </summary>
+    [Fact]
+    public async Task ACallFromACallersNewIncarnation_IsHeldUntilTheCalleeKnowsWhereTheLostEpochEnded_NeverAnsweredFromIt()
+    {
+        var aPort = ServiceProcess.FreePort();
+        var bPort = ServiceProcess.FreePort();
+        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var refuse = _dir.File("refuse-recovered");
+        File.WriteAllText(refuse, "");
+        var bEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_REFUSE_RECOVERED_FILE"] = refuse,
+        };
+        var aEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
+            ["PERSISTENTSERVICES_CRASH_POINT"] = "server.request.executed",
+        };
+        await using var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        var a = await ServiceProcess.StartAsync(aEnv, aPort);
+        try
+        {
+            var session = await a.StartSessionAsync();
+            try
+            {
+                await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            }
+            catch (HttpRequestException)
+            {
+                // A died at the crash point, after B ran the call and before anything of A's was forced.
+            }
+
+            Assert.True(await a.WaitForExitAsync(TimeSpan.FromSeconds(30)), "A did not die at the crash point:\n" + a.Output);
+            await a.DisposeAsync();
+            aEnv.Remove("PERSISTENTSERVICES_CRASH_POINT");
+            a = await ServiceProcess.StartAsync(aEnv, aPort);
+
+            var (paid, paidBody, _) = await a.SendUntilAnsweredAsync("/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            for (var attempt = 0; paid == HttpStatusCode.ServiceUnavailable && attempt < 100; attempt++)
+            {
+                await Task.Delay(200, TestContext.Current.CancellationToken);
+                (paid, paidBody, _) = await a.SendAsync(HttpMethod.Post, "/pay?light=true", session, 1, new { account = "op-1", amount = 100 });
+            }
+
+            Assert.True(paid == HttpStatusCode.OK, $"{(int)paid} {paidBody}\nA:\n{a.RecentOutput()}\nB:\n{b.RecentOutput()}");
+            Assert.Contains("refusing a member's recovered state numbers", b.Output, StringComparison.Ordinal);
+            Assert.Contains("asking the member for its recovered state numbers", b.Output, StringComparison.Ordinal);
+            var (_, credited, _) = await b.SendAsync(HttpMethod.Get, "/bank/credits/op-1", null, null);
+            Assert.Equal(1, credited.GetProperty("count").GetInt32());
+            var (_, executed, _) = await a.SendAsync(HttpMethod.Get, "/pay/count/op-1", null, null);
+            Assert.Equal(1, executed.GetProperty("count").GetInt32());
+            Assert.Equal(90, paidBody.GetProperty("balance").GetInt64());
+        }
+        finally
+        {
+            await a.DisposeAsync();
+        }
+    }
+
+    /// <summary>
     /// Issue 49, defect 2: a member's refusal of a call's DV header (here B does not count A among its domain's members yet,
     /// as during a rollout of a new member list, so it answers <c>401 dv-not-trusted</c>) is never the call's reply and never
     /// uses up the call's number. The client is answered 503 (nothing acknowledged) while B refuses; once B accepts A, the

@@ -250,6 +250,24 @@ if (refuseFlushFile is { Length: > 0 })
     });
 }
 
+// PS_REFUSE_RECOVERED_FILE: while this file exists, a member's recovered state numbers told to this service
+// (POST /ps/domain/recovered) get 503, as when the broadcast is lost; asking for them (GET) still works.
+var refuseRecoveredFile = Environment.GetEnvironmentVariable("PS_REFUSE_RECOVERED_FILE");
+if (refuseRecoveredFile is { Length: > 0 })
+{
+    app.Use((context, next) =>
+    {
+        if (context.Request.Path == "/ps/domain/recovered" && HttpMethods.IsPost(context.Request.Method) && File.Exists(refuseRecoveredFile))
+        {
+            Console.Error.WriteLine("refusing a member's recovered state numbers (PS_REFUSE_RECOVERED_FILE)");
+            context.Response.StatusCode = StatusCodes.Status503ServiceUnavailable;
+            return Task.CompletedTask;
+        }
+
+        return next(context);
+    });
+}
+
 // Behind ps-gateway (GatewayTests) a client's address comes in X-Forwarded-For, trusted from loopback only (the default).
 app.UseForwardedHeaders(new ForwardedHeadersOptions { ForwardedHeaders = Microsoft.AspNetCore.HttpOverrides.ForwardedHeaders.XForwardedFor });
 app.UsePersistentServices();
