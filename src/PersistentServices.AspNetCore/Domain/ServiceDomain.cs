@@ -266,7 +266,8 @@ internal sealed partial class ServiceDomain : IDisposable
                 return false;
             }
 
-            await LearnAsync(theirs.Where(n => n.Service == member), cancellationToken).ConfigureAwait(false);
+            // Not cancelled with the message: a number logged must also be checked against every session and variable.
+            await LearnAsync(theirs.Where(n => n.Service == member), CancellationToken.None).ConfigureAwait(false);
         }
 
         // A member that answered without the number of an epoch it has left (it cannot: it logs it before the next begins)
