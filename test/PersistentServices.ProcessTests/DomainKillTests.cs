@@ -260,7 +260,7 @@ public sealed class DomainKillTests : IDisposable
             var rollbacks = history.Sum(h => Count(h, "was an orphan")) + running.Values.Sum(r => Count(r.Output, "was an orphan"));
             var ordered = waits.Select(w => w.To - w.From).Order().ToList();
             TestContext.Current.TestOutputHelper?.WriteLine(
-                $"{topology}, seed {seed}, {kills} kills ({string.Join(" ", killLog)}), load {burners} burners + a disk writer: " +
+                $"{topology}, seed {seed}, {kills} kills ({string.Join(" ", killLog)}), load {(burners == 0 ? "none of its own" : $"{burners} burners + a disk writer")}: " +
                 $"payments acknowledged {acknowledged.Count}, 503 answers {unavailable}, orphan session rollbacks {rollbacks}, " +
                 $"wait for a payment: median {(ordered.Count == 0 ? 0 : ordered[ordered.Count / 2].TotalSeconds):F1} s, longest {(ordered.Count == 0 ? 0 : ordered[^1].TotalSeconds):F1} s " +
                 $"({(calmWaits.IsEmpty ? 0 : calmWaits.Max().TotalSeconds):F1} s at most over the {calmWaits.Count} made with every member up after the kills), " +
