@@ -18,19 +18,8 @@ public sealed class DomainTests : IDisposable
     [Fact]
     public async Task MemberCrashesAfterReplyingUnforced_TheCallerNeverShowsTheOrphanReply_RollsBack_AndTheCreditRunsOnce()
     {
-        var aPort = ServiceProcess.FreePort();
-        var bPort = ServiceProcess.FreePort();
-        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
-        var bEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PERSISTENTSERVICES_CRASH_POINT"] = "domain.flush.received",
-        };
-        var aEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
-        };
+        var (aPort, bPort, aEnv, bEnv) = TwoMembers();
+        bEnv["PERSISTENTSERVICES_CRASH_POINT"] = "domain.flush.received";
         var b = await ServiceProcess.StartAsync(bEnv, bPort);
         await using var a = await ServiceProcess.StartAsync(aEnv, aPort);
         try
@@ -92,22 +81,11 @@ public sealed class DomainTests : IDisposable
     [Fact]
     public async Task ACallFromACallersNewIncarnation_IsHeldUntilTheCalleeKnowsWhereTheLostEpochEnded_NeverAnsweredFromIt()
     {
-        var aPort = ServiceProcess.FreePort();
-        var bPort = ServiceProcess.FreePort();
-        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var (aPort, bPort, aEnv, bEnv) = TwoMembers();
         var refuse = _dir.File("refuse-recovered");
         File.WriteAllText(refuse, "");
-        var bEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_REFUSE_RECOVERED_FILE"] = refuse,
-        };
-        var aEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
-            ["PERSISTENTSERVICES_CRASH_POINT"] = "server.request.executed",
-        };
+        bEnv["PS_REFUSE_RECOVERED_FILE"] = refuse;
+        aEnv["PERSISTENTSERVICES_CRASH_POINT"] = "server.request.executed";
         await using var b = await ServiceProcess.StartAsync(bEnv, bPort);
         var a = await ServiceProcess.StartAsync(aEnv, aPort);
         try
@@ -160,18 +138,9 @@ public sealed class DomainTests : IDisposable
     [Fact]
     public async Task AMembersRefusalOfTheDvHeader_IsNotTheCallsReply_TheCallRunsOnceUnderItsNumberOnceAccepted()
     {
-        var aPort = ServiceProcess.FreePort();
-        var bPort = ServiceProcess.FreePort();
-        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
-        var bEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = $"B=http://127.0.0.1:{bPort}",
-        };
-        var aEnv = new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
-        };
+        var (aPort, bPort, aEnv, bEnv) = TwoMembers();
+        var domain = bEnv["PS_DOMAIN"];
+        bEnv["PS_DOMAIN"] = $"B=http://127.0.0.1:{bPort}"; // B does not count A among its members yet
         var b = await ServiceProcess.StartAsync(bEnv, bPort);
         await using var a = await ServiceProcess.StartAsync(aEnv, aPort);
         try
@@ -228,21 +197,12 @@ public sealed class DomainTests : IDisposable
     [Fact]
     public async Task DistributedFlush_MemberRefusesItForAWhile_RetryOfTheSameNumberGetsTheLoggedReply_AndTheCreditRunsOnce()
     {
-        var aPort = ServiceProcess.FreePort();
-        var bPort = ServiceProcess.FreePort();
-        var domain = $"A=http://127.0.0.1:{aPort},B=http://127.0.0.1:{bPort}";
+        var (aPort, bPort, aEnv, bEnv) = TwoMembers();
         var refuse = _dir.File("refuse-flush");
         await File.WriteAllTextAsync(refuse, "", TestContext.Current.CancellationToken);
-        await using var b = await ServiceProcess.StartAsync(new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_REFUSE_FLUSH_FILE"] = refuse,
-        }, bPort);
-        await using var a = await ServiceProcess.StartAsync(new Dictionary<string, string>
-        {
-            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
-            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{bPort}", ["PS_CALLEE_NAME"] = "B",
-        }, aPort);
+        bEnv["PS_REFUSE_FLUSH_FILE"] = refuse;
+        await using var b = await ServiceProcess.StartAsync(bEnv, bPort);
+        await using var a = await ServiceProcess.StartAsync(aEnv, aPort);
         var session = await a.StartSessionAsync();
         var payment = new { account = "op-1", amount = 100 };
 
@@ -644,6 +604,26 @@ public sealed class DomainTests : IDisposable
                 await service.DisposeAsync();
             }
         }
+    }
+
+    /// <summary>
+    /// Two members of one domain, A calling B, each with its own log: their ports (taken together, so never the same one)
+    /// and environments, for a test to add its switches to.
+    /// </summary>
+    private (int APort, int BPort, Dictionary<string, string> AEnv, Dictionary<string, string> BEnv) TwoMembers()
+    {
+        var ports = TestSupport.LoopbackPorts.Free(2);
+        var domain = $"A=http://127.0.0.1:{ports[0]},B=http://127.0.0.1:{ports[1]}";
+        var bEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("b"), ["PS_SERVICE_NAME"] = "B", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+        };
+        var aEnv = new Dictionary<string, string>
+        {
+            ["PS_LOG_DIR"] = _dir.File("a"), ["PS_SERVICE_NAME"] = "A", ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
+            ["PS_CALLEE_URL"] = $"http://127.0.0.1:{ports[1]}", ["PS_CALLEE_NAME"] = "B",
+        };
+        return (ports[0], ports[1], aEnv, bEnv);
     }
 
     /// <summary>The environment of a chain of members (A calls B, B relays to C, ...), each with its own log.</summary>
