@@ -29,8 +29,8 @@ using PersistentServices.SharedState;
 //   PS_MAX_BUFFERED_REPLY_BYTES, PS_SESSION_MEMORY_BUDGET_BYTES, PS_UNUSED_SESSION_SECONDS, PS_MAX_SESSIONS,
 //   PS_MAX_SESSIONS_PER_ADDRESS, PS_LOG_PAGE_SIZE_BITS
 //   PS_REPLY_TIMEOUT_MS      PersistentServicesOptions.ReplyTimeout
-//   PERSISTENTSERVICES_CRASH_POINT, PERSISTENTSERVICES_CRASH_AFTER   a crash point of the service (CrashPoints) and the hits
-//                            to let pass first: read here and registered, the library reads no environment for it
+//   PERSISTENTSERVICES_CRASH_POINT, PERSISTENTSERVICES_CRASH_AFTER   a crash point of the service (CrashPoints, armed by the library from the configuration) and the hits
+//                            to let pass first (docs/checkpoints.md)
 //   PS_INSTANCE_ORDINAL      PersistentServicesOptions.InstanceOrdinal (one instance of several behind the gateway)
 //   PS_REPLICATION           Replication.Role (Primary | Replica), with PS_REPLICAS (comma-separated base addresses of the
 //                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments);
@@ -46,9 +46,6 @@ using PersistentServices.SharedState;
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
-builder.Services.AddSingleton(new PersistentServices.Checkpoints.CrashPoints(
-    Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_POINT"),
-    int.TryParse(Environment.GetEnvironmentVariable("PERSISTENTSERVICES_CRASH_AFTER"), out var crashAfter) ? crashAfter : 0));
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
 builder.Services.AddPersistentServices(options =>
 {

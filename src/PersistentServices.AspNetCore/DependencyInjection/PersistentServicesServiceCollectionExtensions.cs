@@ -62,8 +62,10 @@ public static class PersistentServicesServiceCollectionExtensions
         services.AddMetrics();
         services.TryAddSingleton<PersistentServicesMetrics>();
 
-        // Crash points for the kill tests: none armed unless a test program registered its own before (docs/checkpoints.md).
-        services.TryAddSingleton(PersistentServices.Checkpoints.CrashPoints.None);
+        // Crash points for the kill tests (docs/checkpoints.md): a test program may register its own first; otherwise the
+        // host's configuration arms one (PERSISTENTSERVICES_CRASH_POINT, PERSISTENTSERVICES_CRASH_AFTER, so a process
+        // started by a crash test needs no code of its own), and none is armed when it names none.
+        services.TryAddSingleton(static provider => CrashPointsFromConfiguration(provider.GetService<Microsoft.Extensions.Configuration.IConfiguration>()));
         services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
         services.TryAddSingleton<PersistentServices.Replication.ReplicationNode>();
@@ -128,5 +130,27 @@ public static class PersistentServicesServiceCollectionExtensions
             .AddCheck<PersistentServicesHealthCheck>("persistentservices", tags: ["ready"])
             .AddCheck<PersistentServicesLivenessCheck>("persistentservices-live", tags: ["live"]);
         return services;
+    }
+
+    /// <summary>The crash point the host's configuration arms (docs/checkpoints.md), or none.</summary>
+    /// <exception cref="InvalidOperationException">The hit count is not a non-negative integer.</exception>
+    private static PersistentServices.Checkpoints.CrashPoints CrashPointsFromConfiguration(Microsoft.Extensions.Configuration.IConfiguration? configuration)
+    {
+        var point = configuration?[PersistentServices.Checkpoints.CrashPoints.PointKey];
+        if (string.IsNullOrEmpty(point))
+        {
+            return PersistentServices.Checkpoints.CrashPoints.None;
+        }
+
+        var after = configuration![PersistentServices.Checkpoints.CrashPoints.AfterKey];
+        if (string.IsNullOrEmpty(after))
+        {
+            return new PersistentServices.Checkpoints.CrashPoints(point);
+        }
+
+        return int.TryParse(after, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var hits)
+            ? new PersistentServices.Checkpoints.CrashPoints(point, hits)
+            : throw new InvalidOperationException(
+                $"{PersistentServices.Checkpoints.CrashPoints.AfterKey} must be a non-negative integer (the hits to let pass before {point} fires), not '{after}'.");
     }
 }

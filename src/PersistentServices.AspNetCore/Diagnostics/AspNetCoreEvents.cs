@@ -66,6 +66,10 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1209, LogLevel.Information, "The host is stopping before recovery's first part ended: the start ends without failing, and the stop runs as usual (requests meanwhile get 503)")]
     public static partial void StoppedWhileRecovering(ILogger logger);
 
+    [LoggerMessage(1212, LogLevel.Warning,
+        "Crash point {Point} is armed (after {After} hits pass): this process kills itself (SIGKILL) when it reaches it. Only crash tests set PERSISTENTSERVICES_CRASH_POINT")]
+    public static partial void CrashPointArmed(ILogger logger, string point, int after);
+
     [LoggerMessage(1203, LogLevel.Critical,
         "UsePersistentServices() was not called, so logged requests cannot be replayed; call app.UsePersistentServices() before mapping endpoints")]
     public static partial void PipelineMissing(ILogger logger);

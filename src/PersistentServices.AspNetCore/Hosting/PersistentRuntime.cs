@@ -40,7 +40,7 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     /// <summary>The service's instruments (meter <c>PersistentServices</c>, from the host's <c>IMeterFactory</c>).</summary>
     public PersistentServicesMetrics Metrics { get; }
 
-    /// <summary>The crash points the service's tests armed (DI; <see cref="Checkpoints.CrashPoints.None"/> unless a test program registered one).</summary>
+    /// <summary>The crash points a crash test armed (DI, or the configuration's <c>PERSISTENTSERVICES_CRASH_POINT</c>; <see cref="Checkpoints.CrashPoints.None"/> otherwise).</summary>
     public Checkpoints.CrashPoints CrashPoints { get; }
 
     /// <summary>Where recovery stands, the drain and the calls token: whether the service can serve what asks (DI singleton).</summary>

@@ -45,6 +45,11 @@ internal sealed class RecoveryHostedService(
     /// </summary>
     public Task StartAsync(CancellationToken cancellationToken)
     {
+        if (runtime.CrashPoints.Armed is { } point)
+        {
+            AspNetCoreEvents.CrashPointArmed(logger, point, runtime.CrashPoints.HitsToPass);
+        }
+
         _ = opener.StartOpening();
         return Task.CompletedTask;
     }

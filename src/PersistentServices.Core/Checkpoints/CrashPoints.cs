@@ -5,8 +5,10 @@ namespace PersistentServices.Checkpoints;
 /// client) handed to the library through DI: the library's default, <see cref="None"/>, arms nothing, and a hit then
 /// costs one comparison. A test program arms one from its own settings (the test service and the client program read
 /// <c>PERSISTENTSERVICES_CRASH_POINT</c>, a point's name, and <c>PERSISTENTSERVICES_CRASH_AFTER</c>, the number of hits
-/// to let pass first); the library itself reads no environment variable for it. The engine reaches it as
-/// <see cref="Log.DurableLog.CrashPoints"/>.
+/// to let pass first). A service that registers none gets one from its host's configuration
+/// (<see cref="PointKey"/> and <see cref="AfterKey"/>: the same two names, which the default host reads from the environment), so a crash
+/// test can arm a point in any application built on the library; the library never reads the process environment
+/// itself. The engine reaches it as <see cref="Log.DurableLog.CrashPoints"/>.
 /// </summary>
 internal sealed class CrashPoints
 {
@@ -37,8 +39,20 @@ internal sealed class CrashPoints
         _pass = after;
     }
 
-    /// <summary>No point armed: what the library uses unless a test program registers another.</summary>
+    /// <summary>The configuration key naming the armed point (an environment variable of the same name in a default host).</summary>
+    public const string PointKey = "PERSISTENTSERVICES_CRASH_POINT";
+
+    /// <summary>The configuration key giving the number of hits to let pass before the armed point fires.</summary>
+    public const string AfterKey = "PERSISTENTSERVICES_CRASH_AFTER";
+
+    /// <summary>No point armed: what the library uses unless a test program or the configuration arms one.</summary>
     public static CrashPoints None { get; } = new(null);
+
+    /// <summary>The armed point's name, or null.</summary>
+    public string? Armed => _armed;
+
+    /// <summary>The hits still to let pass before the armed point fires.</summary>
+    public int HitsToPass => Math.Max(0, Volatile.Read(ref _pass));
 
     /// <summary>Whether <paramref name="point"/> is the armed point (a test wants something done before it fires, e.g. a flush).</summary>
     public bool IsArmed(string point) => _armed is not null && string.Equals(_armed, point, StringComparison.Ordinal);
