@@ -57,6 +57,7 @@ public sealed class DomainKillTests : IDisposable
 
         var random = new Random(seed);
         var history = new ConcurrentQueue<string>();
+        var slowStops = new ConcurrentQueue<string>(); // the output of a member that took over 15 s from SIGTERM to exit
         var acknowledged = new ConcurrentBag<(int Client, string Op, long Balance, long Payments)>();
         var violations = new ConcurrentQueue<string>();
         var clock = Stopwatch.StartNew();
@@ -96,6 +97,11 @@ public sealed class DomainKillTests : IDisposable
                                 lock (termTimes)
                                 {
                                     termTimes.Add(stopping.Elapsed);
+                                }
+
+                                if (stopping.Elapsed > TimeSpan.FromSeconds(15))
+                                {
+                                    slowStops.Enqueue($"===== {v}, SIGTERM in kill {kill}: exited after {stopping.Elapsed.TotalSeconds:F1} s\n{old.Output}");
                                 }
                             }
                             catch (OperationCanceledException)
@@ -270,6 +276,11 @@ public sealed class DomainKillTests : IDisposable
         }
         finally
         {
+            if (!slowStops.IsEmpty && Environment.GetEnvironmentVariable("PS_DOMAIN_DUMP") is { Length: > 0 } slowDump)
+            {
+                await File.WriteAllTextAsync(slowDump + ".slow-stops", string.Join("\n", slowStops), CancellationToken.None);
+            }
+
             if (!passed && Environment.GetEnvironmentVariable("PS_DOMAIN_DUMP") is { Length: > 0 } dump)
             {
                 await File.WriteAllTextAsync(dump, string.Join("\n", history.Concat(running.Select(r => $"===== {r.Key}, still running\n{r.Value.Output}"))),

@@ -46,6 +46,7 @@ using PersistentServices.SharedState;
 //   (PERSISTENTSERVICES_REPLAY_CHECK, set by psctl replay-check, makes it recover a sandbox's copy of its log instead)
 var builder = WebApplication.CreateBuilder(args);
 builder.Logging.SetMinimumLevel(LogLevel.Information);
+builder.Logging.AddSimpleConsole(console => console.TimestampFormat = "HH:mm:ss.fff ");
 var faultFile = Environment.GetEnvironmentVariable("PS_FAULT_FILE");
 builder.Services.AddPersistentServices(options =>
 {

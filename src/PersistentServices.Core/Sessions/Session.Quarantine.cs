@@ -12,11 +12,23 @@ internal sealed partial class Session
     /// </summary>
     public string? QuarantineReason { get; private set; }
 
-    /// <summary>Replay diverged: the session is quarantined; the others go on.</summary>
+    /// <summary>
+    /// Replay diverged, or orphan recovery gave up on the session: it is quarantined; the others go on. A session that
+    /// was serving (orphan recovery's cap quarantines a ready session) stops admitting requests too: its readiness is
+    /// replaced by the failure, which is what request admission checks.
+    /// </summary>
     public void Quarantine(ReplayDivergenceException divergence)
     {
-        Diverged = divergence;
-        _ready.TrySetException(divergence);
+        lock (_gate)
+        {
+            Diverged = divergence;
+            if (_ready.Task.IsCompletedSuccessfully)
+            {
+                _ready = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            }
+
+            _ready.TrySetException(divergence);
+        }
     }
 
     /// <summary>

@@ -74,10 +74,55 @@ public sealed class RollbackOfLiveRequestsTests : IDisposable
         Assert.Equal(1, await CountReplyRecordsAsync(server, session.IdBytes, sequence: 2));
     }
 
-    private static async Task RollBackAsync(TestServer server, PersistentServices.Sessions.Session session)
+    [Fact]
+    public async Task Rollbacks_ForOneLoss_PastMaxRollbacksPerLoss_QuarantineTheSession_AndEndTheLoop()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
+        await server.RecoveryCompletion;
+        var id = await server.StartSessionAsync();
+        await server.SendAsync(HttpMethod.Post, "/cart/add", id, 1, new { item = "a" });
+        var session = server.Session(id);
+
+        // A session that depends on the same lost state after every rollback (only a defect makes it so): each rollback
+        // up to the cap runs, and the one after it quarantines the session instead of rolling back again.
+        for (var rollback = 1; rollback <= OrphanRecovery.MaxRollbacksPerLoss; rollback++)
+        {
+            await RollBackAsync(server, session);
+            Assert.Null(session.Diverged);
+        }
+
+        await RollBackAsync(server, session);
+        var divergence = Assert.IsType<ReplayDivergenceException>(session.Diverged);
+        Assert.Contains($"again after each of {OrphanRecovery.MaxRollbacksPerLoss} rollbacks", divergence.Message, StringComparison.Ordinal);
+        var (refused, _) = await server.SendAsync(HttpMethod.Post, "/cart/add", id, 2, new { item = "b" });
+        Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode); // session-diverged
+    }
+
+    [Fact]
+    public async Task Rollbacks_ForDifferentLosses_AreCountedApart_NoQuarantine()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path, behavior: _behavior);
+        await server.RecoveryCompletion;
+        var id = await server.StartSessionAsync();
+        await server.SendAsync(HttpMethod.Post, "/cart/add", id, 1, new { item = "a" });
+        var session = server.Session(id);
+
+        // Each crash of a member is a loss of its own: a session rolled back once per crash, however many crashes, is fine.
+        for (var crash = 1; crash <= OrphanRecovery.MaxRollbacksPerLoss + 4; crash++)
+        {
+            await RollBackAsync(server, session, new RecoveredStateNumber("B", new StateId(crash, 4096)));
+        }
+
+        Assert.Null(session.Diverged);
+        var (next, body) = await server.SendAsync(HttpMethod.Post, "/cart/add", id, 2, new { item = "b" });
+        Assert.Equal(HttpStatusCode.OK, next.StatusCode);
+        Assert.Equal(["a", "b"], body.GetProperty("items").EnumerateArray().Select(e => e.GetString()!).ToArray());
+    }
+
+    private static async Task RollBackAsync(TestServer server, PersistentServices.Sessions.Session session, RecoveredStateNumber? lost = null)
     {
         var orphans = server.App.Services.GetRequiredService<OrphanRecovery>();
-        orphans.Schedule(session, Lost);
+        orphans.Schedule(session, lost ?? Lost);
         await orphans.WhenIdleAsync().WaitAsync(TimeSpan.FromSeconds(30), Ct);
     }
 
