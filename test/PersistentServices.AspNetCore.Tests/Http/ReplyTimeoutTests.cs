@@ -1,5 +1,7 @@
 using System.Diagnostics;
 using System.Net;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 using PersistentServices.AspNetCore.Tests.TestSupport;
 
@@ -100,6 +102,36 @@ public sealed class ReplyTimeoutTests : IAsyncLifetime
         replaying.FinishReplay(null);
         var (retried, _) = await _server.SendAsync(HttpMethod.Post, "/shared/add", session, 2, new { amount = 1, opId = "r2" });
         Assert.Equal(HttpStatusCode.OK, retried.StatusCode);
+    }
+
+    [Fact]
+    public async Task ARequestWaitingForASessionsReplay_WhenTheHostStops_IsAnswered503AtOnce_NotAtTheShutdownTimeout()
+    {
+        // Issue 49: a member SIGTERMed while it started stopped before it replayed (event 1209); a calling member's request
+        // waiting for a session's replay (no bound for a service) held the server's stop for its whole 30 s shutdown
+        // timeout. Here an end client's wait (the default 30 s ReplyTimeout) shows the same: the stop ends it.
+        await _server.DisposeAsync();
+        var logs = new ListLoggerProvider();
+        _server = await TestServer.StartAsync(_dir.Path, behavior: _behavior, build: b => b.Logging.AddProvider(logs));
+        var session = await _server.StartSessionAsync();
+        _behavior.Gate.SetResult();
+        var (first, _) = await _server.SendAsync(HttpMethod.Post, "/shared/add", session, 1, new { amount = 1, opId = "s1" });
+        Assert.Equal(HttpStatusCode.OK, first.StatusCode);
+        var replaying = _server.Session(session);
+        replaying.BeginRollback();
+
+        var sending = _server.SendAsync(HttpMethod.Post, "/shared/add", session, 2, new { amount = 1, opId = "s2" });
+        // The request is in the server (ASP.NET Core's "Request starting", event 1, for /shared/add a second time): whether
+        // it waits for the replay already or reaches the wait after the stop began, the stop answers it.
+        await WaitForAsync(() => logs.Entries.Count(e => e.EventId == 1 && e.Message.Contains("/shared/add", StringComparison.Ordinal)) >= 2 || sending.IsCompleted);
+        var started = Stopwatch.StartNew();
+        _server.App.Services.GetRequiredService<Microsoft.Extensions.Hosting.IHostApplicationLifetime>().StopApplication();
+        var (stopped, body) = await sending;
+
+        Assert.Equal(HttpStatusCode.ServiceUnavailable, stopped.StatusCode);
+        Assert.Equal("urn:persistentservices:problem:unavailable", body.GetProperty("type").GetString());
+        Assert.True(started.Elapsed < TimeSpan.FromSeconds(10), $"answered {started.Elapsed.TotalMilliseconds:0} ms after the stop began");
+        Assert.Equal(1, replaying.LastSequence);
     }
 
     [Fact]
