@@ -1,11 +1,12 @@
 using Microsoft.AspNetCore.Http;
+using Microsoft.Extensions.Hosting;
 using PersistentServices.Hosting;
 using PersistentServices.Sessions;
 
 namespace PersistentServices.Http;
 
 /// <summary>Finds the session a request names, as its owner sees it, and waits until it has replayed (a DI singleton).</summary>
-internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners owners)
+internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners owners, IHostApplicationLifetime lifetime)
 {
     /// <summary>
     /// The live session <paramref name="id"/> when the caller may use it. A session bound to a principal answers only that
@@ -19,8 +20,9 @@ internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners own
     /// <summary>
     /// Waits until <paramref name="session"/> finished its replay (at once for sessions started after recovery), at most
     /// <see cref="PersistentServicesOptions.ReplyTimeout"/> for an end client (a calling service waits as long as it takes,
-    /// as for its call's execution, <see cref="ReplyTimeouts"/>). False when the client went away, the wait timed out, or
-    /// the replay failed (then 503 was written: the request was not admitted, nothing of it ran).
+    /// as for its call's execution, <see cref="ReplyTimeouts"/>), and never past the host's stop: a wait without bound held a
+    /// member's stop for its whole shutdown timeout (issue 49). False when the client went away, the wait timed out, the host
+    /// began to stop, or the replay failed (then 503 was written: the request was not admitted, nothing of it ran).
     /// </summary>
     public async ValueTask<bool> WaitUntilReplayedAsync(HttpContext context, Session session, bool fromService = false)
     {
@@ -33,14 +35,21 @@ internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners own
         // Its client is here: replay it before the sessions nobody waits for.
         runtime.Replays?.Prioritize(session);
         var timeout = ReplyTimeouts.For(runtime, fromService);
+        using var waiting = CancellationTokenSource.CreateLinkedTokenSource(context.RequestAborted, lifetime.ApplicationStopping);
         try
         {
-            await (timeout == Timeout.InfiniteTimeSpan ? ready.WaitAsync(context.RequestAborted) : ready.WaitAsync(timeout, runtime.Time, context.RequestAborted))
+            await (timeout == Timeout.InfiniteTimeSpan ? ready.WaitAsync(waiting.Token) : ready.WaitAsync(timeout, runtime.Time, waiting.Token))
                 .ConfigureAwait(false);
             return true;
         }
         catch (OperationCanceledException) when (context.RequestAborted.IsCancellationRequested)
         {
+            return false;
+        }
+        catch (OperationCanceledException) when (lifetime.ApplicationStopping.IsCancellationRequested)
+        {
+            await ProtocolProblems.UnavailableAsync(context,
+                "The service is stopping before this session was recovered. Nothing of this request ran: retry the same request.").ConfigureAwait(false);
             return false;
         }
         catch (TimeoutException) when (!ready.IsCompleted)
