@@ -248,16 +248,24 @@ public sealed class DomainKillTests : IDisposable
 
             // Conservation: A's total and every member's balance hold exactly the payments A executed.
             var executed = counts["A"].Values.Sum();
-            var (_, total, _) = await running["A"].SendAsync(HttpMethod.Get, "/pay/total", null, null);
-            if (total.GetProperty("total").GetInt64() != executed * (long)Amount)
+            var (totalStatus, total, _) = await running["A"].SendAsync(HttpMethod.Get, "/pay/total", null, null);
+            if (totalStatus != HttpStatusCode.OK)
+            {
+                failures.Add($"A's total could not be read: {(int)totalStatus} {total}");
+            }
+            else if (total.GetProperty("total").GetInt64() != executed * (long)Amount)
             {
                 failures.Add($"A's total is {total.GetProperty("total").GetInt64()} for {executed} payments");
             }
 
             foreach (var member in creditedBy)
             {
-                var (_, balance, _) = await running[member].SendAsync(HttpMethod.Get, "/bank/balance", null, null);
-                if (balance.GetProperty("balance").GetInt64() != counts[member].Values.Sum() * (long)Credit || counts[member].Values.Sum() != executed)
+                var (balanceStatus, balance, _) = await running[member].SendAsync(HttpMethod.Get, "/bank/balance", null, null);
+                if (balanceStatus != HttpStatusCode.OK)
+                {
+                    failures.Add($"{member}'s balance could not be read: {(int)balanceStatus} {balance}");
+                }
+                else if (balance.GetProperty("balance").GetInt64() != counts[member].Values.Sum() * (long)Credit || counts[member].Values.Sum() != executed)
                 {
                     failures.Add($"{member}'s balance is {balance.GetProperty("balance").GetInt64()} for {counts[member].Values.Sum()} credits, A executed {executed}");
                 }

@@ -16,8 +16,6 @@ namespace PersistentServices.Hosting;
 /// </summary>
 internal sealed class PersistentRuntime : IAsyncDisposable
 {
-    private readonly ILogger _logger;
-    private readonly IHttpClientFactory _httpClients;
     private DurableLog? _log;
 
     public PersistentRuntime(IOptions<PersistentServicesOptions> options, TimeProvider time, PersistentServicesMetrics metrics, Checkpoints.CrashPoints crashPoints,
@@ -27,14 +25,18 @@ internal sealed class PersistentRuntime : IAsyncDisposable
         Metrics = metrics;
         CrashPoints = crashPoints;
         Availability = availability;
-        _httpClients = httpClients;
         Options = options.Value;
         replayCheck?.Apply(Options); // the replay check recovers its sandbox's copy, whatever the application configured
         Time = time;
-        _logger = logger;
         Codec = codec ?? new Serialization.OrleansValueCodec();
         Sessions = new SessionTable(new SessionMemory(Options.EffectiveSessionMemoryBudgetBytes, Options.MaxBufferedReplyBytes));
         metrics.ObserveSessions(Sessions);
+
+        // One of each, whichever request or hosted service asks first (Lazy's default mode runs the factory once): with
+        // '??=' a flush from a member racing recovery's first use made two domains, and recovery learned the recovered
+        // state numbers into the one the endpoints did not use (issue 49).
+        _domain = new(() => new Domain.ServiceDomain(this, httpClients, logger));
+        _peers = new(() => new Calls.PeerAuthentication(Options.Calls, Options.ServiceName, time, logger));
     }
 
     /// <summary>The service's instruments (meter <c>PersistentServices</c>, from the host's <c>IMeterFactory</c>).</summary>
@@ -57,14 +59,14 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     private Checkpoints.ServiceCheckpointer? _checkpointer;
 
     /// <summary>This service's place in its service domain (inactive without members).</summary>
-    public Domain.ServiceDomain Domain => _domain ??= new Domain.ServiceDomain(this, _httpClients, _logger);
+    public Domain.ServiceDomain Domain => _domain.Value;
 
-    private Domain.ServiceDomain? _domain;
+    private readonly Lazy<Domain.ServiceDomain> _domain;
 
     /// <summary>Signs what this service sends to the deployment's other services and verifies what they send (docs/calls.md, "Who may call").</summary>
-    public Calls.PeerAuthentication Peers => _peers ??= new Calls.PeerAuthentication(Options.Calls, Options.ServiceName, Time, _logger);
+    public Calls.PeerAuthentication Peers => _peers.Value;
 
-    private Calls.PeerAuthentication? _peers;
+    private readonly Lazy<Calls.PeerAuthentication> _peers;
 
     /// <summary>
     /// Before a session checkpoint: in a domain, a distributed flush of the session's DV ([MSP §3.2]: the checkpointed state
@@ -183,7 +185,11 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
         Availability.AbandonCalls();
         _checkpointer?.Dispose();
-        _domain?.Dispose();
+        if (_domain.IsValueCreated)
+        {
+            _domain.Value.Dispose();
+        }
+
         if (_log is { } log)
         {
             await log.DisposeAsync().ConfigureAwait(false);
