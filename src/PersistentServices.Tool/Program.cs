@@ -19,6 +19,9 @@ namespace PersistentServices.Tool
         public const int Refused = 1;
         public const int CannotCheck = 2;
 
+        /// <summary>A repair was written, but the log reopened as the service would open it does not show it (psctl sessions).</summary>
+        public const int NotConfirmed = 3;
+
         private static readonly string Usage = $"""
             psctl: the operator's tool for a PersistentServices log directory.
 
