@@ -61,8 +61,11 @@ internal sealed class SessionLookup(PersistentRuntime runtime, SessionOwners own
         }
         catch (Exception) when (session.Diverged is { } divergence)
         {
+            // A session quarantined before the last restart is known from its marker, which names no request (Sequence 0).
             await ProtocolProblems.WriteAsync(context, 500, "session-diverged", "Session could not be recovered",
-                $"After a restart, replaying request {divergence.Sequence} of this session (LSN {divergence.Lsn}) did not reproduce what it did before " +
+                (divergence.Sequence > 0
+                    ? $"After a restart, replaying request {divergence.Sequence} of this session (LSN {divergence.Lsn}) did not reproduce what it did before "
+                    : "At an earlier restart, replaying this session did not reproduce what it did before ") +
                 "(the service's code changed, or the endpoint is not deterministic). The session is quarantined: start a new session. " +
                 "Other sessions are not affected.").ConfigureAwait(false);
             return false;

@@ -45,6 +45,9 @@ public sealed class QuarantineTests : IDisposable
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
             Assert.NotNull(server.Session(session).QuarantineReason);
+            var (diverged, why) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.InternalServerError, diverged.StatusCode);
+            Assert.Contains("replaying request 1 of this session", why.GetProperty("detail").GetString(), StringComparison.Ordinal);
             await server.CrashAsync();
         }
 
@@ -59,6 +62,11 @@ public sealed class QuarantineTests : IDisposable
             var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
             Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
+
+            // Issue 55: known from its marker, the quarantine names no request ("request 0" before).
+            var detail = problem.GetProperty("detail").GetString();
+            Assert.DoesNotContain("request 0", detail, StringComparison.Ordinal);
+            Assert.Contains("At an earlier restart, replaying this session did not reproduce", detail, StringComparison.Ordinal);
 
             // Service checkpoints carry the marker forward: the log's start moves past the session's records.
             var recordOfRequest1 = server.Session(session).RecoveryLsn;
