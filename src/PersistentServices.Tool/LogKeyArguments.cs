@@ -89,6 +89,13 @@ internal sealed class LogKeyArguments
         return text.Length >= 22 && text.All(c => char.IsAsciiLetterOrDigit(c) || c is '+' or '/' or '=' or '-' or '_');
     }
 
+    /// <summary>
+    /// An argument as psctl's messages may echo it: as given, unless it looks like a key (base64 of 30 bytes or more, as a
+    /// 32-byte key's 44 characters are), which is never printed.
+    /// </summary>
+    public static string Shown(string argument)
+        => argument.Trim().Length >= 40 && MayBeKey(argument) ? "(an argument that looks like a key: not shown)" : argument;
+
     private static string Ordinal(int n) => n switch { 1 => "1st", 2 => "2nd", 3 => "3rd", _ => $"{n}th" };
 
     private static void Add(LogEncryptionOptions options, string key, string source)

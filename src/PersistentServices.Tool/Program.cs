@@ -106,7 +106,7 @@ namespace PersistentServices.Tool
                         directory = other;
                         break;
                     default:
-                        error.WriteLine($"psctl verify: unexpected argument '{args[i]}'.");
+                        error.WriteLine($"psctl verify: unexpected argument '{LogKeyArguments.Shown(args[i])}'.");
                         error.WriteLine(Usage);
                         return CannotCheck;
                 }
@@ -115,6 +115,13 @@ namespace PersistentServices.Tool
             if (directory is null)
             {
                 error.WriteLine("psctl verify: give the log directory (PersistentServicesOptions.LogDirectory of the service).");
+                return CannotCheck;
+            }
+
+            if (LogKeyArguments.Shown(directory) != directory && !System.IO.Directory.Exists(directory))
+            {
+                error.WriteLine("psctl verify: the log directory given does not exist and looks like a key (not shown): give keys only with --key-file or " +
+                    $"{LogKeyArguments.EnvironmentVariable}.");
                 return CannotCheck;
             }
 

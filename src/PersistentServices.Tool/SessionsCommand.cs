@@ -113,7 +113,7 @@ internal static class SessionsCommand
                     positional.Add(other);
                     break;
                 default:
-                    return UsageError(error, $"unexpected argument '{args[i]}' for 'sessions {command}'" +
+                    return UsageError(error, $"unexpected argument '{LogKeyArguments.Shown(args[i])}' for 'sessions {command}'" +
                         (args[i] is "--state" ? $" (states: {string.Join(", ", SessionInspection.States)})" : args[i] is "--kind" ? " (kinds: session, key)" : ""));
             }
         }
@@ -124,6 +124,13 @@ internal static class SessionsCommand
             return UsageError(error, command == "list"
                 ? "give the log directory (PersistentServicesOptions.LogDirectory of the stopped service)"
                 : $"give the log directory and the session's trace tag or id: psctl sessions {command} <log-directory> <tag-or-id>");
+        }
+
+        if (LogKeyArguments.Shown(positional[0]) != positional[0] && !Directory.Exists(positional[0]))
+        {
+            error.WriteLine($"psctl sessions {command}: the log directory given does not exist and looks like a key (not shown): give keys only with --key-file or " +
+                $"{LogKeyArguments.EnvironmentVariable}.");
+            return Cli.CannotCheck;
         }
 
         LogEncryptionOptions? keys = null;
@@ -344,7 +351,7 @@ internal static class SessionsCommand
                 error.WriteLine($"psctl sessions {command}: two sessions share the trace tag {reference}; name the session by its id.");
                 return null;
             case SessionMatch.Malformed:
-                error.WriteLine($"psctl sessions {command}: '{reference}' is neither a trace tag ({SessionInspection.TagLength} hex digits) nor a session id " +
+                error.WriteLine($"psctl sessions {command}: '{LogKeyArguments.Shown(reference)}' is neither a trace tag ({SessionInspection.TagLength} hex digits) nor a session id " +
                     $"({SessionId.TextLength} base64url characters).");
                 return null;
             default:

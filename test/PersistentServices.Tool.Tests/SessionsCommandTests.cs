@@ -345,6 +345,23 @@ public sealed class SessionsCommandTests
         var verify = new StringWriter();
         Assert.Equal(Cli.CannotCheck, Cli.Run(["verify", dir.Path, "--key-file", key], verify, verify));
         Assert.DoesNotContain(key[..20], verify.ToString(), StringComparison.Ordinal);
+
+        // A key anywhere else an argument goes: an extra argument, the log directory, the session.
+        string[][] misplaced =
+        [
+            ["verify", dir.Path, key],
+            ["verify", key],
+            ["sessions", "list", key],
+            ["sessions", "show", dir.Path, key],
+            ["sessions", "discard", dir.Path, Written.Tag(written.Quarantined), key],
+            ["replay-check", "--log", dir.Path, key],
+        ];
+        foreach (var arguments in misplaced)
+        {
+            var writer = new StringWriter();
+            Assert.NotEqual(Cli.Clean, Cli.Run(arguments, writer, writer, _ => null));
+            Assert.DoesNotContain(key[..20], writer.ToString(), StringComparison.Ordinal);
+        }
     }
 
     [Fact]
