@@ -59,7 +59,9 @@ public sealed class PersistentServicesOptions
     /// Most live anonymous sessions and remembered anonymous Idempotency-Keys one client address
     /// (<see cref="Microsoft.AspNetCore.Http.ConnectionInfo.RemoteIpAddress"/>) may hold; more get 429. Behind a reverse
     /// proxy or a service mesh, use ASP.NET Core's forwarded headers middleware so that the address is the client's, not
-    /// the proxy's (docs/capacity.md). Null (the default): as <see cref="MaxSessionsPerOwner"/>.
+    /// the proxy's (docs/capacity.md). Null (the default): a tenth of <see cref="MaxSessions"/>, at least 100, but at most half
+    /// of <see cref="MaxSessions"/> (at least 1), so that one anonymous address never takes the whole table of a small
+    /// deployment and authenticated clients and other addresses still start sessions. A value set here is taken as given.
     /// </summary>
     public int? MaxSessionsPerAddress { get; set; }
 
@@ -67,7 +69,7 @@ public sealed class PersistentServicesOptions
     internal int EffectiveMaxSessionsPerOwner => MaxSessionsPerOwner ?? DefaultShare;
 
     /// <summary>The per-address share in effect.</summary>
-    internal int EffectiveMaxSessionsPerAddress => MaxSessionsPerAddress ?? DefaultShare;
+    internal int EffectiveMaxSessionsPerAddress => MaxSessionsPerAddress ?? Math.Max(1, Math.Min(DefaultShare, MaxSessions / 2));
 
     private int DefaultShare => Math.Max(MaxSessions / 10, Math.Min(MaxSessions, 100));
 

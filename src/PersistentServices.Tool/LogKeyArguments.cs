@@ -41,16 +41,22 @@ internal sealed class LogKeyArguments
     public LogEncryptionOptions? Read(Func<string, string?> environment)
     {
         var options = new LogEncryptionOptions();
-        foreach (var file in _files)
+        for (var n = 0; n < _files.Count; n++)
         {
+            var file = _files[n];
             string text;
             try
             {
                 text = File.ReadAllText(file).Trim();
             }
-            catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+            catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException or NotSupportedException)
             {
-                throw new ArgumentException($"the key file '{file}' cannot be read: {ex.Message}", ex);
+                // The exception's message names the path: when the path is a key given by mistake, neither is printed.
+                throw MayBeKey(file)
+                    ? new ArgumentException(
+                        $"--key-file {Ordinal(n + 1)} names no file that can be read ({ex.GetType().Name}), and it is not shown here since it looks like a key itself: " +
+                        "give the path of a file that holds the key in base64, never the key (the command line shows in 'ps' and in the shell's history)")
+                    : new ArgumentException($"the key file '{file}' cannot be read: {ex.Message}", ex);
             }
 
             Add(options, text, $"the key file '{file}'");
@@ -72,6 +78,25 @@ internal sealed class LogKeyArguments
     public static string Describe(LogEncryptionOptions? keys) => keys is null
         ? "no key was given"
         : "the keys given have the ids " + string.Join(", ", keys.PreviousKeys.Select(k => LogKey.Format(LogKey.IdOf(LogEncryptionOptions.Decode(k, "key")))));
+
+    /// <summary>
+    /// Whether an argument that names no readable file may be a key: base64 (or base64url) of at least 16 bytes, which a
+    /// file name rarely is. Such an argument is never echoed.
+    /// </summary>
+    internal static bool MayBeKey(string argument)
+    {
+        var text = argument.Trim();
+        return text.Length >= 22 && text.All(c => char.IsAsciiLetterOrDigit(c) || c is '+' or '/' or '=' or '-' or '_');
+    }
+
+    /// <summary>
+    /// An argument as psctl's messages may echo it: as given, unless it looks like a key (base64 of 30 bytes or more, as a
+    /// 32-byte key's 44 characters are), which is never printed.
+    /// </summary>
+    public static string Shown(string argument)
+        => argument.Trim().Length >= 40 && MayBeKey(argument) ? "(an argument that looks like a key: not shown)" : argument;
+
+    private static string Ordinal(int n) => n switch { 1 => "1st", 2 => "2nd", 3 => "3rd", _ => $"{n}th" };
 
     private static void Add(LogEncryptionOptions options, string key, string source)
     {

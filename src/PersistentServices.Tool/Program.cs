@@ -19,6 +19,9 @@ namespace PersistentServices.Tool
         public const int Refused = 1;
         public const int CannotCheck = 2;
 
+        /// <summary>A repair was written, but the log reopened as the service would open it does not show it (psctl sessions).</summary>
+        public const int NotConfirmed = 3;
+
         private static readonly string Usage = $"""
             psctl: the operator's tool for a PersistentServices log directory.
 
@@ -103,7 +106,7 @@ namespace PersistentServices.Tool
                         directory = other;
                         break;
                     default:
-                        error.WriteLine($"psctl verify: unexpected argument '{args[i]}'.");
+                        error.WriteLine($"psctl verify: unexpected argument '{LogKeyArguments.Shown(args[i])}'.");
                         error.WriteLine(Usage);
                         return CannotCheck;
                 }
@@ -112,6 +115,13 @@ namespace PersistentServices.Tool
             if (directory is null)
             {
                 error.WriteLine("psctl verify: give the log directory (PersistentServicesOptions.LogDirectory of the service).");
+                return CannotCheck;
+            }
+
+            if (LogKeyArguments.Shown(directory) != directory && !System.IO.Directory.Exists(directory))
+            {
+                error.WriteLine("psctl verify: the log directory given does not exist and looks like a key (not shown): give keys only with --key-file or " +
+                    $"{LogKeyArguments.EnvironmentVariable}.");
                 return CannotCheck;
             }
 

@@ -83,7 +83,7 @@ internal static class ReplayCheckCommand
                     verbose = true;
                     break;
                 default:
-                    error.WriteLine($"psctl replay-check: unexpected argument '{args[i]}'.");
+                    error.WriteLine($"psctl replay-check: unexpected argument '{LogKeyArguments.Shown(args[i])}'.");
                     error.WriteLine(Usage);
                     return Cli.CannotCheck;
             }

@@ -40,10 +40,15 @@ internal static class SessionsCommand
           --key-file <file>      a key of an encrypted log (PersistentServicesOptions.Log.Encryption): a file holding it
                                  in base64, as the service's configuration does; repeat for previous keys still in use.
                                  discard and release seal their record with the FIRST key given: give the service's
-                                 current key first. Or PSCTL_LOG_KEYS=<base64>[,<base64>...] in the environment.
+                                 current key first (they refuse a first key that is not the one the log's newest sealed
+                                 record is sealed with, and a key for a log with no sealed record).
+                                 Or PSCTL_LOG_KEYS=<base64>[,<base64>...] in the environment.
 
-        Exit status: 0 done; 1 refused (no such session, two share the tag, not quarantined); 2 the log could not be
-                     opened (usage, missing or not a log directory, in use, damaged: see psctl verify).
+        Exit status: 0 done (a repair is reported done only once the log, reopened as the service opens it, shows it);
+                     1 refused, nothing changed (no such session, two share the tag, not quarantined, the first key given is
+                     not the one the log's newest sealed record is sealed with); 2 the log could not be opened (usage, missing
+                     or not a log directory, in use, damaged: see psctl verify); 3 the repair was written but reopening the
+                     log as the service would failed: do not start the service before psctl verify passes.
         """;
 
     private const int DefaultRecords = 1000;
@@ -108,7 +113,7 @@ internal static class SessionsCommand
                     positional.Add(other);
                     break;
                 default:
-                    return UsageError(error, $"unexpected argument '{args[i]}' for 'sessions {command}'" +
+                    return UsageError(error, $"unexpected argument '{LogKeyArguments.Shown(args[i])}' for 'sessions {command}'" +
                         (args[i] is "--state" ? $" (states: {string.Join(", ", SessionInspection.States)})" : args[i] is "--kind" ? " (kinds: session, key)" : ""));
             }
         }
@@ -119,6 +124,13 @@ internal static class SessionsCommand
             return UsageError(error, command == "list"
                 ? "give the log directory (PersistentServicesOptions.LogDirectory of the stopped service)"
                 : $"give the log directory and the session's trace tag or id: psctl sessions {command} <log-directory> <tag-or-id>");
+        }
+
+        if (LogKeyArguments.Shown(positional[0]) != positional[0] && !Directory.Exists(positional[0]))
+        {
+            error.WriteLine($"psctl sessions {command}: the log directory given does not exist and looks like a key (not shown): give keys only with --key-file or " +
+                $"{LogKeyArguments.EnvironmentVariable}.");
+            return Cli.CannotCheck;
         }
 
         LogEncryptionOptions? keys = null;
@@ -188,40 +200,137 @@ internal static class SessionsCommand
     private static async Task<int> RunAsync(string command, string directory, string? reference, string? state, string? kind, bool bodies, int limit,
         int? pageSizeBits, int? segmentSizeBits, LogEncryptionOptions? keys, TextWriter output, TextWriter error)
     {
-        await using var log = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, keys, new ErrorLogger(error), CancellationToken.None).ConfigureAwait(false);
-        if (command == "list")
+        var log = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, keys, new ErrorLogger(error), CancellationToken.None).ConfigureAwait(false);
+        Session session;
+        RepairAction action;
+        string reason;
+        long lsn;
+        try
         {
-            List(log, state, kind, output);
-            return Cli.Clean;
+            if (command == "list")
+            {
+                List(log, state, kind, output);
+                return Cli.Clean;
+            }
+
+            if (Find(log, reference!, command, error) is not { } found)
+            {
+                return Cli.Refused;
+            }
+
+            session = found;
+            if (command == "show")
+            {
+                var history = await SessionInspection.ReadHistoryAsync(log.Log, session, SessionInspection.HistoryStart(log.Log, session), bodies, limit, CancellationToken.None)
+                    .ConfigureAwait(false);
+                SessionsReport.WriteShow(session, reference!.Length == SessionId.TextLength, history, bodies, output);
+                return Cli.Clean;
+            }
+
+            action = command == "discard" ? RepairAction.Discard : RepairAction.Release;
+            if (session.QuarantineReason is not { } quarantined)
+            {
+                error.WriteLine(
+                    $"psctl sessions {command}: session {session.TraceTag} is {SessionInspection.StateOf(session, offline: true)}, not quarantined: only a quarantined session can be " +
+                    $"{(command == "discard" ? "discarded" : "released")}. Nothing was changed.");
+                return Cli.Refused;
+            }
+
+            reason = quarantined;
+            if (await SealingKeyProblemAsync(log.Log, keys).ConfigureAwait(false) is { } problem)
+            {
+                error.WriteLine($"psctl sessions {command}: {problem} Nothing was changed.");
+                return Cli.Refused;
+            }
+
+            lsn = QuarantineRepair.AppendOffline(log.Log, session, action, TimeProvider.System.GetUtcNow());
+            await log.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
+        }
+        finally
+        {
+            await log.DisposeAsync().ConfigureAwait(false);
         }
 
-        var session = Find(log, reference!, command, error);
-        if (session is null)
-        {
-            return Cli.Refused;
-        }
-
-        if (command == "show")
-        {
-            var history = await SessionInspection.ReadHistoryAsync(log.Log, session, SessionInspection.HistoryStart(log.Log, session), bodies, limit, CancellationToken.None)
-                .ConfigureAwait(false);
-            SessionsReport.WriteShow(session, reference!.Length == SessionId.TextLength, history, bodies, output);
-            return Cli.Clean;
-        }
-
-        var action = command == "discard" ? RepairAction.Discard : RepairAction.Release;
-        if (session.QuarantineReason is not { } reason)
+        // What psctl wrote is checked as the next start reads it: the log reopened with the keys given (its checks, the
+        // analysis scan), and the session ended or no longer quarantined. Only then is the repair reported done.
+        if (await CheckRepairAsync(directory, pageSizeBits, segmentSizeBits, keys, session.Id, error).ConfigureAwait(false) is { } failed)
         {
             error.WriteLine(
-                $"psctl sessions {command}: session {session.TraceTag} is {SessionInspection.StateOf(session, offline: true)}, not quarantined: only a quarantined session can be " +
-                $"{command}d. Nothing was changed.");
-            return Cli.Refused;
+                $"psctl sessions {command}: the record was written at LSN {lsn}, but reopening the log as the service would failed: {failed} Do not start the " +
+                "service on this log before 'psctl verify' passes on it (docs/operations.md, \"Operator repair\").");
+            return Cli.NotConfirmed;
         }
 
-        var lsn = QuarantineRepair.AppendOffline(log.Log, session, action, TimeProvider.System.GetUtcNow());
-        await log.Log.WaitUntilDurableAsync(lsn, CancellationToken.None).ConfigureAwait(false);
-        SessionsReport.WriteRepair(session, action, QuarantineRepair.OutcomeOf(session, action), reason, lsn, log.Directory, output);
+        SessionsReport.WriteRepair(session, action, QuarantineRepair.OutcomeOf(session, action), reason, lsn, Path.GetFullPath(directory), output);
         return Cli.Clean;
+    }
+
+    /// <summary>
+    /// Why psctl must not seal a record with the first key given (null when it may): the service reads a sealed record only
+    /// with a key it is configured with, and a key the log's newest sealed record was not sealed with may be one it does not
+    /// have (the next start then stops on psctl's record: "key id ... not among the configured log keys"). The log's newest
+    /// sealed record names the key the service wrote with last; psctl seals with that key or not at all. A log with no sealed
+    /// record is written in clear, and so is what psctl appends to it when no key is given.
+    /// </summary>
+    internal static async Task<string?> SealingKeyProblemAsync(DurableLog log, LogEncryptionOptions? keys)
+    {
+        if (keys?.Key is not { } first)
+        {
+            return null; // no key given: the log opened, so it holds no sealed record psctl read; its record is in clear too
+        }
+
+        uint? newest = null;
+        long newestLsn = -1;
+        await foreach (var record in log.ScanAsync(log.BeginAddress).ConfigureAwait(false))
+        {
+            if (record.Header.KeyId is { } id)
+            {
+                newest = id;
+                newestLsn = record.Lsn;
+            }
+        }
+
+        var sealing = LogKey.IdOf(LogEncryptionOptions.Decode(first, "the first key given"));
+        if (newest is not { } wanted)
+        {
+            return $"the log holds no sealed record, so psctl cannot tell which key the service is configured with: a record sealed with the first key given " +
+                $"(id {LogKey.Format(sealing)}) would stop a service that does not have it. Give no key (--key-file, {LogKeyArguments.EnvironmentVariable}): the record is " +
+                "then written in clear, as the log's others are.";
+        }
+
+        if (sealing == wanted)
+        {
+            return null;
+        }
+
+        var given = keys.PreviousKeys.Prepend(first).Select(k => LogKey.IdOf(LogEncryptionOptions.Decode(k, "a key given"))).ToList();
+        var position = given.IndexOf(wanted);
+        return $"the first key given (id {LogKey.Format(sealing)}) is the one psctl seals its record with, but the log's newest sealed record (LSN {newestLsn}) is sealed " +
+            $"with key id {LogKey.Format(wanted)}: a service configured with that key and not with {LogKey.Format(sealing)} would refuse to start on psctl's record. " +
+            (position > 0
+                ? $"The key given in position {position + 1} has id {LogKey.Format(wanted)}: give it first."
+                : $"None of the keys given has id {LogKey.Format(wanted)}: give the key the service writes with first.");
+    }
+
+    /// <summary>
+    /// Reopens the log as the service's next start opens it (<see cref="OfflineLog"/>: its checks and its analysis scan, the
+    /// same keys) and checks that session <paramref name="id"/> is no longer quarantined. Null when it holds; else why not.
+    /// </summary>
+    private static async Task<string?> CheckRepairAsync(string directory, int? pageSizeBits, int? segmentSizeBits, LogEncryptionOptions? keys, SessionId id, TextWriter error)
+    {
+        try
+        {
+            await using var reopened = await OfflineLog.OpenAsync(directory, pageSizeBits, segmentSizeBits, keys, new ErrorLogger(error), CancellationToken.None)
+                .ConfigureAwait(false);
+            return SessionInspection.Find(reopened.Sessions, id.ToString(), out var session) == SessionMatch.Found && session!.QuarantineReason is not null
+                ? $"session {session.TraceTag} is still quarantined after the repair."
+                : null;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException or LogCorruptionException or LogFormatException or
+            LogFaultedException or LogEncryptionKeyException or OfflineLogRefusedException)
+        {
+            return ex.Message;
+        }
     }
 
     private static void List(OfflineLog log, string? state, string? kind, TextWriter output)
@@ -242,7 +351,7 @@ internal static class SessionsCommand
                 error.WriteLine($"psctl sessions {command}: two sessions share the trace tag {reference}; name the session by its id.");
                 return null;
             case SessionMatch.Malformed:
-                error.WriteLine($"psctl sessions {command}: '{reference}' is neither a trace tag ({SessionInspection.TagLength} hex digits) nor a session id " +
+                error.WriteLine($"psctl sessions {command}: '{LogKeyArguments.Shown(reference)}' is neither a trace tag ({SessionInspection.TagLength} hex digits) nor a session id " +
                     $"({SessionId.TextLength} base64url characters).");
                 return null;
             default:

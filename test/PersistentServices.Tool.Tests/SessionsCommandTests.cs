@@ -263,6 +263,108 @@ public sealed class SessionsCommandTests
     }
 
     [Fact]
+    public async Task Discard_WithAFirstKeyThatOpensNoRecord_IsRefused_TheLogUnchanged_AndTheServiceStillOpensIt()
+    {
+        // Issue 55: "--key-file k9 --key-file k1", k9 opening no record, sealed psctl's record with k9 and exited 0; the
+        // service, configured with k1, then refused to start ("key id ... not among the configured log keys").
+        using var dir = new TempDirectory();
+        var k1 = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var k9 = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var written = await WriteLogAsync(dir.Path, k1);
+        var committed = await CommittedUntilAsync(dir.Path, k1);
+        var k1File = Path.Combine(dir.Path, "..", $"k1-{Guid.NewGuid():N}");
+        var k9File = Path.Combine(dir.Path, "..", $"k9-{Guid.NewGuid():N}");
+        await File.WriteAllTextAsync(k1File, k1 + "\n", Ct);
+        await File.WriteAllTextAsync(k9File, k9 + "\n", Ct);
+        try
+        {
+            var (wrong, why) = Psctl("discard", dir.Path, Written.Tag(written.Quarantined), "--key-file", k9File, "--key-file", k1File);
+            Assert.True(wrong == Cli.Refused, why);
+            Assert.Contains("The key given in position 2 has id", why, StringComparison.Ordinal);
+            Assert.Contains("Nothing was changed.", why, StringComparison.Ordinal);
+            Assert.DoesNotContain(k1, why, StringComparison.Ordinal);
+            Assert.DoesNotContain(k9, why, StringComparison.Ordinal);
+            Assert.Equal(committed, await CommittedUntilAsync(dir.Path, k1));
+
+            var (alone, aloneWhy) = Psctl("release", dir.Path, Written.Tag(written.Quarantined), "--key-file", k9File);
+            Assert.True(alone == Cli.CannotCheck || alone == Cli.Refused, aloneWhy);
+            Assert.Equal(committed, await CommittedUntilAsync(dir.Path, k1));
+
+            var (right, done) = Psctl("discard", dir.Path, Written.Tag(written.Quarantined), "--key-file", k1File, "--key-file", k9File);
+            Assert.True(right == Cli.Clean, done);
+
+            // The service, configured with k1 only, reads every record, psctl's included.
+            await using var log = await DurableLog.OpenAsync(Options(dir.Path, k1), cancellationToken: Ct);
+            var ended = false;
+            await foreach (var record in log.ScanAsync(log.BeginAddress, cancellationToken: Ct))
+            {
+                ended |= record.Kind == RecordKind.SessionEnded;
+            }
+
+            Assert.True(ended);
+        }
+        finally
+        {
+            File.Delete(k1File);
+            File.Delete(k9File);
+        }
+    }
+
+    [Fact]
+    public async Task Repair_WithAKeyOnALogInClear_IsRefused_AndAppendsNothing()
+    {
+        // A record sealed with a key the service may not have would stop a service that writes in clear.
+        using var dir = new TempDirectory();
+        var written = await WriteLogAsync(dir.Path);
+        var end = await CommittedUntilAsync(dir.Path);
+        var key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var writer = new StringWriter();
+        var exit = Cli.Run(["sessions", "discard", dir.Path, Written.Tag(written.Quarantined)], writer, writer,
+            name => name == LogKeyArguments.EnvironmentVariable ? key : null);
+        var output = writer.ToString();
+        Assert.True(exit == Cli.Refused, output);
+        Assert.Contains("the log holds no sealed record", output, StringComparison.Ordinal);
+        Assert.Equal(end, await CommittedUntilAsync(dir.Path));
+    }
+
+    [Theory]
+    [InlineData("list")]
+    [InlineData("discard")]
+    public async Task KeyFile_GivenTheKeyItselfInsteadOfAPath_NeverPrintsIt(string command)
+    {
+        using var dir = new TempDirectory();
+        var key = Convert.ToBase64String(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32));
+        var written = await WriteLogAsync(dir.Path, key);
+        string[] args = command == "list" ? ["list", dir.Path, "--key-file", key] : ["discard", dir.Path, Written.Tag(written.Quarantined), "--key-file", key];
+        var (exit, output) = Psctl(args);
+        Assert.True(exit == Cli.CannotCheck, output);
+        Assert.Contains("looks like a key itself", output, StringComparison.Ordinal);
+        Assert.DoesNotContain(key, output, StringComparison.Ordinal);
+        Assert.DoesNotContain(key[..20], output, StringComparison.Ordinal);
+
+        var verify = new StringWriter();
+        Assert.Equal(Cli.CannotCheck, Cli.Run(["verify", dir.Path, "--key-file", key], verify, verify));
+        Assert.DoesNotContain(key[..20], verify.ToString(), StringComparison.Ordinal);
+
+        // A key anywhere else an argument goes: an extra argument, the log directory, the session.
+        string[][] misplaced =
+        [
+            ["verify", dir.Path, key],
+            ["verify", key],
+            ["sessions", "list", key],
+            ["sessions", "show", dir.Path, key],
+            ["sessions", "discard", dir.Path, Written.Tag(written.Quarantined), key],
+            ["replay-check", "--log", dir.Path, key],
+        ];
+        foreach (var arguments in misplaced)
+        {
+            var writer = new StringWriter();
+            Assert.NotEqual(Cli.Clean, Cli.Run(arguments, writer, writer, _ => null));
+            Assert.DoesNotContain(key[..20], writer.ToString(), StringComparison.Ordinal);
+        }
+    }
+
+    [Fact]
     public async Task AnIdThatBeginsWithADash_IsTheSessionNotAnOption_AndDoubleDashEndsTheOptions()
     {
         // Session ids are base64url: about one in 64 begins with '-'. Found when CI drew one for the show test above.

@@ -68,6 +68,7 @@ public static class PersistentServicesServiceCollectionExtensions
         services.TryAddSingleton(static provider => CrashPointsFromConfiguration(provider.GetService<Microsoft.Extensions.Configuration.IConfiguration>()));
         services.TryAddSingleton<ServiceAvailability>();
         services.TryAddSingleton<PersistentRuntime>();
+        AddAdminRefusals(services);
         services.TryAddSingleton<PersistentServices.Replication.ReplicationNode>();
         services.TryAddSingleton<PersistentServices.Replication.ReplicationHealth>();
         services.TryAddSingleton<PersistentServices.Replication.HotFollower>();
@@ -134,6 +135,30 @@ public static class PersistentServicesServiceCollectionExtensions
 
     /// <summary>The crash point the host's configuration arms (docs/checkpoints.md), or none.</summary>
     /// <exception cref="InvalidOperationException">The hit count is not a non-negative integer.</exception>
+    /// <summary>
+    /// The admin endpoints' refusals by the authorization middleware as <c>admin-forbidden</c> problems with event 1164
+    /// (<see cref="AdminAuthorizationResultHandler"/>): it wraps the application's result handler registered so far, or
+    /// ASP.NET's default. One the application registers after <c>AddPersistentServices</c> replaces it (its refusals are
+    /// then what that handler writes; the endpoints' own check still answers with the problem).
+    /// </summary>
+    private static void AddAdminRefusals(IServiceCollection services)
+    {
+        if (services.Any(static d => d.ServiceType == typeof(AdminAuthorizationResultHandler)))
+        {
+            return;
+        }
+
+        var existing = services.LastOrDefault(static d => d.ServiceType == typeof(Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler) && !d.IsKeyedService);
+        services.AddSingleton(provider => new AdminAuthorizationResultHandler(existing switch
+        {
+            { ImplementationInstance: Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler instance } => instance,
+            { ImplementationFactory: { } factory } => (Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler)factory(provider),
+            { ImplementationType: { } type } => (Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler)ActivatorUtilities.CreateInstance(provider, type),
+            _ => new Microsoft.AspNetCore.Authorization.Policy.AuthorizationMiddlewareResultHandler(),
+        }));
+        services.AddSingleton<Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler>(static provider => provider.GetRequiredService<AdminAuthorizationResultHandler>());
+    }
+
     private static PersistentServices.Checkpoints.CrashPoints CrashPointsFromConfiguration(Microsoft.Extensions.Configuration.IConfiguration? configuration)
     {
         var point = configuration?[PersistentServices.Checkpoints.CrashPoints.PointKey];

@@ -113,10 +113,25 @@ internal static class DomainEndpoints
         }
 
         var (runtime, member, body) = verified;
-        if (ServiceDomain.RecoveredWire.Parse(body, runtime.Domain.IsMember, out var error) is not { } numbers)
+        if (ServiceDomain.RecoveredWire.Parse(body, static _ => true, out var error) is not { } numbers)
         {
             await RefuseAsync(context, member, error!, 400, "domain-recovered", "Malformed recovered state numbers",
                 $"The body must be a JSON array of {{\"Service\": name, \"Epoch\": epoch (at least 1), \"Lsn\": LSN (not negative)}}, every field present and spelled so; it had {error}.").ConfigureAwait(false);
+            return;
+        }
+
+        // A member tells only numbers of members (its own configuration lists the same domain): a name outside this service's
+        // list is a member configured with another domain, and nothing of its message is learned.
+        var strangers = numbers.Select(n => n.Service).Where(s => !runtime.Domain.IsMember(s)).Distinct(StringComparer.Ordinal).Take(5)
+            .Select(s => s.Length > DvHeader.MaxServiceNameLength ? s[..DvHeader.MaxServiceNameLength] + "…" : s).ToList();
+        if (strangers.Count > 0)
+        {
+            var names = string.Join(", ", strangers.Select(s => $"'{s}'"));
+            await RefuseAsync(context, member, $"recovered state numbers of {names}, not members of this domain", 400, "domain-recovered",
+                "Recovered state numbers of a service outside the domain",
+                $"The message names {names}, which {(strangers.Count == 1 ? "is not a member" : "are not members")} of this service's domain " +
+                $"({string.Join(", ", runtime.Domain.Members.Keys.Order(StringComparer.Ordinal))}): members must be configured with the same " +
+                "PersistentServicesOptions.Domain.Members. Nothing of the message was learned.").ConfigureAwait(false);
             return;
         }
 

@@ -52,7 +52,7 @@ internal sealed class PersistentServicesOptionsValidator : IValidateOptions<Pers
 
         if (options.MaxSessionsPerAddress is < 1)
         {
-            failures.Add($"PersistentServicesOptions.MaxSessionsPerAddress must be positive, or null for a tenth of MaxSessions (was {options.MaxSessionsPerAddress}).");
+            failures.Add($"PersistentServicesOptions.MaxSessionsPerAddress must be positive, or null for a tenth of MaxSessions, at least 100, at most half of it (was {options.MaxSessionsPerAddress}).");
         }
 
         var available = GC.GetGCMemoryInfo().TotalAvailableMemoryBytes;

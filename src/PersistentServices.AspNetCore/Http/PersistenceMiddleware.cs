@@ -52,9 +52,32 @@ internal sealed class PersistenceMiddleware
     /// coordinator that it is the primary (else a second promotion would follow), and a replica's shipments need no log.
     /// </summary>
     public Task InvokeAsync(HttpContext context)
-        => _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning && !context.Request.Path.StartsWithSegments(Replication.ReplicationEndpoints.PathPrefix)
+        => context.GetEndpoint() is { DisplayName: RoutingMethodNotAllowed } && context.Request.Path.StartsWithSegments(ProtocolPathPrefix)
+            ? MethodNotAllowedAsync(context)
+            : _availability.Stage is RecoveryStage.NotStarted or RecoveryStage.Scanning && !context.Request.Path.StartsWithSegments(Replication.ReplicationEndpoints.PathPrefix)
             ? AfterAnalysisAsync(context)
             : DispatchAsync(context);
+
+    /// <summary>The display name of the endpoint routing picks for a path whose endpoints take other methods (ASP.NET's own).</summary>
+    internal const string RoutingMethodNotAllowed = "405 HTTP Method Not Supported";
+
+    /// <summary>Where the library's own endpoints are (<c>/ps/replication</c>, <c>/ps/domain</c>, the default admin pattern).</summary>
+    internal const string ProtocolPathPrefix = "/ps";
+
+    /// <summary>
+    /// Another method on one of the library's endpoints (<c>GET /ps/replication/promote</c>): routing's own 405, with its
+    /// <c>Allow</c> header, and a problem details body instead of none, as every other refusal of the protocol.
+    /// </summary>
+    private async Task MethodNotAllowedAsync(HttpContext context)
+    {
+        await _next(context).ConfigureAwait(false);
+        if (!context.Response.HasStarted && context.Response.StatusCode == StatusCodes.Status405MethodNotAllowed)
+        {
+            var allow = context.Response.Headers.Allow.ToString();
+            await ProtocolProblems.WriteAsync(context, 405, "method-not-allowed", "Method not allowed",
+                $"{context.Request.Method} is not accepted on {context.Request.Path.Value}" + (allow.Length > 0 ? $": it accepts {allow}." : ".")).ConfigureAwait(false);
+        }
+    }
 
     /// <summary>
     /// The server listens while recovery verifies the log and runs the analysis scan (<c>RecoveryHostedService</c>): a

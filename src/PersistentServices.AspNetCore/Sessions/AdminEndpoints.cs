@@ -49,6 +49,7 @@ internal static partial class AdminEndpoints
         // Always behind the application's policy: the authorization middleware checks it, and each handler checks it again
         // (Authorized), so that neither a missing UseAuthorization() nor a later AllowAnonymous() can open these endpoints.
         group.RequireAuthorization(policy);
+        group.WithMetadata(new AdminEndpointMetadata(policy)); // the middleware's refusals are problems too (AdminAuthorizationResultHandler)
         group.MapGet("/sessions", context => ListAsync(context, policy)).WithDisplayName("PersistentServices admin: list sessions");
         group.MapGet("/sessions/{session}", context => ShowAsync(context, policy)).WithDisplayName("PersistentServices admin: show a session");
         group.MapPost("/sessions/{session}/discard", context => RepairAsync(context, policy, RepairAction.Discard))
@@ -301,11 +302,23 @@ internal static partial class AdminEndpoints
             return true;
         }
 
-        var authenticated = context.User.Identity?.IsAuthenticated == true;
-        AdminRefused(Logger(context), Principal(context.User), policy, context.Request.Path.Value ?? "");
-        await ProtocolProblems.WriteAsync(context, authenticated ? 403 : 401, "admin-forbidden", "Not authorized",
-            $"The PersistentServices admin endpoints require the authorization policy '{policy}'.").ConfigureAwait(false);
+        await RefuseAsync(context, policy, byMiddleware: false).ConfigureAwait(false);
         return false;
+    }
+
+    /// <summary>
+    /// The refusal of an admin request (<c>401</c> anonymous, <c>403</c> authenticated): the <c>admin-forbidden</c> problem and
+    /// event 1164, whether the authorization middleware refused it (<paramref name="byMiddleware"/>, the usual case) or the
+    /// endpoint's own check did (the request got past the middleware).
+    /// </summary>
+    public static Task RefuseAsync(HttpContext context, string policy, bool byMiddleware)
+    {
+        var authenticated = context.User.Identity?.IsAuthenticated == true;
+        AdminRefused(Logger(context), Principal(context.User), policy, context.Request.Path.Value ?? "", byMiddleware
+            ? "refused by the authorization middleware"
+            : "the request reached the endpoint, which refused it: is app.UseAuthorization() missing or placed before authentication, or was AllowAnonymous added to the admin endpoints?");
+        return ProtocolProblems.WriteAsync(context, authenticated ? 403 : 401, "admin-forbidden", "Not authorized",
+            $"The PersistentServices admin endpoints require the authorization policy '{policy}'.");
     }
 
     /// <summary>The runtime when sessions can be listed (recovered: replaying, ready or draining); else writes 503 and returns null.</summary>
@@ -436,9 +449,8 @@ internal static partial class AdminEndpoints
     private static partial void RepairRefused(ILogger logger, string principal, string action, string sessionTag, string state);
 
     [LoggerMessage(1164, LogLevel.Warning,
-        "Refused an admin request to {Path} from {Principal}: the authorization policy '{Policy}' does not allow it, yet the request reached the endpoint " +
-        "(is app.UseAuthorization() missing or placed before authentication, or was AllowAnonymous added to the admin endpoints?)")]
-    private static partial void AdminRefused(ILogger logger, string principal, string policy, string path);
+        "Refused an admin request to {Path} from {Principal}: the authorization policy '{Policy}' does not allow it ({Where})")]
+    private static partial void AdminRefused(ILogger logger, string principal, string policy, string path, string where);
 
     [LoggerMessage(1165, LogLevel.Debug, "Operator {Principal} listed {Count} of {Total} sessions")]
     private static partial void ListedSessions(ILogger logger, string principal, int count, int total);

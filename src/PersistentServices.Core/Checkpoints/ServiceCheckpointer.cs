@@ -291,9 +291,12 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
             // is then at rest, and the next recovery scans none of its records before this point.
             if (session.QuarantineReason is { } reason && session.Diverged is not null && !session.Ended)
             {
-                // A quarantined session's marker is carried forward like an idle session's checkpoint, so the log's start
-                // moves past it: it is all that is kept of the session.
-                if (session.ServiceCheckpointsSinceCheckpoint >= idleAfter)
+                // A quarantined session's marker is carried forward so the log's start moves past it: it is all that is kept
+                // of the session, and it never changes. Not after idleAfter service checkpoints, as an idle session's checkpoint
+                // is (issue 55: the marker then held the log's begin, and everything logged after it, for idleAfter service
+                // checkpoints, 4 minutes by default, at every carry), but at each service checkpoint once one was taken since
+                // it was logged: one small record per quarantined session and checkpoint, and the begin follows the checkpoints.
+                if (session.ServiceCheckpointsSinceCheckpoint >= 1)
                 {
                     var marker = SessionCheckpoints.CaptureQuarantineMarker(session, reason);
                     session.ContinueFromCheckpoint(log.Append(RecordKind.SessionCheckpoint, marker), marker);

@@ -56,11 +56,24 @@ public sealed class DomainEndpointsTests : IDisposable
         await using var server = await StartMemberAAsync();
 
         using var response = await SendSignedAsync(server, HttpMethod.Post, ServiceDomain.RecoveredPath,
-            """[{"Service":"B","Epoch":3,"Lsn":4096},{"Service":"Z","Epoch":1,"Lsn":64}]""");
+            """[{"Service":"B","Epoch":3,"Lsn":4096}]""");
 
         Assert.Equal(HttpStatusCode.NoContent, response.StatusCode);
         Assert.Equal(4096, server.Runtime.Domain.Recovered.RecoveredLsn("B", 3));
-        Assert.DoesNotContain(server.Runtime.Domain.Recovered.All, n => n.Service == "Z"); // not a member: left out
+    }
+
+    [Fact]
+    public async Task TellRecovered_NamingAServiceOutsideTheDomain_Is400ProblemDetails_AndNothingIsLearned()
+    {
+        // Issue 55: a member name that is not in the domain was answered 204 (and left out silently).
+        await using var server = await StartMemberAAsync();
+
+        using var response = await SendSignedAsync(server, HttpMethod.Post, ServiceDomain.RecoveredPath,
+            """[{"Service":"B","Epoch":3,"Lsn":4096},{"Service":"Z","Epoch":1,"Lsn":64}]""");
+
+        var problem = await ProblemAsync(response, HttpStatusCode.BadRequest, "domain-recovered");
+        Assert.Contains("'Z', which is not a member", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+        Assert.DoesNotContain(server.Runtime.Domain.Recovered.All, n => n.Service is "Z" or "B");
     }
 
     [Fact]

@@ -425,7 +425,7 @@ public sealed class PersistenceMiddlewareTests : IAsyncLifetime
     public async Task TooManySessions_Gets429()
     {
         await _server.DisposeAsync();
-        _server = await TestServer.StartAsync(_dir.Path, o => o.MaxSessions = 2, behavior: _behavior);
+        _server = await TestServer.StartAsync(_dir.Path, o => (o.MaxSessions, o.MaxSessionsPerAddress) = (2, 2), behavior: _behavior); // the table, not one address's share
         await _server.StartSessionAsync();
         await _server.StartSessionAsync();
 

@@ -45,6 +45,9 @@ public sealed class QuarantineTests : IDisposable
             await server.RecoveryCompletion;
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
             Assert.NotNull(server.Session(session).QuarantineReason);
+            var (diverged, why) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
+            Assert.Equal(HttpStatusCode.InternalServerError, diverged.StatusCode);
+            Assert.Contains("replaying request 1 of this session", why.GetProperty("detail").GetString(), StringComparison.Ordinal);
             await server.CrashAsync();
         }
 
@@ -59,6 +62,11 @@ public sealed class QuarantineTests : IDisposable
             var (refused, problem) = await server.SendAsync(HttpMethod.Post, "/cart/add", session, 2, new { item = "b" });
             Assert.Equal(HttpStatusCode.InternalServerError, refused.StatusCode);
             Assert.Equal("urn:persistentservices:problem:session-diverged", problem.GetProperty("type").GetString());
+
+            // Issue 55: known from its marker, the quarantine names no request ("request 0" before).
+            var detail = problem.GetProperty("detail").GetString();
+            Assert.DoesNotContain("request 0", detail, StringComparison.Ordinal);
+            Assert.Contains("At an earlier restart, replaying this session did not reproduce", detail, StringComparison.Ordinal);
 
             // Service checkpoints carry the marker forward: the log's start moves past the session's records.
             var recordOfRequest1 = server.Session(session).RecoveryLsn;
@@ -145,6 +153,43 @@ public sealed class QuarantineTests : IDisposable
             var request = TestServer.Request(HttpMethod.Post, "/cart/add", null, null, new { item = "keyed" });
             request.Headers.TryAddWithoutValidation("Idempotency-Key", $"\"{key}\"");
             return request;
+        }
+    }
+
+    [Fact]
+    public async Task QuarantinedKey_ItsMarkerIsCarriedForward_TheLogsBeginMovesPastIt()
+    {
+        // Issue 55: a quarantined key's marker held the log's begin back (reported: for the key's whole Retention). The
+        // marker was carried forward like an idle session's checkpoint, after IdleCheckpointAfter (4) service checkpoints,
+        // so the begin stayed at the marker for four minutes at a time; now at each service checkpoint after its first.
+        Action<PersistentServicesOptions> options = _ => { };
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, behavior: _behavior))
+        {
+            using var first = new HttpRequestMessage(HttpMethod.Post, "/cart/add") { Content = System.Net.Http.Json.JsonContent.Create(new { item = "keyed" }) };
+            first.Headers.TryAddWithoutValidation("Idempotency-Key", "\"k-1\"");
+            using var reply = await server.Client.SendAsync(first, Ct);
+            Assert.Equal(HttpStatusCode.OK, reply.StatusCode);
+            await server.CrashAsync();
+        }
+
+        _behavior.Salt = "-changed";
+        await using (var server = await TestServer.StartAsync(_dir.Path, options, behavior: _behavior))
+        {
+            await server.RecoveryCompletion;
+            Assert.Equal(1, server.Runtime.QuarantinedSessions);
+            var key = server.Runtime.Sessions.Enumerate().Single(s => s.QuarantineReason is not null);
+            var marker = key.RecoveryLsn;
+            var log = server.Runtime.Log;
+            Assert.Equal(4, server.Runtime.Options.IdleCheckpointAfter);
+            for (var i = 0; i < 2; i++)
+            {
+                var other = await server.StartSessionAsync();
+                await server.SendAsync(HttpMethod.Post, "/counter/add", other, 1, new { opId = "o" + i, amount = 1 });
+                await server.Runtime.Checkpointer.TakeAsync(cleanShutdown: false, Ct);
+            }
+
+            Assert.True(log.BeginAddress > marker,
+                $"the log's begin {log.BeginAddress} did not move past the quarantined key's marker {marker} (now recovery {key.RecoveryLsn}, retain {key.RetainLsn})");
         }
     }
 }

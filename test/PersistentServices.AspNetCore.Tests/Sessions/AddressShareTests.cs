@@ -95,4 +95,58 @@ public sealed class AddressShareTests : IDisposable
         Assert.Equal(HttpStatusCode.OK, keyedReply.StatusCode);
         Assert.Equal(102, server.Runtime.Sessions.Count);
     }
+
+    [Fact]
+    public async Task OnASmallTable_OneAnonymousAddressFlooding_LeavesRoom_AnAuthenticatedClientStillStartsASession()
+    {
+        // Issue 55: with MaxSessions 20 the default share was "at least 100", the whole table: one anonymous address took it
+        // all and an authenticated client got 429. The default share is now at most half the table.
+        await using var server = await TestServer.StartAsync(_dir.Path, o => o.MaxSessions = 20);
+        Assert.Equal(10, server.Runtime.Options.EffectiveMaxSessionsPerAddress);
+        using var flooder = ClientFrom(server, "127.0.0.1");
+
+        var granted = 0;
+        HttpResponseMessage? refused = null;
+        for (var i = 0; i < 40 && refused is null; i++)
+        {
+            HttpResponseMessage response;
+            if (i % 2 == 0)
+            {
+                response = await flooder.PostAsync("/ps/sessions", null, Ct);
+            }
+            else
+            {
+                using var keyed = new HttpRequestMessage(HttpMethod.Post, "/counter/add") { Content = System.Net.Http.Json.JsonContent.Create(new { opId = "f" + i, amount = 1 }) };
+                keyed.Headers.TryAddWithoutValidation("Idempotency-Key", $"\"flood-{i}\"");
+                response = await flooder.SendAsync(keyed, Ct);
+            }
+
+            if (response.StatusCode == (HttpStatusCode)429)
+            {
+                refused = response;
+            }
+            else
+            {
+                Assert.True(response.IsSuccessStatusCode, $"request {i}: {(int)response.StatusCode}");
+                granted++;
+            }
+        }
+
+        Assert.NotNull(refused);
+        Assert.Equal(10, granted);
+        var problem = JsonDocument.Parse(await refused.Content.ReadAsStringAsync(Ct)).RootElement;
+        Assert.Equal("urn:persistentservices:problem:too-many-owner-sessions", problem.GetProperty("type").GetString());
+
+        // An authenticated client, from the flooder's own address, still starts a session and uses a key.
+        using var start = new HttpRequestMessage(HttpMethod.Post, "/ps/sessions");
+        start.Headers.Add("X-Test-User", "alice");
+        using var started = await flooder.SendAsync(start, Ct);
+        Assert.Equal(HttpStatusCode.Created, started.StatusCode);
+        using var aliceKeyed = new HttpRequestMessage(HttpMethod.Post, "/counter/add") { Content = System.Net.Http.Json.JsonContent.Create(new { opId = "a1", amount = 1 }) };
+        aliceKeyed.Headers.TryAddWithoutValidation("Idempotency-Key", "\"alice-1\"");
+        aliceKeyed.Headers.Add("X-Test-User", "alice");
+        using var keyedReply = await flooder.SendAsync(aliceKeyed, Ct);
+        Assert.Equal(HttpStatusCode.OK, keyedReply.StatusCode);
+        Assert.Equal(12, server.Runtime.Sessions.Count);
+    }
 }

@@ -266,13 +266,24 @@ public sealed class AdminEndpointsTests : IDisposable
             var tag = server.Session(session).TraceTag;
             foreach (var (user, expected) in new[] { ((string?)null, HttpStatusCode.Unauthorized), ("mallory", HttpStatusCode.Forbidden) })
             {
-                var (list, _) = await AdminAsync(server, HttpMethod.Get, "/ps/admin/sessions", user);
+                // Refused by the authorization middleware (the usual case): the admin-forbidden problem too (issue 55: an empty 401/403).
+                var (list, listProblem) = await AdminAsync(server, HttpMethod.Get, "/ps/admin/sessions", user);
                 Assert.Equal(expected, list);
-                var (discard, _) = await AdminAsync(server, HttpMethod.Post, $"/ps/admin/sessions/{tag}/discard", user);
+                Assert.Equal(JsonValueKind.Object, listProblem.ValueKind);
+                Assert.Equal(Problem + "admin-forbidden", listProblem.GetProperty("type").GetString());
+                Assert.Equal((int)expected, listProblem.GetProperty("status").GetInt32());
+                var (discard, discardProblem) = await AdminAsync(server, HttpMethod.Post, $"/ps/admin/sessions/{tag}/discard", user);
                 Assert.Equal(expected, discard);
+                Assert.Equal(Problem + "admin-forbidden", discardProblem.GetProperty("type").GetString());
             }
 
             Assert.Equal(1, server.Runtime.QuarantinedSessions);
+            Assert.Equal(4, _logs.Lines.Count(l => l.EventId == 1164 && l.Message.Contains("refused by the authorization middleware", StringComparison.Ordinal)));
+
+            // Not the admin endpoints: the application's own refusals are left as ASP.NET writes them.
+            using var other = await server.Client.GetAsync("/ops-only", Ct);
+            Assert.Equal(HttpStatusCode.Unauthorized, other.StatusCode);
+            Assert.Empty(await other.Content.ReadAsStringAsync(Ct));
         }
 
         // An application that opens the group (AllowAnonymous) still does not open it: the handlers check the policy again.
@@ -365,6 +376,7 @@ public sealed class AdminEndpointsTests : IDisposable
             }
 
             (admin ?? (a => a.MapPersistentServicesAdmin("ops")))(app);
+            app.MapGet("/ops-only", () => "ops").RequireAuthorization("ops");
         }, behavior: _behavior);
 
     private static async Task<(HttpStatusCode Status, JsonElement Body)> AdminAsync(TestServer server, HttpMethod method, string path, string? user = Operator)

@@ -104,6 +104,7 @@ public sealed class SessionAdmissionTests : IDisposable
         await using var server = await TestServer.StartAsync(_dir.Path, o =>
         {
             o.MaxSessions = 3;
+            o.MaxSessionsPerAddress = 3; // the table's cap, not one address's share (by default at most half of it)
             o.UnusedSessionRetention = TimeSpan.FromMinutes(1);
         }, time);
         for (var i = 0; i < 3; i++)
@@ -181,7 +182,7 @@ public sealed class SessionAdmissionTests : IDisposable
     [Fact]
     public async Task Health_TurnsDegradedNearMaxSessions()
     {
-        await using var server = await TestServer.StartAsync(_dir.Path, o => o.MaxSessions = 10);
+        await using var server = await TestServer.StartAsync(_dir.Path, o => (o.MaxSessions, o.MaxSessionsPerAddress) = (10, 10)); // the table, not one address's share
         for (var i = 0; i < 8; i++)
         {
             await server.StartSessionAsync();

@@ -171,7 +171,8 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
             if (session.Diverged is not null)
             {
                 // Quarantined (its replay diverged): after the retention the key is remembered as an expired key, whose repeats
-                // get 410 and never run again; the quarantine ends, with its slot in the health count and its hold on the log.
+                // get 410 and never run again; the quarantine ends, with its slot in the health count. (Its marker holds no log:
+                // service checkpoints carry it forward, ServiceCheckpointer.CheckpointStaleAsync.)
                 if (age >= options.Retention && session.QuarantineReason is not null &&
                     quarantines.Release(session, ExpiredReply(options), "the key's retention ended", logger))
                 {
