@@ -133,8 +133,6 @@ public static class PersistentServicesServiceCollectionExtensions
         return services;
     }
 
-    /// <summary>The crash point the host's configuration arms (docs/checkpoints.md), or none.</summary>
-    /// <exception cref="InvalidOperationException">The hit count is not a non-negative integer.</exception>
     /// <summary>
     /// The admin endpoints' refusals by the authorization middleware as <c>admin-forbidden</c> problems with event 1164
     /// (<see cref="AdminAuthorizationResultHandler"/>): it wraps the application's result handler registered so far, or
@@ -159,6 +157,8 @@ public static class PersistentServicesServiceCollectionExtensions
         services.AddSingleton<Microsoft.AspNetCore.Authorization.IAuthorizationMiddlewareResultHandler>(static provider => provider.GetRequiredService<AdminAuthorizationResultHandler>());
     }
 
+    /// <summary>The crash point the host's configuration arms (docs/checkpoints.md), or none.</summary>
+    /// <exception cref="InvalidOperationException">The hit count is not a non-negative integer.</exception>
     private static PersistentServices.Checkpoints.CrashPoints CrashPointsFromConfiguration(Microsoft.Extensions.Configuration.IConfiguration? configuration)
     {
         var point = configuration?[PersistentServices.Checkpoints.CrashPoints.PointKey];
