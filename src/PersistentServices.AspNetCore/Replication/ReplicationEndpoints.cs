@@ -98,6 +98,13 @@ internal static class ReplicationEndpoints
 
         if (node.Replica is not { } replica)
         {
+            if (node.Role == ReplicationRole.Primary && shipment.Term > node.Term && node.GrantHandoverClaim(shipment) is { } vote)
+            {
+                // A switchover's claim of the term this primary hands over: its vote, and it is not fenced before the target holds a majority.
+                await WriteAnswerAsync(context, 409, ShipmentAnswer.From(vote)).ConfigureAwait(false);
+                return;
+            }
+
             if (node.Role == ReplicationRole.Primary && shipment.Term > node.Term)
             {
                 // A primary of a newer term exists: this one is fenced (it acknowledges nothing more) and restarts as a replica.

@@ -19,6 +19,11 @@ internal sealed partial class ReplicationNode
 {
     private int _switching;
 
+    /// <summary>The term a switchover under way asks its target to claim (0: none), and the claim of it this primary granted (empty: none yet). Under <see cref="ReplicationNode._gate"/>.</summary>
+    private long _handingOverTerm;
+
+    private Guid _handoverVote;
+
     /// <summary>
     /// Whether this replica is claiming a term for its own promotion now (<see cref="PromoteAsync"/>), for its status: the
     /// failover coordinator counts a promotion under way as a primary about to be. (That it refuses other candidates'
@@ -43,9 +48,11 @@ internal sealed partial class ReplicationNode
     ///   running finish and become durable (so on the replicas they are required on);</item>
     /// <item>within <see cref="ReplicationOptions.SwitchoverTimeout"/> the target must hold this log to its end, with
     ///   nothing appended after it: otherwise the switchover is refused and this primary serves again;</item>
-    /// <item>the target is asked to promote itself to the next term through the usual signed promotion, whose claim at a
-    ///   majority tells this node of the term: from then on it is fenced, as any primary that learns of a newer term (it
-    ///   acknowledges nothing more, answers 503 <c>replica</c>, and rejoins as a replica when restarted).</item>
+    /// <item>the target is asked to promote itself to the next term through the usual signed promotion; its claim at a
+    ///   majority reaches this node too, which grants it as a voter without being fenced (<see cref="GrantHandoverClaim"/>),
+    ///   so the claim's majority may count it; once the target answers that it is promoted this node is fenced, as any
+    ///   primary that learns of a newer term (it acknowledges nothing more, answers 503 <c>replica</c>, and rejoins as a
+    ///   replica when restarted). Refused or unanswered and no claim granted: this primary serves again.</item>
     /// </list>
     /// </summary>
     public async Task<SwitchoverResult> SwitchoverAsync(Uri? to, CancellationToken cancellationToken)
@@ -53,14 +60,6 @@ internal sealed partial class ReplicationNode
         if (Role != ReplicationRole.Primary || _watermark is null)
         {
             return Refused($"this process is the {Role} of term {Term}, not a primary with replicas");
-        }
-
-        var group = _options.Peers.Count + 1 + _options.Witnesses.Count;
-        var majority = (group / 2) + 1;
-        if (_options.Peers.Count - 1 + _options.Witnesses.Count < majority - 1)
-        {
-            // The promotion's claim counts the target and the nodes that take its term; this one is fenced by it and does not count.
-            return Refused($"a group of {group} nodes cannot hand over: the promotion's majority ({majority}) would need this primary's own vote. Add a replica or a witness");
         }
 
         var target = to is null
@@ -177,20 +176,53 @@ internal sealed partial class ReplicationNode
 
             var waited = Stopwatch.GetElapsedTime(started);
             var http = _httpClients.CreateClient(HttpClientName);
-            var (promoted, answer) = await ReplicationMessages.RequestPromotionAsync(http, target.Replica, term, this, cancellationToken).ConfigureAwait(false);
-            if (!promoted)
+            lock (_gate)
             {
-                // Refused before the target took the term (it is not a replica, or holds less): nothing changed, serve again. Refused
-                // after (its claim found no majority): the target now refuses this term's shipments, so this primary is fenced by the
-                // next one, as by any promotion; with Raft the coordinator promotes the replica that holds the most.
+                // From now on the target's claim of the term is a vote request to this primary too (GrantHandoverClaim): it is
+                // granted, durably, without fencing this node, so the promotion's majority may count this node, and a group
+                // whose other replica is away (stopped, fenced, not listening yet) still hands over.
+                _handingOverTerm = term;
+                _handoverVote = Guid.Empty;
+            }
+
+            bool promoted;
+            string answer;
+            Guid vote;
+            try
+            {
+                (promoted, answer) = await ReplicationMessages.RequestPromotionAsync(http, target.Replica, term, this, cancellationToken).ConfigureAwait(false);
+            }
+            finally
+            {
+                lock (_gate)
+                {
+                    vote = _handoverVote;
+                    _handingOverTerm = 0;
+                    _handoverVote = Guid.Empty;
+                }
+            }
+
+            if (!promoted && vote == Guid.Empty)
+            {
+                // Refused (or not answered) and this primary granted no claim of the term: it was not fenced by this switchover,
+                // and serves again in its term. (Fenced meanwhile only by something else: a newer term's shipment or claim.)
                 resumed = Role == ReplicationRole.Primary && _watermark?.Fault is null;
-                return Refused($"{target.Replica} was not promoted ({answer}){(resumed ? "; this primary serves again" : "; this primary was fenced meanwhile")}",
+                return Refused($"{target.Replica} was not promoted ({answer}){(resumed ? "; this primary serves again" : "; this primary was fenced meanwhile by another term")}",
                     target.Replica, term, waited, resumed);
             }
 
-            // The target's claim told this node of the term (it was fenced then); if that message was lost, the majority took the term
-            // anyway: fence here too, so nothing more is acknowledged by this node whatever else arrives.
+            // Promoted: its claim holds a majority, and this node is fenced now (it may be one of that majority). Or not known to
+            // be promoted while this primary granted the claim (the answer lost, the target gone after its claim): it took the
+            // term with its vote and may be part of the target's majority, so it must not serve its old term again; fenced, it
+            // leaves the choice to the next promotion (with Raft, the coordinator's).
             Fence(term, target.Replica.ToString());
+            if (!promoted)
+            {
+                resumed = false;
+                return Refused($"{target.Replica} was not known to be promoted ({answer}) after this primary granted its claim of term {term}; this primary is fenced",
+                    target.Replica, term, waited, resumed: false);
+            }
+
             resumed = false;
             ReplicationServiceEvents.SwitchedOver(_logger, target.Replica.ToString(), term, until, (long)waited.TotalMilliseconds);
             return new SwitchoverResult(true, null, target.Replica, term, until, waited, Resumed: false);
@@ -239,6 +271,47 @@ internal sealed partial class ReplicationNode
     {
         until = log.LocalDurableUntil;
         return _availability.Executing == 0 && log.TailAddress == until && target.ShippedUntil >= until;
+    }
+
+    /// <summary>
+    /// A promotion's claim (<paramref name="claim"/>, a probe naming its candidate) reached this node while it is the
+    /// primary: null when it is no switchover's claim of the term this primary hands over (the caller fences as for any newer
+    /// term); else this primary's vote. The first candidate of the handover's term is granted: the term and the vote are
+    /// written to the term file first (a restart comes back as a replica of that term, and denies another candidate of it),
+    /// then the answer is where this log stands in that term, as a replica's grant (<c>position</c>), and the node is not
+    /// fenced yet: <see cref="HandOverAsync"/> fences it once the target answers. Another candidate of the term is denied.
+    /// </summary>
+    public ShipmentResult? GrantHandoverClaim(in Shipment claim)
+    {
+        if (!claim.IsClaim)
+        {
+            return null;
+        }
+
+        lock (_gate)
+        {
+            if (Role != ReplicationRole.Primary || _handingOverTerm == 0 || claim.Term != _handingOverTerm || _watermark?.Fault is not null)
+            {
+                return null;
+            }
+
+            var log = _runtime.Log;
+            var until = log.LocalDurableUntil;
+            if (_handoverVote != Guid.Empty && _handoverVote != claim.Candidate)
+            {
+                ReplicationServiceEvents.HandoverClaimDenied(_logger, claim.Term, claim.Candidate.ToString("N"), _handoverVote.ToString("N"));
+                return new ShipmentResult(ShipmentOutcome.Denied, claim.Term, Term, log.BeginAddress, until, 0);
+            }
+
+            if (_handoverVote == Guid.Empty)
+            {
+                TermFile.Write(log.Directory, new TermRecord(claim.Term, Primary: false, Term, claim.Candidate), _service.Log.FileMode);
+                _handoverVote = claim.Candidate;
+                ReplicationServiceEvents.HandoverClaimGranted(_logger, claim.Term, claim.Candidate.ToString("N"), until);
+            }
+
+            return new ShipmentResult(ShipmentOutcome.Position, claim.Term, Term, log.BeginAddress, until, 0);
+        }
     }
 
     private SwitchoverResult Refused(string why, Uri? target = null, long term = 0, TimeSpan waited = default, bool resumed = true)

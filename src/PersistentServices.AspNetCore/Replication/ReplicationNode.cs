@@ -433,7 +433,9 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             }
 
             Role = ReplicationRole.Replica;
-            TermFile.Write(_runtime.Log.Directory, new TermRecord(newerTerm, Primary: false, Term), _service.Log.FileMode);
+            // A vote this primary gave in the term (a switchover's claim it granted, GrantHandoverClaim) is kept: restarted, it denies another candidate of it.
+            var vote = TermFile.Read(_runtime.Log.Directory) is { Primary: false } granted && granted.Term == newerTerm ? granted.VotedFor : Guid.Empty;
+            TermFile.Write(_runtime.Log.Directory, new TermRecord(newerTerm, Primary: false, Term, vote), _service.Log.FileMode);
         }
 
         ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, source);

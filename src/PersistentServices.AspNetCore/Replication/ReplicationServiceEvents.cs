@@ -39,6 +39,13 @@ internal static partial class ReplicationServiceEvents
         "Replication: switchover: every request finished; {Sessions} sessions and {Variables} shared variables checkpointed, service checkpoint at LSN {Lsn} ({ElapsedMs} ms): the next primary replays nothing this one ran")]
     public static partial void SwitchoverCheckpointed(ILogger logger, int sessions, int variables, long lsn, long elapsedMs);
 
+    [LoggerMessage(1428, LogLevel.Information,
+        "Replication: this primary hands over and grants the switchover's claim of term {Term} to candidate {Candidate} (its log until {Until}); it serves nothing more in its own term")]
+    public static partial void HandoverClaimGranted(ILogger logger, long term, string candidate, long until);
+
+    [LoggerMessage(1429, LogLevel.Warning, "Replication: this primary denies candidate {Candidate} term {Term}: it granted that term to candidate {VotedFor}")]
+    public static partial void HandoverClaimDenied(ILogger logger, long term, string candidate, string votedFor);
+
     [LoggerMessage(1447, LogLevel.Warning, "Replication: switchover to {Replica} refused: {Why}")]
     public static partial void SwitchoverRefused(ILogger logger, string replica, string why);
 
