@@ -14,12 +14,14 @@ namespace PersistentServices.Tool;
 internal static class ReplicationCommand
 {
     public const string Usage = """
-          psctl replication status <node-url>
+          psctl replication status <node-url> --service <ServiceName>
           psctl replication promote <node-url> --service <ServiceName> --term <T>
           psctl replication switchover <primary-url> --service <ServiceName> [--to <replica-url>]
 
         status   the node's role, term, and what it holds (a replica: its log's begin and durable end) or ships (a
                  primary: its durable end, what its replicas hold, each shipper's state and lag in bytes), as JSON.
+                 Signed with the peer key like the others: a node answers its status only to the group's own nodes
+                 and operators (401 otherwise).
         promote  makes a replica the primary of term T, which must be newer than every term it has seen (status shows
                  its term: give one more). Promote a replica only once the old primary is gone or fenced; in synchronous
                  mode every replica holds everything acknowledged. The old primary, when it comes back, is fenced by the
@@ -29,7 +31,10 @@ internal static class ReplicationCommand
                  the running ones finish, waits until the replica holds its whole log (Replication.SwitchoverTimeout,
                  5 s by default), and has it promoted to the next term; it is then fenced and rejoins as a replica
                  when restarted. If the replica does not catch up in time, nothing changes and the primary serves again.
-                 The peer key (PersistentServicesOptions.Calls.PeerKey) is read from PSCTL_PEER_KEY, or --peer-key-file.
+                 psctl reads the primary's term from its status first: the switchover names that term and the node.
+        Each message names the node it is sent to (give its base address as the group knows it: Replication.Address,
+        or as the other nodes list it) and the term it is for, and a node takes each signed message once.
+        The peer key (PersistentServicesOptions.Calls.PeerKey) is read from PSCTL_PEER_KEY, or --peer-key-file.
 
         Exit status: 0 done; 1 refused (the node answered why); 2 the node could not be asked (usage, unreachable).
         """;
@@ -78,12 +83,24 @@ internal static class ReplicationCommand
         }
 
         using var http = new HttpClient { Timeout = TimeSpan.FromSeconds(30) };
+        var peerKey = keyFile is not null ? File.ReadAllText(keyFile).Trim() : environment("PSCTL_PEER_KEY");
         try
         {
             switch (args[0])
             {
                 case "status":
-                    return Print(http.GetAsync(new Uri(node, "/ps/replication/status")).GetAwaiter().GetResult(), output, error);
+                    if (service is null || string.IsNullOrEmpty(peerKey))
+                    {
+                        error.WriteLine("psctl replication status: give --service <ServiceName> and the service's peer key (PSCTL_PEER_KEY=<key>, or --peer-key-file <file>): " +
+                                        "a node shows its status only to requests signed with it.");
+                        return Cli.CannotCheck;
+                    }
+
+                    using (var request = Status(node, service, peerKey))
+                    {
+                        return Print(http.SendAsync(request).GetAwaiter().GetResult(), output, error);
+                    }
+
                 case "promote" or "switchover":
                     if (service is null || (args[0] == "promote" ? term == 0 : term != 0) || (args[0] == "promote" && to is not null))
                     {
@@ -93,14 +110,27 @@ internal static class ReplicationCommand
                         return Cli.CannotCheck;
                     }
 
-                    var key = keyFile is not null ? File.ReadAllText(keyFile).Trim() : environment("PSCTL_PEER_KEY");
-                    if (string.IsNullOrEmpty(key))
+                    if (string.IsNullOrEmpty(peerKey))
                     {
                         error.WriteLine($"psctl replication {args[0]}: the service's peer key is needed: PSCTL_PEER_KEY=<key>, or --peer-key-file <file>.");
                         return Cli.CannotCheck;
                     }
 
-                    using (var request = args[0] == "promote" ? Promotion(new Uri(node, "/ps/replication/promote"), service, term, key) : Switchover(node, service, to, key))
+                    if (args[0] == "switchover")
+                    {
+                        // The switchover names the primary's term: read it from the node first.
+                        using var ask = Status(node, service, peerKey);
+                        using var answer = http.SendAsync(ask).GetAwaiter().GetResult();
+                        if (!answer.IsSuccessStatusCode)
+                        {
+                            return Print(answer, output, error);
+                        }
+
+                        using var status = System.Text.Json.JsonDocument.Parse(answer.Content.ReadAsStringAsync().GetAwaiter().GetResult());
+                        term = status.RootElement.GetProperty("term").GetInt64();
+                    }
+
+                    using (var request = args[0] == "promote" ? Promotion(node, service, term, peerKey) : Switchover(node, service, term, to, peerKey))
                     {
                         return Print(http.SendAsync(request).GetAwaiter().GetResult(), output, error);
                     }
@@ -118,23 +148,37 @@ internal static class ReplicationCommand
         }
     }
 
-    /// <summary>A promotion signed as the nodes sign replication messages (PS-Signature v2, role "replication").</summary>
-    internal static HttpRequestMessage Promotion(Uri promote, string service, long term, string peerKey)
-        => Signed(promote, service, string.Create(CultureInfo.InvariantCulture, $"term={term}"), peerKey);
+    /// <summary>A promotion of the node at <paramref name="node"/> to <paramref name="term"/>, signed as the nodes sign replication messages (PS-Signature v2, role "replication"), naming the node.</summary>
+    internal static HttpRequestMessage Promotion(Uri node, string service, long term, string peerKey)
+        => Signed(HttpMethod.Post, new Uri(node, "/ps/replication/promote"), service, string.Create(CultureInfo.InvariantCulture, $"term={term};node={node}"), peerKey);
 
-    /// <summary>A switchover of the primary at <paramref name="primary"/> to <paramref name="to"/> (null: the replica that holds the most), signed the same way.</summary>
-    internal static HttpRequestMessage Switchover(Uri primary, string service, Uri? to, string peerKey)
-        => Signed(new Uri(primary, "/ps/replication/switchover"), service, $"to={to}", peerKey);
+    /// <summary>
+    /// A switchover of the primary at <paramref name="primary"/>, in <paramref name="term"/>, to <paramref name="to"/> (null: the
+    /// replica that holds the most), signed the same way, naming the primary and its term.
+    /// </summary>
+    internal static HttpRequestMessage Switchover(Uri primary, string service, long term, Uri? to, string peerKey)
+        => Signed(HttpMethod.Post, new Uri(primary, "/ps/replication/switchover"), service,
+            string.Create(CultureInfo.InvariantCulture, $"term={term};node={primary};to={to}"), peerKey);
+
+    /// <summary>A status request (<c>GET</c>, <c>PS-Replication: status</c>), signed the same way.</summary>
+    internal static HttpRequestMessage Status(Uri node, string service, string peerKey)
+        => Signed(HttpMethod.Get, new Uri(node, "/ps/replication/status"), service, "status", peerKey);
 
     /// <summary>A replication message with no body and <paramref name="header"/> as its PS-Replication header, signed with the peer key.</summary>
-    private static HttpRequestMessage Signed(Uri endpoint, string service, string header, string peerKey)
+    private static HttpRequestMessage Signed(HttpMethod method, Uri endpoint, string service, string header, string peerKey)
     {
-        var request = new HttpRequestMessage(HttpMethod.Post, endpoint) { Content = new ByteArrayContent([]) };
-        request.Content.Headers.ContentType = new MediaTypeHeaderValue("application/octet-stream");
+        var request = new HttpRequestMessage(method, endpoint);
+        if (method == HttpMethod.Post)
+        {
+            request.Content = new ByteArrayContent([]);
+            request.Content.Headers.ContentType = new MediaTypeHeaderValue("application/octet-stream");
+        }
+
         request.Headers.Add("PS-Replication", header);
         request.Headers.Add("PS-Caller", service);
         request.Headers.Add("PS-Callee", service);
-        var message = new PeerMessage("POST", endpoint.PathAndQuery, service, service, "", "", "replication", header, "application/octet-stream");
+        var message = new PeerMessage(method.Method, endpoint.PathAndQuery, service, service, "", "", "replication", header,
+            method == HttpMethod.Post ? "application/octet-stream" : "");
         request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(peerKey), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, []));
         return request;
     }

@@ -337,6 +337,59 @@ public sealed class FailoverTests : IDisposable
         }
     }
 
+    [Fact]
+    public async Task ACapturedSwitchover_ReplayedToTheNewPrimary_IsRefused_AndTheGroupKeepsItsPrimary()
+    {
+        // Issue 51: a signed switchover captured on its way to node0 (made as psctl makes it: node0, term 1, to node1) and
+        // sent again to the new primary fenced it before (it named neither node nor term). Now it names both, and a node
+        // takes each signed message once: at node1 it is for another term (409 replication-stale-term), at node0 again it
+        // is a replay (409 replication-replayed), and node1 stays the primary of term 2.
+        var (ports, nodes, _) = await StartGroupAsync();
+        try
+        {
+            var header = $"term=1;node=http://127.0.0.1:{ports[0]}/;to=http://127.0.0.1:{ports[1]}/";
+            var signature = PersistentServices.Calls.PeerSignature.Sign(System.Text.Encoding.UTF8.GetBytes(PeerKey), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(),
+                PersistentServices.Calls.PeerSignature.V2,
+                new PersistentServices.Calls.PeerMessage("POST", "/ps/replication/switchover", "orders", "orders", "", "", "replication", header, "application/octet-stream"), []);
+            HttpRequestMessage Captured()
+            {
+                var request = new HttpRequestMessage(HttpMethod.Post, "/ps/replication/switchover") { Content = new ByteArrayContent([]) };
+                request.Content.Headers.ContentType = new System.Net.Http.Headers.MediaTypeHeaderValue("application/octet-stream");
+                request.Headers.Add("PS-Replication", header);
+                request.Headers.Add("PS-Caller", "orders");
+                request.Headers.Add("PS-Callee", "orders");
+                request.Headers.Add("PS-Signature", signature);
+                return request;
+            }
+
+            using (var first = Captured())
+            using (var handedOver = await nodes[0].Client.SendAsync(first, TestContext.Current.CancellationToken))
+            {
+                Assert.True(handedOver.StatusCode == HttpStatusCode.OK, await handedOver.Content.ReadAsStringAsync(TestContext.Current.CancellationToken));
+            }
+
+            Assert.Equal(1, await PrimaryAsync(nodes));
+            foreach (var (node, type) in new[] { (1, "replication-stale-term"), (0, "replication-replayed"), (2, "replication-stale-term") })
+            {
+                using var replay = Captured();
+                using var refused = await nodes[node].Client.SendAsync(replay, TestContext.Current.CancellationToken);
+                var body = await refused.Content.ReadAsStringAsync(TestContext.Current.CancellationToken);
+                Assert.True(refused.StatusCode == HttpStatusCode.Conflict, $"node{node}: {(int)refused.StatusCode} {body}");
+                Assert.Equal("urn:persistentservices:problem:" + type, JsonDocument.Parse(body).RootElement.GetProperty("type").GetString());
+            }
+
+            Assert.Equal(1, await PrimaryAsync(nodes));
+            Assert.Equal(2, (await StatusAsync(nodes[1])).GetProperty("term").GetInt64());
+        }
+        finally
+        {
+            foreach (var node in nodes)
+            {
+                await node.DisposeAsync();
+            }
+        }
+    }
+
     private static Task<(int Exit, string Output)> SwitchoverAsync(int[] ports, int from, int to)
         => ReplicationTests.RunPsctlWithKeyAsync(PeerKey, "replication", "switchover", $"http://127.0.0.1:{ports[from]}", "--service", "orders",
             "--to", $"http://127.0.0.1:{ports[to]}");

@@ -29,6 +29,7 @@ public sealed class ReplicationCommandTests
     }
 
     [Theory]
+    [InlineData(new[] { "status", "http://127.0.0.1:1" }, "give --service <ServiceName> and the service's peer key")]
     [InlineData(new[] { "status" }, "node's base address")]
     [InlineData(new[] { "status", "not a url" }, "node's base address")]
     [InlineData(new[] { "promote", "http://127.0.0.1:1", "--term", "2" }, "give --service")]
@@ -54,19 +55,37 @@ public sealed class ReplicationCommandTests
     }
 
     [Fact]
-    public void ThePromotion_IsSignedForTheServiceWithTheTermInTheSignedHeader()
+    public void ThePromotion_IsSignedForTheServiceWithTheTermAndTheNodeInTheSignedHeader()
     {
         const string key = "a-peer-key-long-enough-0123456789";
-        using var request = ReplicationCommand.Promotion(new Uri("http://orders-1:8080/ps/replication/promote"), "orders", 7, key);
+        using var request = ReplicationCommand.Promotion(new Uri("http://orders-1:8080"), "orders", 7, key);
 
-        Assert.Equal("term=7", request.Headers.GetValues("PS-Replication").Single());
+        Assert.Equal("term=7;node=http://orders-1:8080/", request.Headers.GetValues("PS-Replication").Single());
+        Assert.Equal("/ps/replication/promote", request.RequestUri!.AbsolutePath);
         var signature = PeerSignature.Parse(request.Headers.GetValues("PS-Signature").Single(), out var error);
         Assert.True(signature is not null, error);
-        var message = new PeerMessage("POST", "/ps/replication/promote", "orders", "orders", "", "", "replication", "term=7", "application/octet-stream");
+        var message = new PeerMessage("POST", "/ps/replication/promote", "orders", "orders", "", "", "replication", "term=7;node=http://orders-1:8080/", "application/octet-stream");
         Assert.True(PeerSignature.Matches(Encoding.UTF8.GetBytes(key), signature.Value.UnixMs, signature.Value.Version, message,
             System.Security.Cryptography.SHA256.HashData(ReadOnlySpan<byte>.Empty), signature.Value.Mac));
-        var other = message with { Dv = "term=8" };
+        var other = message with { Dv = "term=7;node=http://orders-2:8080/" };
         Assert.False(PeerSignature.Matches(Encoding.UTF8.GetBytes(key), signature.Value.UnixMs, signature.Value.Version, other,
+            System.Security.Cryptography.SHA256.HashData(ReadOnlySpan<byte>.Empty), signature.Value.Mac));
+    }
+
+    [Fact]
+    public void TheSwitchover_NamesThePrimaryAndItsTerm_AndTheStatusRequestIsSignedToo()
+    {
+        const string key = "a-peer-key-long-enough-0123456789";
+        using var switchover = ReplicationCommand.Switchover(new Uri("http://orders-0:8080"), "orders", 4, new Uri("http://orders-1:8080"), key);
+        Assert.Equal("term=4;node=http://orders-0:8080/;to=http://orders-1:8080/", switchover.Headers.GetValues("PS-Replication").Single());
+
+        using var status = ReplicationCommand.Status(new Uri("http://orders-0:8080"), "orders", key);
+        Assert.Equal(HttpMethod.Get, status.Method);
+        Assert.Equal("status", status.Headers.GetValues("PS-Replication").Single());
+        var signature = PeerSignature.Parse(status.Headers.GetValues("PS-Signature").Single(), out var error);
+        Assert.True(signature is not null, error);
+        var message = new PeerMessage("GET", "/ps/replication/status", "orders", "orders", "", "", "replication", "status", "");
+        Assert.True(PeerSignature.Matches(Encoding.UTF8.GetBytes(key), signature.Value.UnixMs, signature.Value.Version, message,
             System.Security.Cryptography.SHA256.HashData(ReadOnlySpan<byte>.Empty), signature.Value.Mac));
     }
 }

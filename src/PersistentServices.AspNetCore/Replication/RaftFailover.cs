@@ -340,7 +340,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
 
                 var term = newest + 1;
                 Promoting(_logger, candidate.Node.ToString(), term, candidate.Status!.Replica!.DurableUntil, seen);
-                var (promoted, why) = await ReplicationMessages.RequestPromotionAsync(http, candidate.Node, term, _node, cancellationToken).ConfigureAwait(false);
+                var (promoted, why) = await ReplicationMessages.RequestPromotionAsync(http, candidate.Node, term, Guid.Empty, _node, cancellationToken).ConfigureAwait(false);
                 if (promoted)
                 {
                     misses = 0;

@@ -21,6 +21,8 @@ namespace PersistentServices.Replication;
 /// <item><c>POST /ps/replication/promote</c>: makes a replica the primary of a newer term (200; 409 when it cannot).</item>
 /// <item><c>POST /ps/replication/switchover</c>: a primary hands its role to a caught-up replica (200; 409 when it cannot,
 ///   and then it serves again).</item>
+/// <item>Both name the node and the term they are for and are taken once: 409 <c>replication-misdirected</c>,
+///   <c>replication-stale-term</c> (a switchover), <c>replication-replayed</c> otherwise.</item>
 /// <item><c>GET /ps/replication/status</c>: role, term, what the node holds or ships (no secrets; unsigned).</item>
 /// </list>
 /// Shipments, promotions and switchovers must be signed by a node of this same service (<see cref="ReplicationMessages"/>): 401
@@ -150,10 +152,11 @@ internal static class ReplicationEndpoints
     {
         var node = context.RequestServices.GetRequiredService<ReplicationNode>();
         var header = context.Request.Headers[ReplicationMessages.Header].ToString();
-        if (!header.StartsWith("term=", StringComparison.Ordinal) ||
-            !long.TryParse(header.AsSpan(5), NumberStyles.None, CultureInfo.InvariantCulture, out var term) || term < 1)
+        if (!ReplicationMessages.TryParseControl(header, switchover: false, out var message))
         {
-            await RefuseAsync(context, 400, "replication-malformed", "Malformed promotion", "A promotion carries PS-Replication: term=T, the new term.").ConfigureAwait(false);
+            await RefuseAsync(context, 400, "replication-malformed", "Malformed promotion",
+                "A promotion carries PS-Replication: term=T;node=<the base address of the node asked, as the group knows it>[;candidate=<32 hex digits>], T the new term.")
+                .ConfigureAwait(false);
             return;
         }
 
@@ -170,7 +173,12 @@ internal static class ReplicationEndpoints
             return;
         }
 
-        var (promoted, why) = await node.PromoteAsync(term, context.RequestAborted).ConfigureAwait(false);
+        if (await RefuseMisdirectedOrReplayedAsync(context, node, message).ConfigureAwait(false))
+        {
+            return;
+        }
+
+        var (promoted, why) = await node.PromoteAsync(message.Term, message.Candidate, context.RequestAborted).ConfigureAwait(false);
         if (!promoted)
         {
             await RefuseAsync(context, 409, "replication-not-promoted", "Not promoted", $"This node was not promoted: {why}.").ConfigureAwait(false);
@@ -181,17 +189,19 @@ internal static class ReplicationEndpoints
     }
 
     /// <summary>
-    /// <c>PS-Replication: to=URL</c> (a replica of this primary) or <c>to=</c> (the one that holds the most): the primary
-    /// hands its role over (<see cref="ReplicationNode.SwitchoverAsync"/>); 200 with the new primary and term, 409 with why not.
+    /// <c>PS-Replication: term=T;node=URL;to=URL</c> (a replica of this primary) or <c>…;to=</c> (the one that holds the
+    /// most), T this primary's term and URL its own address: the primary hands its role over
+    /// (<see cref="ReplicationNode.SwitchoverAsync"/>); 200 with the new primary and term, 409 with why not.
     /// </summary>
     private static async Task SwitchoverAsync(HttpContext context)
     {
         var node = context.RequestServices.GetRequiredService<ReplicationNode>();
         var header = context.Request.Headers[ReplicationMessages.Header].ToString();
-        if (!TryParseSwitchover(header, out var to))
+        if (!ReplicationMessages.TryParseControl(header, switchover: true, out var message))
         {
             await RefuseAsync(context, 400, "replication-malformed", "Malformed switchover",
-                "A switchover carries PS-Replication: to=<a replica's base address>, or to= for the replica that holds the most.").ConfigureAwait(false);
+                "A switchover carries PS-Replication: term=T;node=<the primary's base address, as the group knows it>;to=<a replica's base address>, or to= " +
+                "for the replica that holds the most; T is the primary's term (psctl reads it from the node's status).").ConfigureAwait(false);
             return;
         }
 
@@ -208,9 +218,23 @@ internal static class ReplicationEndpoints
             return;
         }
 
+        if (message.Term != node.Term)
+        {
+            // Made for this node in another term (before a failover or a switchover): the primary it was for is no more.
+            await RefuseAsync(context, 409, "replication-stale-term", "Switchover for another term",
+                string.Create(CultureInfo.InvariantCulture, $"This switchover names term {message.Term}, and this node is the {node.Role} of term {node.Term}: a switchover is " +
+                $"accepted only by the primary of the term it names (psctl reads the term from the node's status).")).ConfigureAwait(false);
+            return;
+        }
+
+        if (await RefuseMisdirectedOrReplayedAsync(context, node, message).ConfigureAwait(false))
+        {
+            return;
+        }
+
         // Not the request's token: a caller that goes away must not cut a handover short between the promotion and the fence.
         // It is bounded anyway (SwitchoverTimeout, then the promotion's own timeout).
-        var result = await node.SwitchoverAsync(to, CancellationToken.None).ConfigureAwait(false);
+        var result = await node.SwitchoverAsync(message.To, CancellationToken.None).ConfigureAwait(false);
         if (!result.Done)
         {
             await RefuseAsync(context, 409, "replication-not-switched", "Not switched over",
@@ -222,16 +246,28 @@ internal static class ReplicationEndpoints
             ReplicationJson.Default.SwitchoverAnswer, contentType: null, context.RequestAborted).ConfigureAwait(false);
     }
 
-    /// <summary>Parses <c>to=</c> followed by nothing or an absolute http(s) address.</summary>
-    internal static bool TryParseSwitchover(string header, out Uri? to)
+    /// <summary>
+    /// A verified control message made for another node of the group (409 <c>replication-misdirected</c>), or one this
+    /// node already took (409 <c>replication-replayed</c>): refused, true. Otherwise it is remembered as taken, false.
+    /// </summary>
+    private static async Task<bool> RefuseMisdirectedOrReplayedAsync(HttpContext context, ReplicationNode node, ControlMessage message)
     {
-        to = null;
-        if (!header.StartsWith("to=", StringComparison.Ordinal) || header.Length > 300)
+        if (!node.IsThisNode(message.Node))
         {
-            return false;
+            await RefuseAsync(context, 409, "replication-misdirected", "Not for this node",
+                $"This message names {message.Node}, which is not this node ({(node.Options.Address is { } self ? self.ToString() : "it is one of the group's other nodes")}): " +
+                "a control message is accepted only by the node it was made for.").ConfigureAwait(false);
+            return true;
         }
 
-        return header.Length == 3 || (Uri.TryCreate(header[3..], UriKind.Absolute, out to) && to.Scheme is "http" or "https");
+        if (!node.Replays.FirstTime(context.Request.Headers[ProtocolHeaders.Signature].ToString()))
+        {
+            await RefuseAsync(context, 409, "replication-replayed", "Already taken",
+                "This node already took this very message (the same signature): a promotion or a switchover is accepted once; sign a new one.").ConfigureAwait(false);
+            return true;
+        }
+
+        return false;
     }
 
     private static Task StatusAsync(HttpContext context)

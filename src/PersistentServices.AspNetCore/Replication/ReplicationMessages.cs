@@ -18,7 +18,9 @@ namespace PersistentServices.Replication;
 /// that grants the term records as its vote); a cut (docs/replication.md, "Rejoining by cutting back") is the same with
 /// no bytes, from E, and <c>cut=E;cutsum=S</c> before the hash (S: the CRC-32C of the primary's bytes just below E, as
 /// an unsigned decimal); a promotion is <c>POST</c>
-/// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T</c> (psctl sends it:
+/// <see cref="ReplicationEndpoints.PromotePath"/> with <c>PS-Replication: term=T;node=URL[;candidate=C]</c>, and a
+/// switchover <c>term=T;node=URL;to=[URL]</c>: each names the node and the term it is for and is accepted once
+/// (<see cref="ControlReplayGuard"/>) (psctl sends both:
 /// <c>Tool/ReplicationCommand.cs</c>, the same signature format from Core). Both are signed with the peer key
 /// (<see cref="PeerSignature"/>, role <c>replication</c>, the header as the signed DV field) by and for the service of
 /// the same name: only the deployment's own nodes of this service ship to it or promote it.
@@ -88,13 +90,15 @@ internal static class ReplicationMessages
 
     /// <summary>
     /// Asks <paramref name="node"/> to promote itself to <paramref name="term"/> (<c>POST</c> <see cref="ReplicationEndpoints.PromotePath"/>,
-    /// signed), within 10 seconds: whether it did, and its answer (or why it could not be asked).
+    /// signed, naming the node and the term, and the id its claim is to carry when <paramref name="candidate"/> is given),
+    /// within 10 seconds: whether it did, and its answer (or why it could not be asked).
     /// </summary>
-    public static async Task<(bool Promoted, string Answer)> RequestPromotionAsync(HttpClient http, Uri node, long term, ReplicationNode self, CancellationToken cancellationToken)
+    public static async Task<(bool Promoted, string Answer)> RequestPromotionAsync(HttpClient http, Uri node, long term, Guid candidate, ReplicationNode self,
+        CancellationToken cancellationToken)
     {
         using var request = new HttpRequestMessage(HttpMethod.Post, new Uri(node, ReplicationEndpoints.PromotePath)) { Content = new ByteArrayContent([]) };
         request.Content.Headers.ContentType = new MediaTypeHeaderValue(ContentType);
-        Sign(request, string.Create(CultureInfo.InvariantCulture, $"term={term}"), self, []);
+        Sign(request, DescribePromotion(term, node, candidate), self, []);
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         timeout.CancelAfter(TimeSpan.FromSeconds(10));
         try
@@ -107,6 +111,70 @@ internal static class ReplicationMessages
         {
             return (false, ex.Message);
         }
+    }
+
+    /// <summary>A promotion's header: <c>term=T;node=URL[;candidate=C]</c> (the node asked, as the group knows it; C: the id its claim carries).</summary>
+    public static string DescribePromotion(long term, Uri node, Guid candidate)
+        => string.Create(CultureInfo.InvariantCulture, $"term={term};node={node}{(candidate == Guid.Empty ? "" : ";candidate=" + candidate.ToString("N"))}");
+
+    /// <summary>A switchover's header: <c>term=T;node=URL;to=[URL]</c> (the primary asked and its term; the replica to hand over to, or none: the one that holds the most).</summary>
+    public static string DescribeSwitchover(long term, Uri node, Uri? to)
+        => string.Create(CultureInfo.InvariantCulture, $"term={term};node={node};to={to}");
+
+    /// <summary>
+    /// Parses a control message's header (<see cref="DescribePromotion"/>, <see cref="DescribeSwitchover"/>): <c>term</c>
+    /// (at least 1) and <c>node</c> (an absolute http(s) address) always, then <c>candidate</c> (32 lowercase hex digits, not
+    /// all zero) only when <paramref name="switchover"/> is false, or <c>to</c> (empty or an address, last) only when it is
+    /// true. Each field once, nothing else; no address holds a <c>;</c>. At most 600 characters.
+    /// </summary>
+    public static bool TryParseControl(string header, bool switchover, out ControlMessage message)
+    {
+        message = default;
+        if (header.Length is 0 or > 600)
+        {
+            return false;
+        }
+
+        long term = 0;
+        Uri? node = null, to = null;
+        Guid candidate = Guid.Empty;
+        bool hasTo = false;
+        foreach (var part in header.Split(';'))
+        {
+            var eq = part.IndexOf('=', StringComparison.Ordinal);
+            if (eq <= 0 || hasTo)
+            {
+                return false; // no field without a value, and none after to=
+            }
+
+            var value = part[(eq + 1)..];
+            switch (part[..eq])
+            {
+                case "term" when term == 0 && long.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out var t) && t >= 1:
+                    term = t;
+                    break;
+                case "node" when node is null && Uri.TryCreate(value, UriKind.Absolute, out var n) && n.Scheme is "http" or "https":
+                    node = n;
+                    break;
+                case "candidate" when !switchover && candidate == Guid.Empty && value.Length == 32 && !value.AsSpan().ContainsAnyExcept(LowerHex) &&
+                                      Guid.TryParseExact(value, "N", out var c) && c != Guid.Empty:
+                    candidate = c;
+                    break;
+                case "to" when switchover && (value.Length == 0 || (Uri.TryCreate(value, UriKind.Absolute, out to) && to.Scheme is "http" or "https")):
+                    hasTo = true;
+                    break;
+                default:
+                    return false;
+            }
+        }
+
+        if (term == 0 || node is null || (switchover && !hasTo))
+        {
+            return false;
+        }
+
+        message = new ControlMessage(term, node, to, candidate);
+        return true;
     }
 
     /// <summary>Signs <paramref name="request"/> as a replication message of this service (what a test or an operator's tool does too).</summary>
@@ -198,6 +266,13 @@ internal static class ReplicationMessages
         return true;
     }
 }
+
+/// <summary>
+/// A control message (a promotion or a switchover, <see cref="ReplicationMessages.TryParseControl"/>): the term it is for,
+/// the node it is for, and a switchover's target (null: the replica that holds the most) or a promotion's claim id
+/// (empty: the node draws one).
+/// </summary>
+internal readonly record struct ControlMessage(long Term, Uri Node, Uri? To, Guid Candidate);
 
 /// <summary>A replica's answer to a shipment, as JSON.</summary>
 internal sealed record ShipmentAnswer(string Outcome, long Term, long ContentTerm, long Begin, long DurableUntil, uint TailChecksum)

@@ -24,6 +24,9 @@ internal sealed partial class ReplicationNode
 
     private Guid _handoverVote;
 
+    /// <summary>The claim id the switchover asked its target to carry: the only claim of the term this primary grants.</summary>
+    private Guid _handoverClaim;
+
     /// <summary>
     /// Whether this replica is claiming a term for its own promotion now (<see cref="PromoteAsync"/>), for its status: the
     /// failover coordinator counts a promotion under way as a primary about to be. (That it refuses other candidates'
@@ -182,6 +185,7 @@ internal sealed partial class ReplicationNode
                 // granted, durably, without fencing this node, so the promotion's majority may count this node, and a group
                 // whose other replica is away (stopped, fenced, not listening yet) still hands over.
                 _handingOverTerm = term;
+                _handoverClaim = Guid.NewGuid();
                 _handoverVote = Guid.Empty;
             }
 
@@ -190,7 +194,7 @@ internal sealed partial class ReplicationNode
             Guid vote;
             try
             {
-                (promoted, answer) = await ReplicationMessages.RequestPromotionAsync(http, target.Replica, term, this, cancellationToken).ConfigureAwait(false);
+                (promoted, answer) = await ReplicationMessages.RequestPromotionAsync(http, target.Replica, term, _handoverClaim, this, cancellationToken).ConfigureAwait(false);
             }
             finally
             {
@@ -198,6 +202,7 @@ internal sealed partial class ReplicationNode
                 {
                     vote = _handoverVote;
                     _handingOverTerm = 0;
+                    _handoverClaim = Guid.Empty;
                     _handoverVote = Guid.Empty;
                 }
             }
@@ -279,7 +284,8 @@ internal sealed partial class ReplicationNode
     /// term); else this primary's vote. The first candidate of the handover's term is granted: the term and the vote are
     /// written to the term file first (a restart comes back as a replica of that term, and denies another candidate of it),
     /// then the answer is where this log stands in that term, as a replica's grant (<c>position</c>), and the node is not
-    /// fenced yet: <see cref="HandOverAsync"/> fences it once the target answers. Another candidate of the term is denied.
+    /// fenced yet: <see cref="HandOverAsync"/> fences it once the target answers. Only the claim that carries the id the
+    /// switchover's promotion named is granted; any other claim of the term is denied.
     /// </summary>
     public ShipmentResult? GrantHandoverClaim(in Shipment claim)
     {
@@ -297,9 +303,11 @@ internal sealed partial class ReplicationNode
 
             var log = _runtime.Log;
             var until = log.LocalDurableUntil;
-            if (_handoverVote != Guid.Empty && _handoverVote != claim.Candidate)
+            if (claim.Candidate != _handoverClaim)
             {
-                ReplicationServiceEvents.HandoverClaimDenied(_logger, claim.Term, claim.Candidate.ToString("N"), _handoverVote.ToString("N"));
+                // Another candidate of the term (a replayed or concurrent claim): this primary grants only its target's, which
+                // carries the id the switchover's promotion named, so a captured claim cannot take its vote.
+                ReplicationServiceEvents.HandoverClaimDenied(_logger, claim.Term, claim.Candidate.ToString("N"), _handoverClaim.ToString("N"));
                 return new ShipmentResult(ShipmentOutcome.Denied, claim.Term, Term, log.BeginAddress, until, 0);
             }
 

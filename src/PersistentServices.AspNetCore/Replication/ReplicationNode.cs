@@ -48,7 +48,22 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         _availability = availability;
         _httpClients = httpClients;
         _logger = logger;
+        Replays = new ControlReplayGuard(runtime.Time, _service.Calls.SignatureWindow + _service.Calls.SignatureFutureSkew);
     }
+
+    /// <summary>The control messages (promotions, switchovers) this node took, each accepted once.</summary>
+    public ControlReplayGuard Replays { get; }
+
+    /// <summary>
+    /// Whether a control message naming <paramref name="node"/> is for this node: its <see cref="ReplicationOptions.Address"/>
+    /// when configured (required with Raft); without one, any address that is not one of the group's other nodes
+    /// (<see cref="ReplicationOptions.Replicas"/>, <see cref="ReplicationOptions.Witnesses"/>), so a message made for
+    /// another node of the group is refused here.
+    /// </summary>
+    public bool IsThisNode(Uri node)
+        => _options.Address is { } self
+            ? ReplicationOptions.SameNode(node, self)
+            : !_options.Peers.Concat(_options.Witnesses).Any(other => ReplicationOptions.SameNode(other, node));
 
     /// <summary>Whether replication is configured at all.</summary>
     public bool Enabled => _options.ConfiguredRole != ReplicationRole.None;
@@ -226,7 +241,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// </list>
     /// The choice of node is the operator's (or, later, a consensus engine's); this makes the choice safe.
     /// </summary>
-    public async Task<(bool Promoted, string? Why)> PromoteAsync(long term, CancellationToken cancellationToken)
+    public async Task<(bool Promoted, string? Why)> PromoteAsync(long term, Guid claim, CancellationToken cancellationToken)
     {
         ReplicaLog replica;
         Guid candidate;
@@ -249,7 +264,8 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
             // One id per claim, not per node: each promotion is a candidacy of its own, and nothing about it needs to be
             // configured (a node's Address is optional without Raft) or survive the process (a term is claimed once).
-            candidate = Guid.NewGuid();
+            // A switchover names the id (its old primary grants that claim only); otherwise one is drawn here.
+            candidate = claim != Guid.Empty ? claim : Guid.NewGuid();
             if (!current.TryAdvanceTerm(term, candidate))
             {
                 return (false, $"term {term} is not newer than term {current.Term}, which this replica has seen");

@@ -43,7 +43,7 @@ internal static partial class ReplicationServiceEvents
         "Replication: this primary hands over and grants the switchover's claim of term {Term} to candidate {Candidate} (its log until {Until}); it serves nothing more in its own term")]
     public static partial void HandoverClaimGranted(ILogger logger, long term, string candidate, long until);
 
-    [LoggerMessage(1429, LogLevel.Warning, "Replication: this primary denies candidate {Candidate} term {Term}: it granted that term to candidate {VotedFor}")]
+    [LoggerMessage(1429, LogLevel.Warning, "Replication: this primary denies candidate {Candidate} term {Term}: it grants that term only to its switchover's claim, {VotedFor}")]
     public static partial void HandoverClaimDenied(ILogger logger, long term, string candidate, string votedFor);
 
     [LoggerMessage(1447, LogLevel.Warning, "Replication: switchover to {Replica} refused: {Why}")]

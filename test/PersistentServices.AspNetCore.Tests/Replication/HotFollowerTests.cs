@@ -40,7 +40,7 @@ public sealed class HotFollowerTests : IDisposable
 
     private static async Task PromoteAsync(TestServer replica, long term)
     {
-        using var promote = ReplicationEndpointsTests.Shipment($"term={term}", [], key: PeerKey, path: ReplicationEndpoints.PromotePath);
+        using var promote = ReplicationEndpointsTests.Shipment($"term={term};node={ReplicationEndpointsTests.ThisNode}", [], key: PeerKey, path: ReplicationEndpoints.PromotePath);
         using var response = await replica.Client.SendAsync(promote, Ct);
         Assert.True(response.StatusCode == HttpStatusCode.OK, await response.Content.ReadAsStringAsync(Ct));
     }

@@ -47,6 +47,9 @@ public sealed class ReplicationEndpointsTests : IDisposable
         return request;
     }
 
+    /// <summary>The address a control message names in these tests: none of the test nodes' peers, and no Address is set, so it is "this node".</summary>
+    internal const string ThisNode = "http://node.test/";
+
     private static string Header(long from, byte[] body, long term = 1, int reset = 0, long begin = 64)
         => $"term={term};from={from};begin={begin};anchor=0;reset={reset};sha256={Convert.ToHexStringLower(SHA256.HashData(body))}";
 
@@ -206,7 +209,7 @@ public sealed class ReplicationEndpointsTests : IDisposable
     {
         await using var server = await StartReplicaAsync();
         using var request = new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.PromotePath) { Content = new ByteArrayContent([]) };
-        request.Headers.Add("PS-Replication", "term=5");
+        request.Headers.Add("PS-Replication", $"term=5;node={ThisNode}");
 
         using var response = await server.Client.SendAsync(request, Ct);
 
@@ -219,7 +222,7 @@ public sealed class ReplicationEndpointsTests : IDisposable
     {
         await using var server = await StartReplicaAsync();
 
-        using var response = await server.Client.SendAsync(Shipment("term=5", [], path: ReplicationEndpoints.PromotePath), Ct);
+        using var response = await server.Client.SendAsync(Shipment($"term=5;node={ThisNode}", [], path: ReplicationEndpoints.PromotePath), Ct);
 
         var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-not-promoted");
         Assert.Contains("holds no log yet", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
@@ -243,8 +246,8 @@ public sealed class ReplicationEndpointsTests : IDisposable
     {
         await using var server = await StartPrimaryAsync();
         using var request = key is null
-            ? new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.SwitchoverPath) { Content = new ByteArrayContent([]), Headers = { { "PS-Replication", "to=" } } }
-            : Shipment("to=", [], caller, key, path: ReplicationEndpoints.SwitchoverPath);
+            ? new HttpRequestMessage(HttpMethod.Post, ReplicationEndpoints.SwitchoverPath) { Content = new ByteArrayContent([]), Headers = { { "PS-Replication", $"term=1;node={ThisNode};to=" } } }
+            : Shipment($"term=1;node={ThisNode};to=", [], caller, key, path: ReplicationEndpoints.SwitchoverPath);
 
         using var response = await server.Client.SendAsync(request, Ct);
 
@@ -256,8 +259,16 @@ public sealed class ReplicationEndpointsTests : IDisposable
 
     [Theory]
     [InlineData("term=2")]
-    [InlineData("to=orders-1:8080")]
-    [InlineData("to=ftp://127.0.0.1:1/")]
+    [InlineData("to=")] // names no node and no term (the format before issue 51)
+    [InlineData("term=1;to=")]
+    [InlineData("node=http://node.test/;to=")]
+    [InlineData("term=1;node=http://node.test/")] // no to=
+    [InlineData("term=1;node=http://node.test/;to=orders-1:8080")]
+    [InlineData("term=1;node=http://node.test/;to=ftp://127.0.0.1:1/")]
+    [InlineData("term=1;node=orders-0;to=")]
+    [InlineData("term=1;node=http://node.test/;to=;term=1")] // nothing after to=
+    [InlineData("term=1;term=1;node=http://node.test/;to=")]
+    [InlineData("term=1;node=http://node.test/;candidate=0123456789abcdef0123456789abcdef;to=")] // a candidate is a promotion's
     public async Task ASwitchover_WithAMalformedHeader_Is400(string header)
     {
         await using var server = await StartPrimaryAsync();
@@ -268,8 +279,8 @@ public sealed class ReplicationEndpointsTests : IDisposable
     }
 
     [Theory]
-    [InlineData("to=", "none of its replicas answers now")]
-    [InlineData("to=http://127.0.0.1:9/", "is not one of its replicas")]
+    [InlineData("term=1;node=http://node.test/;to=", "none of its replicas answers now")]
+    [InlineData("term=1;node=http://node.test/;to=http://127.0.0.1:9/", "is not one of its replicas")]
     public async Task ASwitchover_WithNoReplicaToHandOverTo_Is409_AndThePrimaryServesOn(string header, string why)
     {
         await using var server = await StartPrimaryAsync();
@@ -288,10 +299,90 @@ public sealed class ReplicationEndpointsTests : IDisposable
     {
         await using var server = await StartReplicaAsync();
 
-        using var response = await server.Client.SendAsync(Shipment("to=", [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+        using var response = await server.Client.SendAsync(Shipment($"term=1;node={ThisNode};to=", [], path: ReplicationEndpoints.SwitchoverPath), Ct);
 
-        var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-not-switched");
-        Assert.Contains("not a primary", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+        var problem = await ProblemAsync(response, HttpStatusCode.Conflict, "replication-stale-term");
+        Assert.Contains("the Replica of term 0", problem.GetProperty("detail").GetString(), StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task ASwitchover_ForAnotherTermThanThePrimarys_Is409StaleTerm_AndThePrimaryServesOn()
+    {
+        // A switchover captured in an earlier term (made for the primary before a failover) does nothing to this term's primary.
+        await using var server = await StartPrimaryAsync();
+
+        using var response = await server.Client.SendAsync(Shipment($"term=2;node={ThisNode};to=", [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Conflict, "replication-stale-term");
+        var node = server.App.Services.GetRequiredService<ReplicationNode>();
+        Assert.Equal(ReplicationRole.Primary, node.Role);
+        Assert.False(server.App.Services.GetRequiredService<PersistentServices.Hosting.ServiceAvailability>().IsHandingOver);
+    }
+
+    [Fact]
+    public async Task ASwitchover_MadeForAnotherNodeOfTheGroup_Is409Misdirected_AndThePrimaryServesOn()
+    {
+        // The primary's Replicas are http://127.0.0.1:1/ and :2/: a switchover signed for one of them (the primary there, say,
+        // captured, in the same term) is refused here.
+        await using var server = await StartPrimaryAsync();
+
+        using var response = await server.Client.SendAsync(Shipment("term=1;node=http://127.0.0.1:1/;to=", [], path: ReplicationEndpoints.SwitchoverPath), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Conflict, "replication-misdirected");
+        Assert.Equal(ReplicationRole.Primary, server.App.Services.GetRequiredService<ReplicationNode>().Role);
+        Assert.False(server.App.Services.GetRequiredService<PersistentServices.Hosting.ServiceAvailability>().IsHandingOver);
+    }
+
+    [Theory]
+    [InlineData("switchover")]
+    [InlineData("promote")]
+    public async Task AControlMessage_SentTwice_IsTakenOnce_TheSecondIs409Replayed(string kind)
+    {
+        // The first is taken (and refused for its own reason: no such replica, nothing to promote); the very same signed
+        // message again is refused before it does anything.
+        await using var server = kind == "switchover" ? await StartPrimaryAsync() : await StartReplicaAsync();
+        var (path, header) = kind == "switchover"
+            ? (ReplicationEndpoints.SwitchoverPath, $"term=1;node={ThisNode};to=http://127.0.0.1:9/")
+            : (ReplicationEndpoints.PromotePath, $"term=5;node={ThisNode}");
+        using var first = Shipment(header, [], path: path);
+        using var again = new HttpRequestMessage(HttpMethod.Post, path) { Content = new ByteArrayContent([]) };
+        again.Content.Headers.ContentType = first.Content!.Headers.ContentType;
+        foreach (var h in first.Headers)
+        {
+            again.Headers.TryAddWithoutValidation(h.Key, h.Value);
+        }
+
+        using var taken = await server.Client.SendAsync(first, Ct);
+        await ProblemAsync(taken, HttpStatusCode.Conflict, kind == "switchover" ? "replication-not-switched" : "replication-not-promoted");
+        using var replayed = await server.Client.SendAsync(again, Ct);
+        await ProblemAsync(replayed, HttpStatusCode.Conflict, "replication-replayed");
+    }
+
+    [Theory]
+    [InlineData("term=5")] // names no node (the format before issue 51)
+    [InlineData("term=5;node=http://node.test/;to=")]
+    [InlineData("term=5;node=http://node.test/;candidate=0123456789ABCDEF0123456789ABCDEF")]
+    [InlineData("node=http://node.test/")]
+    public async Task APromotion_WithAMalformedHeader_Is400(string header)
+    {
+        await using var server = await StartReplicaAsync();
+
+        using var response = await server.Client.SendAsync(Shipment(header, [], path: ReplicationEndpoints.PromotePath), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.BadRequest, "replication-malformed");
+    }
+
+    [Fact]
+    public async Task APromotion_MadeForAnotherNodeOfTheGroup_Is409Misdirected_AndTheReplicaStaysOne()
+    {
+        await using var server = await StartReplicaAsync(); // its Replicas: http://127.0.0.1:1/
+
+        using var response = await server.Client.SendAsync(Shipment("term=5;node=http://127.0.0.1:1/", [], path: ReplicationEndpoints.PromotePath), Ct);
+
+        await ProblemAsync(response, HttpStatusCode.Conflict, "replication-misdirected");
+        var node = server.App.Services.GetRequiredService<ReplicationNode>();
+        Assert.Equal(ReplicationRole.Replica, node.Role);
+        Assert.Equal(0, node.Term);
     }
 
     [Fact]
@@ -401,7 +492,7 @@ public sealed class RaftFailoverEndpointsTests : IDisposable
         Assert.True(node.Replica!.IsEmpty);
 
         // Never promoted, and it serves nothing.
-        var (promoted, why) = await node.PromoteAsync(5, Ct);
+        var (promoted, why) = await node.PromoteAsync(5, Guid.Empty, Ct);
         Assert.False(promoted, why);
         using var start = await server.Client.PostAsync("/ps/sessions", null, Ct);
         Assert.Equal(HttpStatusCode.ServiceUnavailable, start.StatusCode);

@@ -69,7 +69,7 @@ public sealed class TermVoteTests : IDisposable
         await voteAtX();
         Assert.Equal(2, voter.Term);
 
-        using var promote = ReplicationEndpointsTests.Shipment("term=2", [], key: PeerKey, path: ReplicationEndpoints.PromotePath);
+        using var promote = ReplicationEndpointsTests.Shipment($"term=2;node={ReplicationEndpointsTests.ThisNode}", [], key: PeerKey, path: ReplicationEndpoints.PromotePath);
         using var promoted = await b.Client.SendAsync(promote, Ct);
         var text = await promoted.Content.ReadAsStringAsync(Ct);
         var detail = promoted.StatusCode == HttpStatusCode.Conflict ? JsonDocument.Parse(text).RootElement.GetProperty("detail").GetString()! : text;
