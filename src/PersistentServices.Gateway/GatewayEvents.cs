@@ -26,6 +26,9 @@ internal static partial class GatewayEvents
     [LoggerMessage(1405, LogLevel.Information, "Held request {Method} {Path} for service {Service} answered by instance {Ordinal} after {Attempts} sends and {HeldMs} ms")]
     public static partial void Released(ILogger logger, string method, string path, string service, int ordinal, int attempts, long heldMs);
 
+    [LoggerMessage(1408, LogLevel.Warning, "Refused {Method} {Path} from {Client}: the services' control plane is not forwarded from outside (PersistentGatewayOptions.ForwardControlPlane); answered 404")]
+    public static partial void ControlPlaneRefused(ILogger logger, string method, string path, string client);
+
     [LoggerMessage(1406, LogLevel.Information, "Gateway started: {Services} services, {Instances} instances, hold time {HoldTime}")]
     public static partial void Started(ILogger logger, int services, int instances, TimeSpan holdTime);
 }

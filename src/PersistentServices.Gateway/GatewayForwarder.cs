@@ -64,10 +64,45 @@ internal sealed class GatewayForwarder : IDisposable
 
     public void Dispose() => _client.Dispose();
 
+    /// <summary>The paths of the services' control plane (<see cref="PersistentGatewayOptions.ForwardControlPlane"/>), each itself or anything under it, in any case.</summary>
+    private static readonly string[] ControlPlane = ["/ps/replication", "/ps/consensus", "/ps/domain"];
+
+    /// <summary>Whether <paramref name="path"/> (decoded, as routing sees it, empty segments dropped) is on the services' control plane.</summary>
+    internal static bool IsControlPlane(string path)
+    {
+        while (path.Contains("//", StringComparison.Ordinal))
+        {
+            path = path.Replace("//", "/", StringComparison.Ordinal); // as a server might read an empty segment: fail closed
+        }
+
+        foreach (var prefix in ControlPlane)
+        {
+            if (path.StartsWith(prefix, StringComparison.OrdinalIgnoreCase) && (path.Length == prefix.Length || path[prefix.Length] == '/'))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    private static string Truncate(string path) => path.Length > 200 ? path[..200] : path;
+
     public async Task InvokeAsync(HttpContext context)
     {
         var request = context.Request;
         var (service, path) = _topology.Match(request.Path.Value ?? "/");
+        if (!_options.ForwardControlPlane && (IsControlPlane(path) || IsControlPlane(request.Path.Value ?? "/")))
+        {
+            // Before anything else (the body is not read, nothing is sent): the path as the service would see it, and as the
+            // client sent it, in any case (the services' routing ignores case).
+            GatewayEvents.ControlPlaneRefused(_logger, request.Method, Truncate(request.Path.Value ?? "/"), context.Connection.RemoteIpAddress?.ToString() ?? "unknown");
+            await ProblemAsync(context, 404, "gateway-control-plane", "Not reachable through the gateway",
+                "Replication, consensus and service-domain endpoints (/ps/replication/*, /ps/consensus, /ps/domain/*) are for the deployment's own nodes and " +
+                "operators, who reach the nodes directly; the gateway does not forward them (PersistentGatewayOptions.ForwardControlPlane).").ConfigureAwait(false);
+            return;
+        }
+
         if (service is null)
         {
             await ProblemAsync(context, 404, "gateway-no-service", "No service", $"No service behind the gateway has a path prefix that matches '{request.Path}'.").ConfigureAwait(false);

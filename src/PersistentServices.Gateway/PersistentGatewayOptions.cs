@@ -62,6 +62,16 @@ public sealed class PersistentGatewayOptions
     /// </summary>
     public double MinRequestBodyDataRate { get; set; } = 4096;
 
+    /// <summary>
+    /// Whether the gateway forwards the services' control plane from its clients: <c>/ps/replication/*</c> (shipments,
+    /// promotions, switchovers, a node's status), <c>/ps/consensus</c> (Raft) and <c>/ps/domain/*</c> (a service domain's
+    /// flush and recovery messages), whatever the path prefix and the spelling's case. These are for the deployment's own
+    /// nodes and operators, who reach the nodes directly; they are signed with the peer key, and still should not be
+    /// reachable by anyone who can reach the gateway. False (the default): answered <c>404</c> problem
+    /// <c>gateway-control-plane</c> and never sent (docs/gateway.md, "The control plane").
+    /// </summary>
+    public bool ForwardControlPlane { get; set; }
+
     /// <summary>How long the gateway waits for a TCP connection to an instance. Default 2 seconds.</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(2);
 }

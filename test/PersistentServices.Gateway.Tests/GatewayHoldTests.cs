@@ -265,6 +265,51 @@ public sealed class GatewayHoldTests : IAsyncDisposable
         Assert.Single(seen);
     }
 
+    [Theory]
+    [InlineData("GET", "/ps/replication/status")]
+    [InlineData("POST", "/ps/replication/switchover")]
+    [InlineData("POST", "/PS/Replication/Promote")]
+    [InlineData("POST", "/ps/replication/append")]
+    [InlineData("POST", "/ps/consensus")]
+    [InlineData("POST", "/ps/domain/flush")]
+    [InlineData("GET", "/ps//replication/status/")]
+    [InlineData("GET", "/ps/%72eplication/status")]
+    public async Task TheControlPlane_FromOutside_Is404_AndNeverSent(string method, string path)
+    {
+        // Issue 51: a client of the gateway (anyone who can reach it) cannot reach the services' replication, Raft and domain
+        // endpoints: they are answered by the gateway, and the instance never sees the request.
+        var (address, seen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync(address, persistent: true);
+
+        using var request = new HttpRequestMessage(new HttpMethod(method), path);
+        if (method == "POST")
+        {
+            request.Content = new ByteArrayContent([]);
+        }
+
+        using var response = await client.SendAsync(request, Ct);
+
+        Assert.Equal(HttpStatusCode.NotFound, response.StatusCode);
+        Assert.Equal("application/problem+json", response.Content.Headers.ContentType?.MediaType);
+        Assert.Contains("urn:persistentservices:problem:gateway-control-plane", await response.Content.ReadAsStringAsync(Ct), StringComparison.Ordinal);
+        Assert.Empty(seen);
+    }
+
+    [Fact]
+    public async Task TheControlPlane_WhenForwardControlPlaneIsSet_IsForwarded_AndOtherPsPathsAlways()
+    {
+        var (address, seen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync(address, persistent: true, configure: o => o.ForwardControlPlane = true);
+
+        using var status = await client.GetAsync("/ps/replication/status", Ct);
+        Assert.Equal(HttpStatusCode.OK, status.StatusCode);
+
+        using var closed = await GatewayAsync(address, persistent: true);
+        using var plain = await closed.GetAsync("/ps/replicationist", Ct); // not under the control plane's paths
+        Assert.Equal(HttpStatusCode.OK, plain.StatusCode);
+        Assert.Equal(2, seen.Count);
+    }
+
     [Fact]
     public async Task OtherProblems_PassThrough_AsTheyCame()
     {
