@@ -25,7 +25,7 @@ trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 now_ms() { date +%s%3N; }
 node() { # $1 name, $2 port, $3 role, $4 other ports
   local others=""; for p in $4; do others+="${others:+,}http://127.0.0.1:$p"; done
-  env PS_LOG_DIR="$work/$1" PS_SERVICE_NAME=bench PS_PEER_KEY=$key PS_REPLICATION=$3 PS_REPLICAS=$others PS_REQUIRED_REPLICAS=1 \
+  env PS_LOG_DIR="$work/$1" PS_SERVICE_NAME=bench PS_PEER_KEY=$key PS_ANONYMOUS_STATUS=1 PS_REPLICATION=$3 PS_REPLICAS=$others PS_REQUIRED_REPLICAS=1 \
     PS_SERVICE_CHECKPOINT_SECONDS=3600 PS_SERVICE_CHECKPOINT_LOG_BYTES=$((4 << 30)) Logging__LogLevel__Default=Warning \
     dotnet "$dll" --urls "http://127.0.0.1:$2" > "$work/$1.out" 2>&1 &
   echo $!

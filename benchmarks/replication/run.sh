@@ -24,7 +24,7 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 start() { # $1 name, $2 port, then environment assignments
   local name=$1 port=$2; shift 2
-  env PS_LOG_DIR="$work/$name" PS_SERVICE_NAME=bench PS_PEER_KEY=$key Logging__LogLevel__Default=Warning "$@" \
+  env PS_LOG_DIR="$work/$name" PS_SERVICE_NAME=bench PS_PEER_KEY=$key PS_ANONYMOUS_STATUS=1 Logging__LogLevel__Default=Warning "$@" \
     dotnet "$dll" --urls "http://127.0.0.1:$port" > "$work/$name.out" 2>&1 &
   pids+=($!)
 }

@@ -610,7 +610,7 @@ public sealed class FailoverTests : IDisposable
             string status;
             try
             {
-                using var response = n.Client.GetAsync("/ps/replication/status").GetAwaiter().GetResult();
+                using var response = n.GetReplicationStatusAsync().GetAwaiter().GetResult();
                 status = response.Content.ReadAsStringAsync().GetAwaiter().GetResult();
             }
             catch (HttpRequestException ex)

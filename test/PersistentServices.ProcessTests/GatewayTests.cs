@@ -105,7 +105,7 @@ public sealed class GatewayTests : IDisposable
             var ends = new long[2];
             for (var i = 0; i < 2; i++)
             {
-                using var status = await new[] { b, c }[i].Client.GetAsync("/ps/replication/status", Ct);
+                using var status = await new[] { b, c }[i].GetReplicationStatusAsync(Ct);
                 ends[i] = (await status.Content.ReadFromJsonAsync<JsonElement>(Ct)).GetProperty("replica").GetProperty("durableUntil").GetInt64();
             }
 

@@ -113,7 +113,7 @@ internal static class ReplicationLoad
 
     public static async Task<JsonElement> StatusAsync(ServiceProcess node)
     {
-        using var response = await node.Client.GetAsync("/ps/replication/status", TestContext.Current.CancellationToken);
+        using var response = await node.GetReplicationStatusAsync(TestContext.Current.CancellationToken);
         response.EnsureSuccessStatusCode();
         return JsonDocument.Parse(await response.Content.ReadAsStringAsync(TestContext.Current.CancellationToken)).RootElement.Clone();
     }

@@ -16,14 +16,43 @@ internal sealed class ServiceProcess : IAsyncDisposable
     private readonly Process _process;
     private readonly StringBuilder _output = new();
 
-    private ServiceProcess(Process process, int port)
+    private readonly IReadOnlyDictionary<string, string> _environment;
+
+    private ServiceProcess(Process process, int port, IReadOnlyDictionary<string, string> environment)
     {
         _process = process;
         Port = port;
+        _environment = environment;
         Client = new HttpClient { BaseAddress = new Uri($"http://127.0.0.1:{port}"), Timeout = TimeSpan.FromSeconds(60) };
     }
 
     public int Port { get; }
+
+    /// <summary>
+    /// <c>GET /ps/replication/status</c> signed as the group's nodes and psctl sign it (its <c>PS_PEER_KEY</c> and
+    /// <c>PS_SERVICE_NAME</c>): a node shows its status to no one else (docs/replication.md, "The protocol").
+    /// </summary>
+    public Task<HttpResponseMessage> GetReplicationStatusAsync(CancellationToken cancellationToken = default)
+    {
+        var service = _environment.TryGetValue("PS_SERVICE_NAME", out var name) ? name : "PersistentServices.TestService";
+        var key = _environment.TryGetValue("PS_PEER_KEY", out var k) ? k : "";
+        var request = new HttpRequestMessage(HttpMethod.Get, "/ps/replication/status");
+        request.Headers.Add("PS-Replication", "status");
+        request.Headers.Add("PS-Caller", service);
+        request.Headers.Add("PS-Callee", service);
+        var message = new PersistentServices.Calls.PeerMessage("GET", "/ps/replication/status", service, service, "", "", "replication", "status", "");
+        request.Headers.Add("PS-Signature", PersistentServices.Calls.PeerSignature.Sign(System.Text.Encoding.UTF8.GetBytes(key), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(),
+            PersistentServices.Calls.PeerSignature.V2, message, []));
+        return SendAndDisposeAsync(request, cancellationToken);
+    }
+
+    private async Task<HttpResponseMessage> SendAndDisposeAsync(HttpRequestMessage request, CancellationToken cancellationToken)
+    {
+        using (request)
+        {
+            return await Client.SendAsync(request, cancellationToken);
+        }
+    }
 
     public HttpClient Client { get; }
 
@@ -92,7 +121,7 @@ internal sealed class ServiceProcess : IAsyncDisposable
         }
 
         var process = Process.Start(start)!;
-        var service = new ServiceProcess(process, port);
+        var service = new ServiceProcess(process, port, environment);
         process.OutputDataReceived += (_, e) => service.Append(e.Data);
         process.ErrorDataReceived += (_, e) => service.Append(e.Data);
         process.BeginOutputReadLine();

@@ -35,6 +35,7 @@ using PersistentServices.SharedState;
 //   PS_REPLICATION           Replication.Role (Primary | Replica), with PS_REPLICAS (comma-separated base addresses of the
 //                            other nodes), PS_TERM, PS_REQUIRED_REPLICAS (docs/replication.md; PS_PEER_KEY signs shipments);
 //                            PS_FAILOVER (Manual | Raft), PS_ADDRESS (this node's base address), PS_INITIAL_PRIMARY, PS_WITNESSES,
+//                            PS_ANONYMOUS_STATUS=1 (Replication.AnonymousStatus: GET /ps/replication/status unsigned),
 //                            PS_ELECTION_TIMEOUT_MS (PS_REPLICATION=None with PS_INITIAL_PRIMARY: the role from the initial primary),
 //                            PS_SWITCHOVER_TIMEOUT_MS (Replication.SwitchoverTimeout)
 //   PersistentServices__Log__Encryption__Key (and __PreviousKeys__0, ...)  the log's encryption keys, bound from
@@ -177,6 +178,9 @@ builder.Services.AddPersistentServices(options =>
         {
             options.Replication.Failover = Enum.Parse<FailoverMode>(failover, ignoreCase: true);
         }
+
+        // A node's status to unsigned requests too (benchmarks/replication's scripts poll it with curl).
+        options.Replication.AnonymousStatus = Environment.GetEnvironmentVariable("PS_ANONYMOUS_STATUS") == "1";
 
         if (Environment.GetEnvironmentVariable("PS_ADDRESS") is { Length: > 0 } address)
         {

@@ -123,6 +123,8 @@ internal sealed class Deployment : IAsyncDisposable
                 ["PersistentServices__ServiceName"] = name,
                 ["PersistentServices__LogDirectory"] = Path.Combine(directory, "log"),
                 ["PersistentServices__Calls__PeerKey"] = peerKey,
+                // The launcher's monitor reads each node's GET /ps/replication/status unsigned (every node here is on loopback).
+                ["PersistentServices__Replication__AnonymousStatus"] = "true",
                 ["PersistentServices__Calls__Logging"] = configuration.Logging.ToString(),
                 ["PersistentServices__Calls__UseRoles"] = roles ? "true" : "false",
                 ["Bookstore__Stores"] = storeList,

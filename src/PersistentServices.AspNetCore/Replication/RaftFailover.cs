@@ -374,7 +374,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
         timeout.CancelAfter(StatusTimeout);
         try
         {
-            var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token).ConfigureAwait(false);
+            var status = await ReplicationMessages.GetStatusAsync(http, node, _node, timeout.Token).ConfigureAwait(false);
             return (node, status, null, false);
         }
         catch (Exception ex) when (ex is HttpRequestException or IOException or System.Text.Json.JsonException ||

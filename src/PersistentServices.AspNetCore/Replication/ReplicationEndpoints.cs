@@ -23,7 +23,8 @@ namespace PersistentServices.Replication;
 ///   and then it serves again).</item>
 /// <item>Both name the node and the term they are for and are taken once: 409 <c>replication-misdirected</c>,
 ///   <c>replication-stale-term</c> (a switchover), <c>replication-replayed</c> otherwise.</item>
-/// <item><c>GET /ps/replication/status</c>: role, term, what the node holds or ships (no secrets; unsigned).</item>
+/// <item><c>GET /ps/replication/status</c>: role, term, what the node holds or ships; signed like the others (401 otherwise) unless
+///   <see cref="ReplicationOptions.AnonymousStatus"/>.</item>
 /// </list>
 /// Shipments, promotions and switchovers must be signed by a node of this same service (<see cref="ReplicationMessages"/>): 401
 /// otherwise; a malformed one is 400, a body larger than allowed 413, all as problem details.
@@ -270,8 +271,31 @@ internal static class ReplicationEndpoints
         return false;
     }
 
-    private static Task StatusAsync(HttpContext context)
-        => context.Response.WriteAsJsonAsync(Status(context.RequestServices.GetRequiredService<ReplicationNode>()), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted);
+    /// <summary>
+    /// A node's status: to a request signed with the peer key by this service (<c>PS-Replication: status</c>: its own
+    /// nodes, psctl), or to anyone with <see cref="ReplicationOptions.AnonymousStatus"/>; 401 otherwise. It names the
+    /// group's addresses and who is the primary: not for whoever reaches the port.
+    /// </summary>
+    private static async Task StatusAsync(HttpContext context)
+    {
+        var node = context.RequestServices.GetRequiredService<ReplicationNode>();
+        if (!node.Options.AnonymousStatus)
+        {
+            var header = context.Request.Headers[ReplicationMessages.Header].ToString();
+            var refused = header != ReplicationMessages.StatusHeader
+                ? "no PS-Replication: status header"
+                : ReplicationMessages.Verify(context, node, header, []);
+            if (refused is not null)
+            {
+                await RefuseAsync(context, 401, "replication-peer", "Not a node of this service",
+                    "A node's replication status is shown only to this service's own nodes and operators, as a GET signed with its peer key " +
+                    $"(PS-Replication: status; psctl replication status signs it), unless Replication.AnonymousStatus is set: this one had {refused}.").ConfigureAwait(false);
+                return;
+            }
+        }
+
+        await context.Response.WriteAsJsonAsync(Status(node), ReplicationJson.Default.ReplicationStatus, contentType: null, context.RequestAborted).ConfigureAwait(false);
+    }
 
     internal static ReplicationStatus Status(ReplicationNode node)
     {

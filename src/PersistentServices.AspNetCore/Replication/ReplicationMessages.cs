@@ -177,6 +177,31 @@ internal static class ReplicationMessages
         return true;
     }
 
+    /// <summary>The <c>PS-Replication</c> header of a status request (<c>GET</c> <see cref="ReplicationEndpoints.StatusPath"/>, signed).</summary>
+    public const string StatusHeader = "status";
+
+    /// <summary>A signed status request to <paramref name="node"/> (what the nodes send each other: the coordinator's rounds, a start's check of the group's terms).</summary>
+    public static HttpRequestMessage StatusRequest(Uri node, ReplicationNode self)
+    {
+        var request = new HttpRequestMessage(HttpMethod.Get, new Uri(node, ReplicationEndpoints.StatusPath));
+        request.Headers.Add(Header, StatusHeader);
+        request.Headers.Add(ProtocolHeaders.Caller, self.ServiceName);
+        request.Headers.Add(ProtocolHeaders.Callee, self.ServiceName);
+        var message = new PeerMessage("GET", request.RequestUri!.PathAndQuery, self.ServiceName, self.ServiceName, "", "", Role, StatusHeader, "");
+        request.Headers.Add(ProtocolHeaders.Signature, self.Peers.Sign(message, []));
+        return request;
+    }
+
+    /// <summary>Asks <paramref name="node"/> for its status, signed (<see cref="StatusRequest"/>).</summary>
+    /// <exception cref="HttpRequestException">Not answered, or answered with an error status.</exception>
+    public static async Task<ReplicationStatus?> GetStatusAsync(HttpClient http, Uri node, ReplicationNode self, CancellationToken cancellationToken)
+    {
+        using var request = StatusRequest(node, self);
+        using var response = await http.SendAsync(request, cancellationToken).ConfigureAwait(false);
+        response.EnsureSuccessStatusCode();
+        return await response.Content.ReadFromJsonAsync(ReplicationJson.Default.ReplicationStatus, cancellationToken).ConfigureAwait(false);
+    }
+
     /// <summary>Signs <paramref name="request"/> as a replication message of this service (what a test or an operator's tool does too).</summary>
     public static void Sign(HttpRequestMessage request, string header, ReplicationNode node, ReadOnlySpan<byte> body)
     {

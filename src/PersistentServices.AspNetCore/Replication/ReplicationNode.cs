@@ -208,8 +208,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             using var timeout = new CancellationTokenSource(TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromSeconds(1).Ticks)));
             try
             {
-                var status = await http.GetFromJsonAsync(new Uri(node, ReplicationEndpoints.StatusPath), ReplicationJson.Default.ReplicationStatus, timeout.Token)
-                    .ConfigureAwait(false);
+                var status = await ReplicationMessages.GetStatusAsync(http, node, this, timeout.Token).ConfigureAwait(false);
                 return status is { } s && (s.Term > term || (orSame && s.Term == term)) ? (s.Term, node) : ((long, Uri)?)null;
             }
             catch (Exception ex) when (ex is HttpRequestException or IOException or OperationCanceledException or System.Text.Json.JsonException)

@@ -142,6 +142,14 @@ public sealed class ReplicationOptions
     /// </summary>
     public TimeSpan MaxHealthyLag { get; set; } = TimeSpan.FromSeconds(5);
 
+    /// <summary>
+    /// Whether <c>GET /ps/replication/status</c> answers requests that are not signed with the peer key. False (the
+    /// default, issue 51): only this service's own nodes and operators (psctl signs it) see a node's role, term and the
+    /// group's addresses; anyone else gets 401. True: anyone who reaches the node's port (a script's <c>curl</c>, a monitor
+    /// on a private network); the gateway still never forwards it from outside unless told to (docs/gateway.md).
+    /// </summary>
+    public bool AnonymousStatus { get; set; }
+
     internal int EffectiveRequiredReplicas => RequiredReplicas ?? (Peers.Count + 1) / 2;
 
     /// <summary>The other log-holding nodes of the group: <see cref="Replicas"/> without <see cref="Address"/> (and, on a witness, all of them).</summary>

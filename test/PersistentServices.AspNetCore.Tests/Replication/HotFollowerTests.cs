@@ -92,7 +92,7 @@ public sealed class HotFollowerTests : IDisposable
         await WaitUntilAsync(() => follower.Replayed >= 20 && follower.LagRequests == 0,
             () => $"the follower replayed {follower.Replayed} of 20 requests ({follower.LagRequests} waiting, stopped: {follower.StoppedBecause})");
         Assert.Equal(20, Enumerable.Range(1, 20).Sum(i => behavior.Count($"counter:op{i}")));
-        using (var status = await replica.Client.GetAsync(ReplicationEndpoints.StatusPath, Ct))
+        using (var status = await replica.Client.SendAsync(ReplicationEndpointsTests.StatusRequest(PeerKey), Ct))
         {
             var replay = System.Text.Json.JsonDocument.Parse(await status.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("replica").GetProperty("replay");
             Assert.True(replay.GetProperty("following").GetBoolean());

@@ -47,6 +47,62 @@ public sealed class ReplicationEndpointsTests : IDisposable
         return request;
     }
 
+    /// <summary>A status request signed with <paramref name="key"/> by and for "orders" (as psctl and the nodes sign it).</summary>
+    internal static HttpRequestMessage StatusRequest(string key = PeerKey, string caller = "orders")
+    {
+        var request = new HttpRequestMessage(HttpMethod.Get, ReplicationEndpoints.StatusPath);
+        request.Headers.Add("PS-Replication", "status");
+        request.Headers.Add("PS-Caller", caller);
+        request.Headers.Add("PS-Callee", "orders");
+        var message = new PeerMessage("GET", ReplicationEndpoints.StatusPath, caller, "orders", "", "", "replication", "status", "");
+        request.Headers.Add("PS-Signature", PeerSignature.Sign(Encoding.UTF8.GetBytes(key), DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(), PeerSignature.V2, message, []));
+        return request;
+    }
+
+    [Fact]
+    public async Task TheStatus_SignedByThisService_IsShown_UnsignedOrWronglySigned_Is401()
+    {
+        await using var server = await StartReplicaAsync();
+
+        using (var signed = await server.Client.SendAsync(StatusRequest(), Ct))
+        {
+            Assert.Equal(HttpStatusCode.OK, signed.StatusCode);
+            Assert.Equal("Replica", JsonDocument.Parse(await signed.Content.ReadAsStringAsync(Ct)).RootElement.GetProperty("role").GetString());
+        }
+
+        using (var anonymous = await server.Client.GetAsync(ReplicationEndpoints.StatusPath, Ct))
+        {
+            await ProblemAsync(anonymous, HttpStatusCode.Unauthorized, "replication-peer");
+        }
+
+        using (var otherKey = await server.Client.SendAsync(StatusRequest("another-key-that-is-long-enough-000000"), Ct))
+        {
+            await ProblemAsync(otherKey, HttpStatusCode.Unauthorized, "replication-peer");
+        }
+
+        using (var otherService = await server.Client.SendAsync(StatusRequest(caller: "payments"), Ct))
+        {
+            await ProblemAsync(otherService, HttpStatusCode.Unauthorized, "replication-peer");
+        }
+    }
+
+    [Fact]
+    public async Task TheStatus_WithAnonymousStatus_IsShownUnsigned()
+    {
+        await using var server = await TestServer.StartAsync(_dir.Path, o =>
+        {
+            o.ServiceName = "orders";
+            o.Calls.PeerKey = PeerKey;
+            o.Replication.Role = ReplicationRole.Replica;
+            o.Replication.Replicas.Add(new Uri("http://127.0.0.1:1/"));
+            o.Replication.AnonymousStatus = true;
+        });
+
+        using var anonymous = await server.Client.GetAsync(ReplicationEndpoints.StatusPath, Ct);
+
+        Assert.Equal(HttpStatusCode.OK, anonymous.StatusCode);
+    }
+
     /// <summary>The address a control message names in these tests: none of the test nodes' peers, and no Address is set, so it is "this node".</summary>
     internal const string ThisNode = "http://node.test/";
 
