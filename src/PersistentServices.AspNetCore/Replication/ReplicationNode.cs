@@ -315,15 +315,18 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// and none of them holds more than <paramref name="replica"/>, else why not. A node grants it by answering in the term
     /// with where it stands (<c>position</c>, or <c>empty</c>: a witness, a new replica); <c>fenced</c> (it has seen a
     /// newer term, or is a primary) and <c>denied</c> (it granted the term to another candidate, or took it from its
-    /// primary) do not count.
+    /// primary) do not count. It completes as soon as a majority granted it (issue 51): a silent node, a hung old primary
+    /// among them, is not waited for up to <see cref="ClaimTimeout"/>; its probe goes on in the background until then.
     /// </summary>
     private async Task<string?> ClaimAsync(ReplicaLog replica, long term, Guid candidate, CancellationToken cancellationToken)
     {
         var http = _httpClients.CreateClient(HttpClientName);
-        using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+        var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
         timeout.CancelAfter(ClaimTimeout);
         var probe = new Shipment(term, -1, 0, 0, false, ReadOnlyMemory<byte>.Empty, candidate);
-        var answers = await Task.WhenAll(_options.Peers.Concat(_options.Witnesses).Select(async node =>
+        var group = _options.Peers.Count + 1 + _options.Witnesses.Count;
+        var majority = (group / 2) + 1;
+        var asks = _options.Peers.Concat(_options.Witnesses).Select(async node =>
         {
             try
             {
@@ -334,11 +337,31 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             {
                 return (Node: node, Answer: null, Error: ex.Message);
             }
-        })).ConfigureAwait(false);
+        }).ToList();
 
-        var took = answers.Where(a => a.Answer is { } r && r.Term == term && r.Outcome is ShipmentOutcome.Position or ShipmentOutcome.Empty).ToList();
-        var group = _options.Peers.Count + 1 + _options.Witnesses.Count;
-        var majority = (group / 2) + 1;
+        // Once every ask has ended (answered, refused, or at ClaimTimeout), the timeout's source goes: the asks still under way
+        // when a majority has granted go on, so that a slow node (an old primary among them) still learns of the term.
+        _ = Task.WhenAll(asks).ContinueWith(_ => timeout.Dispose(), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+
+        // A majority of grants is enough (Raft's rule): the claim does not wait for a silent node (a hung or cut-off old primary)
+        // up to ClaimTimeout. Nodes that answer after it are not needed: every acknowledged record is on a majority of the group,
+        // so on one of the granting nodes, and none of those may hold more than this replica (below).
+        var answers = new List<(Uri Node, ShipmentResult? Answer, string? Error)>();
+        var remaining = new List<Task<(Uri Node, ShipmentResult? Answer, string? Error)>>(asks);
+        var granted = 0;
+        while (remaining.Count > 0 && granted + 1 < majority)
+        {
+            var done = await Task.WhenAny(remaining).ConfigureAwait(false);
+            remaining.Remove(done);
+            var answer = await done.ConfigureAwait(false);
+            answers.Add(answer);
+            if (Grants(answer.Answer, term))
+            {
+                granted++;
+            }
+        }
+
+        var took = answers.Where(a => Grants(a.Answer, term)).ToList();
         if (took.Count + 1 < majority)
         {
             var others = string.Join("; ", answers.Select(a => a.Answer is { } r ? $"{a.Node}: term {r.Term}, {r.Outcome}" : $"{a.Node}: {a.Error}"));
@@ -358,6 +381,10 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
         return null;
     }
+
+    /// <summary>Whether a node's answer to a claim of <paramref name="term"/> grants it: where it stands, in that term.</summary>
+    private static bool Grants(ShipmentResult? answer, long term)
+        => answer is { } r && r.Term == term && r.Outcome is ShipmentOutcome.Position or ShipmentOutcome.Empty;
 
     /// <summary>Where each term's part of this primary's log begins (<see cref="TermHistory"/>): what its shippers cut a rejoining replica back to.</summary>
     public TermHistory History { get; private set; } = TermHistory.Empty;
