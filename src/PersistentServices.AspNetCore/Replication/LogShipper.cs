@@ -36,6 +36,7 @@ internal sealed class LogShipper : IDisposable
     private long _partial;
     private long _cut;
     private long _total;
+    private long _replicaTerm;
     private volatile string _state = "connecting";
 
     /// <summary>How far behind the replica is in time (<see cref="LagTime"/>), from the local commits it does not hold yet.</summary>
@@ -75,6 +76,9 @@ internal sealed class LogShipper : IDisposable
     /// <summary>What the shipper is doing (connecting, catching up, streaming, unreachable, fenced, refused).</summary>
     public string State => _state;
 
+    /// <summary>The term the replica answered in last (0 before it answered): above this primary's, it refuses its shipments.</summary>
+    public long ReplicaTerm => Interlocked.Read(ref _replicaTerm);
+
     /// <summary>Whether the replica answers (and takes) its shipments now.</summary>
     public bool Reachable => _state is "streaming" || _state.StartsWith("catching up", StringComparison.Ordinal);
 
@@ -99,7 +103,15 @@ internal sealed class LogShipper : IDisposable
                 var (from, reset) = await HandshakeAsync(reader, cancellationToken).ConfigureAwait(false);
                 if (from < 0)
                 {
-                    return; // fenced or refused: nothing more to ship from here
+                    if (_node.Role != ReplicationRole.Primary || _watermark.Fault is not null)
+                    {
+                        return; // fenced or refused: nothing more to ship from here
+                    }
+
+                    // Still the primary: it hands over, and the fence by the target's term waits for the switchover's outcome
+                    // (ReplicationNode.Fence). Ask again: if the switchover failed, the next answer fences it.
+                    await Task.Delay(_options.RetryInterval, cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+                    continue;
                 }
 
                 if (unreachable)
@@ -404,8 +416,12 @@ internal sealed class LogShipper : IDisposable
         return first > from && first <= durable ? first : durable;
     }
 
-    private Task<ShipmentResult> SendAsync(Shipment shipment, CancellationToken cancellationToken)
-        => ReplicationMessages.SendAsync(_http, _append, shipment, _node, cancellationToken);
+    private async Task<ShipmentResult> SendAsync(Shipment shipment, CancellationToken cancellationToken)
+    {
+        var answer = await ReplicationMessages.SendAsync(_http, _append, shipment, _node, cancellationToken).ConfigureAwait(false);
+        Interlocked.Exchange(ref _replicaTerm, answer.Term);
+        return answer;
+    }
 
     public void Dispose()
     {

@@ -220,7 +220,7 @@ internal sealed partial class ReplicationNode
             // be promoted while this primary granted the claim (the answer lost, the target gone after its claim): it took the
             // term with its vote and may be part of the target's majority, so it must not serve its old term again; fenced, it
             // leaves the choice to the next promotion (with Raft, the coordinator's).
-            Fence(term, target.Replica.ToString());
+            Fence(term, target.Replica.ToString(), byHandover: true);
             if (!promoted)
             {
                 resumed = false;

@@ -465,11 +465,19 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// role (a restart makes it a replica), and its log faults: nothing more is acknowledged, requests get 503 problem
     /// <c>replica</c> (gateways and clients go to the group's other nodes), liveness fails.
     /// </summary>
-    public void Fence(long newerTerm, string source)
+    public void Fence(long newerTerm, string source) => Fence(newerTerm, source, byHandover: false);
+
+    /// <summary>
+    /// <see cref="Fence(long, string)"/>; while a switchover waits for its target's promotion to exactly
+    /// <paramref name="newerTerm"/>, only the switchover itself (<paramref name="byHandover"/>) fences: the target takes the
+    /// term before it claims it, and a heartbeat it answers with that term meanwhile must not fence this primary before it
+    /// has voted (it acknowledges nothing while it hands over; if the promotion fails, the next such answer fences it).
+    /// </summary>
+    private void Fence(long newerTerm, string source, bool byHandover)
     {
         lock (_gate)
         {
-            if (Role != ReplicationRole.Primary || newerTerm <= Term)
+            if (Role != ReplicationRole.Primary || newerTerm <= Term || (!byHandover && _handingOverTerm != 0 && newerTerm == _handingOverTerm))
             {
                 return;
             }
