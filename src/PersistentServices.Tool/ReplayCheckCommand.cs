@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
+using PersistentServices.Diagnostics;
 using PersistentServices.Recovery;
 
 namespace PersistentServices.Tool;
@@ -38,7 +39,8 @@ internal static class ReplayCheckCommand
     private const int DefaultTimeoutSeconds = 600;
     private const int OutputLinesOnFailure = 40;
 
-    public static int Run(string[] args, TextWriter output, TextWriter error)
+    /// <summary>Runs the check; <paramref name="progress"/> shows the copy and the service's run while they take long (not with <c>--verbose</c>, whose lines go to standard error).</summary>
+    public static int Run(string[] args, TextWriter output, TextWriter error, IProgressDisplay? progress = null)
     {
         string? log = null;
         string? reportFile = null;
@@ -98,10 +100,12 @@ internal static class ReplayCheckCommand
             return Cli.CannotCheck;
         }
 
+        progress = verbose || progress is null ? NoProgressDisplay.Instance : progress;
         ReplayCheckSandbox sandbox;
         try
         {
-            sandbox = ReplayCheckSandbox.Create(log, showIds, workDir, showBodies);
+            var copying = new WorkProgress("copying the log into the sandbox");
+            sandbox = progress.Run([copying], () => ReplayCheckSandbox.Create(log, showIds, workDir, showBodies, copying));
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
         {
@@ -111,7 +115,7 @@ internal static class ReplayCheckCommand
 
         try
         {
-            return RunService(sandbox, command, timeout, reportFile, verbose, output, error);
+            return RunService(sandbox, command, timeout, reportFile, verbose, progress, output, error);
         }
         finally
         {
@@ -126,7 +130,8 @@ internal static class ReplayCheckCommand
         }
     }
 
-    private static int RunService(ReplayCheckSandbox sandbox, string[] command, TimeSpan timeout, string? reportFile, bool verbose, TextWriter output, TextWriter error)
+    private static int RunService(
+        ReplayCheckSandbox sandbox, string[] command, TimeSpan timeout, string? reportFile, bool verbose, IProgressDisplay progress, TextWriter output, TextWriter error)
     {
         var start = new ProcessStartInfo(command[0])
         {
@@ -194,7 +199,15 @@ internal static class ReplayCheckCommand
         Console.CancelKeyPress += cancel;
         try
         {
-            if (!process.WaitForExit(timeout))
+            // How far the service's replay has come is not known here (its sessions replay inside it): the step spins, with its time.
+            var replaying = new WorkProgress("the service recovers the copy and replays its sessions");
+            var exited = progress.Run([replaying], () =>
+            {
+                var ended = process.WaitForExit(timeout);
+                replaying.Finish();
+                return ended;
+            });
+            if (!exited)
             {
                 Stop(process);
                 process.WaitForExit();

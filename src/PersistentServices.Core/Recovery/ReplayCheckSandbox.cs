@@ -55,10 +55,12 @@ internal sealed class ReplayCheckSandbox
     /// <summary>
     /// Creates a sandbox under <paramref name="parent"/> (the system's temporary directory by default) and copies the log
     /// in <paramref name="source"/> into it: <c>commit.meta</c> first, then <c>anchor</c>, then the segment files in
-    /// increasing order, the order docs/operations.md gives for a copy of a running service's log.
+    /// increasing order, the order docs/operations.md gives for a copy of a running service's log. <paramref name="progress"/>
+    /// (optional) counts the segment bytes copied against their sizes, for a progress display (psctl replay-check).
     /// </summary>
     /// <exception cref="IOException">The source is not a log directory, or a file could not be read.</exception>
-    public static ReplayCheckSandbox Create(string source, bool showSessionIds, string? parent = null, bool showBodies = false)
+    public static ReplayCheckSandbox Create(
+        string source, bool showSessionIds, string? parent = null, bool showBodies = false, Diagnostics.WorkProgress? progress = null)
     {
         var from = System.IO.Path.GetFullPath(source);
         if (!Directory.Exists(from))
@@ -71,6 +73,11 @@ internal sealed class ReplayCheckSandbox
         if (segments.Count == 0 && !File.Exists(metadata))
         {
             throw new IOException($"'{from}' is not a PersistentServices log directory: it holds neither {CommitMetadataFile.FileName} nor a log.N segment file.");
+        }
+
+        if (progress is not null)
+        {
+            progress.Total = segments.Values.Sum();
         }
 
         var root = parent is null
@@ -91,8 +98,10 @@ internal sealed class ReplayCheckSandbox
                         $"Segment file '{path}' disappeared while the log was copied (the service truncated its log meanwhile): take the copy again.");
                 }
 
-                File.Copy(path, System.IO.Path.Combine(sandbox.LogDirectory, System.IO.Path.GetFileName(path)));
+                CopySegment(path, System.IO.Path.Combine(sandbox.LogDirectory, System.IO.Path.GetFileName(path)), progress);
             }
+
+            progress?.Finish();
 
             DurableFile.WriteAtomically(System.IO.Path.Combine(root, DescriptionFileName), sandbox.Describe());
             return sandbox;
@@ -166,6 +175,29 @@ internal sealed class ReplayCheckSandbox
         }
 
         return buffer.ToArray();
+    }
+
+    /// <summary>
+    /// Copies a segment file: with <see cref="File.Copy(string, string)"/>, or, for a progress display, a mebibyte at a
+    /// time (a segment is a gibibyte by default: per file, a young log's copy would show nothing until its end).
+    /// </summary>
+    private static void CopySegment(string from, string to, Diagnostics.WorkProgress? progress)
+    {
+        if (progress is null)
+        {
+            File.Copy(from, to);
+            return;
+        }
+
+        using var input = new FileStream(from, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete, bufferSize: 0);
+        using var output = new FileStream(to, FileMode.CreateNew, FileAccess.Write, FileShare.None, bufferSize: 0);
+        var buffer = new byte[1 << 20];
+        int n;
+        while ((n = input.Read(buffer)) > 0)
+        {
+            output.Write(buffer.AsSpan(0, n));
+            progress.Add(n);
+        }
     }
 
     private static void CopyIfPresent(string file, string directory)
