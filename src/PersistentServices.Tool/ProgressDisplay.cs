@@ -1,3 +1,4 @@
+using System.Collections.Concurrent;
 using System.Globalization;
 using PersistentServices.Diagnostics;
 using Spectre.Console;
@@ -73,13 +74,20 @@ internal sealed class ConsoleProgressDisplay(IAnsiConsole console, TimeSpan dela
         return running.GetAwaiter().GetResult();
     }
 
-    private void Show(IReadOnlyList<WorkProgress> steps, WaitHandle done, long started) =>
+    private void Show(IReadOnlyList<WorkProgress> steps, WaitHandle done, long started)
+    {
+        var units = new ConcurrentDictionary<int, string?>(); // what each task counts, when not bytes; read by the render thread
         console.Progress()
             .AutoClear(true)
-            .Columns(new TaskDescriptionColumn(), new ProgressBarColumn(), new AmountColumn(), new TimeColumn(started), new SpinnerColumn())
+            .Columns(new TaskDescriptionColumn(), new ProgressBarColumn(), new AmountColumn(units), new TimeColumn(started), new SpinnerColumn())
             .Start(context =>
             {
-                var shown = steps.Select(step => (Step: step, Task: context.AddTask(Markup.Escape(step.Description), autoStart: false))).ToList();
+                var shown = steps.Select(step =>
+                {
+                    var task = context.AddTask(Markup.Escape(step.Description), autoStart: false);
+                    units[task.Id] = step.Unit;
+                    return (Step: step, Task: task);
+                }).ToList();
                 do
                 {
                     UpdateAll(shown);
@@ -89,6 +97,7 @@ internal sealed class ConsoleProgressDisplay(IAnsiConsole console, TimeSpan dela
 
                 UpdateAll(shown);
             });
+    }
 
     /// <summary>The steps run one after the other: the first one not finished is running (its elapsed time counts).</summary>
     private static void UpdateAll(List<(WorkProgress Step, ProgressTask Task)> shown)
@@ -124,13 +133,21 @@ internal sealed class ConsoleProgressDisplay(IAnsiConsole console, TimeSpan dela
         }
     }
 
-    /// <summary>"37% 332/875 MiB" for a step whose size is known; nothing for the others (not "0%").</summary>
-    private sealed class AmountColumn : ProgressColumn
+    /// <summary>"37% 332/875 MiB" (or "40% 2,000/5,000 sessions") for a step whose size is known; nothing for the others (not "0%").</summary>
+    private sealed class AmountColumn(ConcurrentDictionary<int, string?> units) : ProgressColumn
     {
-        public override IRenderable Render(RenderOptions options, ProgressTask task, TimeSpan deltaTime) =>
-            task.State.Get<bool>(Sized)
-                ? new Text(string.Create(CultureInfo.InvariantCulture, $"{task.Percentage,3:0}% {MiB(task.Value)}/{MiB(task.MaxValue)} MiB"))
-                : Text.Empty;
+        public override IRenderable Render(RenderOptions options, ProgressTask task, TimeSpan deltaTime)
+        {
+            if (!task.State.Get<bool>(Sized))
+            {
+                return Text.Empty;
+            }
+
+            var unit = units.GetValueOrDefault(task.Id);
+            return new Text(unit is null
+                ? string.Create(CultureInfo.InvariantCulture, $"{task.Percentage,3:0}% {MiB(task.Value)}/{MiB(task.MaxValue)} MiB")
+                : string.Create(CultureInfo.InvariantCulture, $"{task.Percentage,3:0}% {task.Value:#,0}/{task.MaxValue:#,0} {unit}"));
+        }
 
         private static string MiB(double bytes) => (bytes / (1 << 20)).ToString("#,0", CultureInfo.InvariantCulture);
     }

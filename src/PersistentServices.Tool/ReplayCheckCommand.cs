@@ -38,6 +38,7 @@ internal static class ReplayCheckCommand
 
     private const int DefaultTimeoutSeconds = 600;
     private const int OutputLinesOnFailure = 40;
+    private static readonly TimeSpan ProgressPoll = TimeSpan.FromMilliseconds(250);
 
     /// <summary>Runs the check; <paramref name="progress"/> shows the copy and the service's run while they take long (not with <c>--verbose</c>, whose lines go to standard error).</summary>
     public static int Run(string[] args, TextWriter output, TextWriter error, IProgressDisplay? progress = null)
@@ -199,11 +200,12 @@ internal static class ReplayCheckCommand
         Console.CancelKeyPress += cancel;
         try
         {
-            // How far the service's replay has come is not known here (its sessions replay inside it): the step spins, with its time.
-            var replaying = new WorkProgress("the service recovers the copy and replays its sessions");
+            // How far the service's replay has come: the sessions it has replayed, from the sandbox's progress.json (a
+            // service built with an older library writes none: the step spins, with its time).
+            var replaying = new WorkProgress("the service replays the copy's sessions", "sessions");
             var exited = progress.Run([replaying], () =>
             {
-                var ended = process.WaitForExit(timeout);
+                var ended = WaitReporting(process, timeout, sandbox, replaying);
                 replaying.Finish();
                 return ended;
             });
@@ -249,6 +251,41 @@ internal static class ReplayCheckCommand
         }
 
         return exit;
+    }
+
+    /// <summary>Waits for the service to exit (false after <paramref name="timeout"/>), reading its progress meanwhile and once it ended.</summary>
+    private static bool WaitReporting(Process process, TimeSpan timeout, ReplayCheckSandbox sandbox, WorkProgress replaying)
+    {
+        var waited = Stopwatch.StartNew();
+        bool ended;
+        while (true)
+        {
+            var left = timeout - waited.Elapsed;
+            if (left <= TimeSpan.Zero)
+            {
+                ended = false;
+                break;
+            }
+
+            if (process.WaitForExit(left < ProgressPoll ? left : ProgressPoll))
+            {
+                ended = true;
+                break;
+            }
+
+            ReadProgress(sandbox, replaying);
+        }
+
+        ReadProgress(sandbox, replaying);
+        return ended;
+    }
+
+    private static void ReadProgress(ReplayCheckSandbox sandbox, WorkProgress replaying)
+    {
+        if (sandbox.TryReadProgress(out var replayed, out var sessions) && sessions > 0)
+        {
+            replaying.Report(replayed, sessions);
+        }
     }
 
     /// <summary>Prints the report's text; the exit status follows its result.</summary>

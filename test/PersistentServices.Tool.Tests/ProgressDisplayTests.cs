@@ -28,6 +28,27 @@ public sealed class ProgressDisplayTests
         }
     }
 
+    /// <summary>Runs the work on a thread of its own and samples the last step every 50 ms while it runs, as a display would.</summary>
+    private sealed class SamplingDisplay(List<(long Done, long Total)> seen) : IProgressDisplay
+    {
+        public IReadOnlyList<WorkProgress> Steps { get; private set; } = [];
+
+        public T Run<T>(IReadOnlyList<WorkProgress> steps, Func<T> work)
+        {
+            Steps = steps;
+            var running = Task.Run(work);
+            while (!running.Wait(50))
+            {
+                lock (seen)
+                {
+                    seen.Add((steps[^1].Done, steps[^1].Total));
+                }
+            }
+
+            return running.GetAwaiter().GetResult();
+        }
+    }
+
     /// <summary>Several pages and two segments (16 KiB pages, 64 KiB segments), committed in many commits.</summary>
     private static async Task WriteLogAsync(string directory)
     {
@@ -116,8 +137,63 @@ public sealed class ProgressDisplayTests
         Assert.Equal(segmentBytes, copy.Done);
         Assert.True(copy.Finished);
         var service = Assert.Single(display.Runs[1]);
-        Assert.Equal(0, service.Total); // how far the service's replay has come is not known to psctl: the step spins
+        Assert.Equal("sessions", service.Unit);
+        Assert.Equal(0, service.Total); // a service that writes no progress.json (an older library): the step spins
         Assert.True(service.Finished);
+    }
+
+    [Fact]
+    public async Task ReplayCheck_ReadsTheServicesProgressFile_WhileItRunsAndAfterItExits()
+    {
+        using var dir = new TempDirectory();
+        var log = dir.Combine("log");
+        await WriteLogAsync(log);
+        var script = dir.Combine("service.sh");
+        await File.WriteAllTextAsync(script, """
+            printf '{"sessions":5,"replayed":2}' > "$PERSISTENTSERVICES_REPLAY_CHECK/progress.json"
+            sleep 1
+            printf '{"sessions":5,"replayed":5}' > "$PERSISTENTSERVICES_REPLAY_CHECK/progress.json"
+            cat > "$PERSISTENTSERVICES_REPLAY_CHECK/report.json" <<'EOF'
+            {"formatVersion": 1, "result": "passed", "text": "every session replayed fine\n"}
+            EOF
+            """, Ct);
+        var seen = new List<(long Done, long Total)>();
+        var display = new SamplingDisplay(seen);
+
+        var (exit, output, error) = Psctl(display, "replay-check", "--log", log, "--", "sh", script);
+
+        Assert.True(exit == Cli.Clean, output + error);
+        Assert.Contains((2L, 5L), seen); // read while the service ran
+        var service = display.Steps[^1];
+        Assert.Equal((5L, 5L), (service.Done, service.Total)); // and once it exited
+        Assert.True(service.Finished);
+    }
+
+    [Fact]
+    public void Sandbox_Progress_RoundTrips_AndAMissingOrDamagedFileReadsAsNothing()
+    {
+        using var dir = new TempDirectory();
+        Directory.CreateDirectory(dir.Combine("log"));
+        File.WriteAllText(Path.Combine(dir.Combine("log"), "commit.meta"), "");
+        var sandbox = ReplayCheckSandbox.Create(dir.Combine("log"), showSessionIds: false, dir.Path);
+        try
+        {
+            Assert.False(sandbox.TryReadProgress(out _, out _));
+            sandbox.WriteProgress(3, 7);
+            Assert.True(sandbox.TryReadProgress(out var replayed, out var sessions));
+            Assert.Equal((3, 7), (replayed, sessions));
+            sandbox.WriteProgress(7, 7);
+            Assert.True(sandbox.TryReadProgress(out replayed, out sessions));
+            Assert.Equal((7, 7), (replayed, sessions));
+            Assert.False(File.Exists(sandbox.ProgressPath + ".tmp"));
+
+            File.WriteAllText(sandbox.ProgressPath, "{\"sessions\":");
+            Assert.False(sandbox.TryReadProgress(out _, out _));
+        }
+        finally
+        {
+            sandbox.Delete();
+        }
     }
 
     [Fact]
@@ -200,6 +276,27 @@ public sealed class ProgressDisplayTests
         Assert.Contains("reading [the] log", shown, StringComparison.Ordinal); // markup escaped, shown as given
         Assert.Contains("waiting for the service", shown, StringComparison.Ordinal);
         Assert.Contains("%", shown, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void ConsoleDisplay_CountsInTheStepsUnit_BytesInMebibytes()
+    {
+        var (console, written) = InteractiveConsole();
+        var display = new ConsoleProgressDisplay(console, TimeSpan.FromMilliseconds(20));
+        var sessions = new WorkProgress("replaying", "sessions");
+        var bytes = new WorkProgress("copying") { Total = 8 << 20 };
+
+        display.Run([bytes, sessions], () =>
+        {
+            bytes.Add(4 << 20);
+            sessions.Report(2, 5);
+            Thread.Sleep(400);
+            return 0;
+        });
+
+        var shown = written.ToString();
+        Assert.Contains("2/5 sessions", shown, StringComparison.Ordinal);
+        Assert.Contains("4/8 MiB", shown, StringComparison.Ordinal);
     }
 
     [Theory]

@@ -1,3 +1,4 @@
+using System.Globalization;
 using System.Text.Json;
 using PersistentServices.Checkpoints;
 using PersistentServices.Log;
@@ -22,6 +23,9 @@ internal sealed class ReplayCheckSandbox
 
     public const string DescriptionFileName = "sandbox.json";
     public const string ReportFileName = "report.json";
+
+    /// <summary>How far the service's replay has come, rewritten while it runs, for psctl's progress display.</summary>
+    public const string ProgressFileName = "progress.json";
     public const string LogDirectoryName = "log";
 
     /// <summary>Version of <c>sandbox.json</c> and <c>report.json</c>; a reader refuses newer ones.</summary>
@@ -42,6 +46,8 @@ internal sealed class ReplayCheckSandbox
     public string LogDirectory => System.IO.Path.Combine(Path, LogDirectoryName);
 
     public string ReportPath => System.IO.Path.Combine(Path, ReportFileName);
+
+    public string ProgressPath => System.IO.Path.Combine(Path, ProgressFileName);
 
     /// <summary>The directory the log was copied from (only named in the report).</summary>
     public string Source { get; }
@@ -145,6 +151,42 @@ internal sealed class ReplayCheckSandbox
                 $"{EnvironmentVariable} is set to '{root}', which is not a replay check sandbox ({DescriptionFileName} missing or unreadable: {ex.Message}). " +
                 "The replay check mode is started by 'psctl replay-check' or ReplayCheck.RunAsync, which copy the log into a sandbox; unset the variable to run the service.",
                 ex);
+        }
+    }
+
+    /// <summary>
+    /// Records how many of the check's sessions have finished their replay (fine or diverged), replacing the file
+    /// whole (written beside it, then renamed over it), so that a reader never sees half of it. Not made durable: it
+    /// only feeds a progress display, and a failed write is left for the next one.
+    /// </summary>
+    public void WriteProgress(int replayed, int sessions)
+    {
+        var temporary = ProgressPath + ".tmp";
+        try
+        {
+            File.WriteAllText(temporary, string.Create(CultureInfo.InvariantCulture, $"{{\"sessions\":{sessions},\"replayed\":{replayed}}}"));
+            File.Move(temporary, ProgressPath, overwrite: true);
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            // The next write tries again; the check does not depend on it.
+        }
+    }
+
+    /// <summary>What <see cref="WriteProgress"/> recorded last; false while there is nothing (yet) or it cannot be read.</summary>
+    public bool TryReadProgress(out int replayed, out int sessions)
+    {
+        replayed = sessions = 0;
+        try
+        {
+            using var json = JsonDocument.Parse(File.ReadAllBytes(ProgressPath));
+            sessions = json.RootElement.GetProperty("sessions").GetInt32();
+            replayed = json.RootElement.GetProperty("replayed").GetInt32();
+            return sessions >= 0 && replayed >= 0;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or JsonException or KeyNotFoundException or InvalidOperationException or FormatException)
+        {
+            return false;
         }
     }
 
