@@ -136,6 +136,8 @@ internal sealed class ConsoleProgressDisplay(IAnsiConsole console, TimeSpan dela
     /// <summary>"37% 332/875 MiB" (or "40% 2,000/5,000 sessions") for a step whose size is known; nothing for the others (not "0%").</summary>
     private sealed class AmountColumn(ConcurrentDictionary<int, string?> units) : ProgressColumn
     {
+        protected override bool NoWrap => true;
+
         public override IRenderable Render(RenderOptions options, ProgressTask task, TimeSpan deltaTime)
         {
             if (!task.State.Get<bool>(Sized))
@@ -155,6 +157,8 @@ internal sealed class ConsoleProgressDisplay(IAnsiConsole console, TimeSpan dela
     /// <summary>The time left ("~00:00:05") for a running step whose size is known; for the others, the time since the work started.</summary>
     private sealed class TimeColumn(long started) : ProgressColumn
     {
+        protected override bool NoWrap => true;
+
         public override IRenderable Render(RenderOptions options, ProgressTask task, TimeSpan deltaTime)
         {
             if (!task.IsStarted || task.IsFinished)

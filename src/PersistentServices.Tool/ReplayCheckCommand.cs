@@ -202,7 +202,7 @@ internal static class ReplayCheckCommand
         {
             // How far the service's replay has come: the sessions it has replayed, from the sandbox's progress.json (a
             // service built with an older library writes none: the step spins, with its time).
-            var replaying = new WorkProgress("the service replays the copy's sessions", "sessions");
+            var replaying = new WorkProgress("the service replays sessions", "sessions");
             var exited = progress.Run([replaying], () =>
             {
                 var ended = WaitReporting(process, timeout, sandbox, replaying);
