@@ -8,7 +8,7 @@ using PersistentServices.Tool;
 //   psctl replication status|promote|switchover <node-url> [options]   (a replicated service's node)
 // Exit status: 0 the service would open the log / every session replayed fine; 1 it would refuse / a session diverged;
 // 2 the log could not be checked (usage, missing directory, unreadable files, no report).
-return Cli.Run(args, Console.Out, Console.Error);
+return Cli.Run(args, Console.Out, Console.Error, progress: ConsoleProgressDisplay.ForStandardError());
 
 namespace PersistentServices.Tool
 {
@@ -44,9 +44,15 @@ namespace PersistentServices.Tool
             Taking a consistent copy of a running service's log, restoring it: docs/operations.md.
             """;
 
-        public static int Run(string[] args, TextWriter output, TextWriter error, Func<string, string?>? environment = null)
+        /// <param name="args">The command line.</param>
+        /// <param name="output">The report: what scripts read.</param>
+        /// <param name="error">Errors and usage.</param>
+        /// <param name="environment">The environment variables (keys).</param>
+        /// <param name="progress">Shows long steps while they run (psctl: on standard error, only on a terminal); none by default.</param>
+        public static int Run(string[] args, TextWriter output, TextWriter error, Func<string, string?>? environment = null, IProgressDisplay? progress = null)
         {
             environment ??= Environment.GetEnvironmentVariable;
+            progress ??= NoProgressDisplay.Instance;
             if (args is [] or ["-h" or "--help" or "help", ..])
             {
                 output.WriteLine(Usage);
@@ -61,7 +67,7 @@ namespace PersistentServices.Tool
                     return Clean;
                 }
 
-                return ReplayCheckCommand.Run(args[1..], output, error);
+                return ReplayCheckCommand.Run(args[1..], output, error, progress);
             }
 
             if (args[0] == "sessions")
@@ -129,7 +135,8 @@ namespace PersistentServices.Tool
             try
             {
                 keys = keyArguments.Read(environment);
-                var verification = Log.LogVerifier.Verify(directory, pageSizeBits, segmentSizeBits, keys);
+                var walks = new Log.LogVerifyProgress();
+                var verification = progress.Run(walks.Steps, () => Log.LogVerifier.Verify(directory, pageSizeBits, segmentSizeBits, keys, walks));
                 VerifyReport.Write(verification, output);
                 return verification.Refused ? Refused : Clean;
             }

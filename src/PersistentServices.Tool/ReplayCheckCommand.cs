@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
+using PersistentServices.Diagnostics;
 using PersistentServices.Recovery;
 
 namespace PersistentServices.Tool;
@@ -37,8 +38,10 @@ internal static class ReplayCheckCommand
 
     private const int DefaultTimeoutSeconds = 600;
     private const int OutputLinesOnFailure = 40;
+    private static readonly TimeSpan ProgressPoll = TimeSpan.FromMilliseconds(250);
 
-    public static int Run(string[] args, TextWriter output, TextWriter error)
+    /// <summary>Runs the check; <paramref name="progress"/> shows the copy and the service's run while they take long (not with <c>--verbose</c>, whose lines go to standard error).</summary>
+    public static int Run(string[] args, TextWriter output, TextWriter error, IProgressDisplay? progress = null)
     {
         string? log = null;
         string? reportFile = null;
@@ -98,10 +101,12 @@ internal static class ReplayCheckCommand
             return Cli.CannotCheck;
         }
 
+        progress = verbose || progress is null ? NoProgressDisplay.Instance : progress;
         ReplayCheckSandbox sandbox;
         try
         {
-            sandbox = ReplayCheckSandbox.Create(log, showIds, workDir, showBodies);
+            var copying = new WorkProgress("copying the log into the sandbox");
+            sandbox = progress.Run([copying], () => ReplayCheckSandbox.Create(log, showIds, workDir, showBodies, copying));
         }
         catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or ArgumentException)
         {
@@ -111,7 +116,7 @@ internal static class ReplayCheckCommand
 
         try
         {
-            return RunService(sandbox, command, timeout, reportFile, verbose, output, error);
+            return RunService(sandbox, command, timeout, reportFile, verbose, progress, output, error);
         }
         finally
         {
@@ -126,7 +131,8 @@ internal static class ReplayCheckCommand
         }
     }
 
-    private static int RunService(ReplayCheckSandbox sandbox, string[] command, TimeSpan timeout, string? reportFile, bool verbose, TextWriter output, TextWriter error)
+    private static int RunService(
+        ReplayCheckSandbox sandbox, string[] command, TimeSpan timeout, string? reportFile, bool verbose, IProgressDisplay progress, TextWriter output, TextWriter error)
     {
         var start = new ProcessStartInfo(command[0])
         {
@@ -194,7 +200,16 @@ internal static class ReplayCheckCommand
         Console.CancelKeyPress += cancel;
         try
         {
-            if (!process.WaitForExit(timeout))
+            // How far the service's replay has come: the sessions it has replayed, from the sandbox's progress.json (a
+            // service built with an older library writes none: the step spins, with its time).
+            var replaying = new WorkProgress("the service replays sessions", "sessions");
+            var exited = progress.Run([replaying], () =>
+            {
+                var ended = WaitReporting(process, timeout, sandbox, replaying);
+                replaying.Finish();
+                return ended;
+            });
+            if (!exited)
             {
                 Stop(process);
                 process.WaitForExit();
@@ -236,6 +251,41 @@ internal static class ReplayCheckCommand
         }
 
         return exit;
+    }
+
+    /// <summary>Waits for the service to exit (false after <paramref name="timeout"/>), reading its progress meanwhile and once it ended.</summary>
+    private static bool WaitReporting(Process process, TimeSpan timeout, ReplayCheckSandbox sandbox, WorkProgress replaying)
+    {
+        var waited = Stopwatch.StartNew();
+        bool ended;
+        while (true)
+        {
+            var left = timeout - waited.Elapsed;
+            if (left <= TimeSpan.Zero)
+            {
+                ended = false;
+                break;
+            }
+
+            if (process.WaitForExit(left < ProgressPoll ? left : ProgressPoll))
+            {
+                ended = true;
+                break;
+            }
+
+            ReadProgress(sandbox, replaying);
+        }
+
+        ReadProgress(sandbox, replaying);
+        return ended;
+    }
+
+    private static void ReadProgress(ReplayCheckSandbox sandbox, WorkProgress replaying)
+    {
+        if (sandbox.TryReadProgress(out var replayed, out var sessions) && sessions > 0)
+        {
+            replaying.Report(replayed, sessions);
+        }
     }
 
     /// <summary>Prints the report's text; the exit status follows its result.</summary>

@@ -106,10 +106,14 @@ public sealed class ReplayCheckTests : IDisposable
         }
 
         var copy = CopyLog(log, _dir.File("copy"));
-        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--", "dotnet", ServiceProcess.ServicePath);
+        var work = Directory.CreateDirectory(_dir.File("work")).FullName;
+        var (exit, output) = await RunPsctlAsync(log, "replay-check", "--log", copy, "--work-dir", work, "--keep-sandbox", "--", "dotnet", ServiceProcess.ServicePath);
 
         Assert.True(exit == 0, output);
         Assert.Contains("Replayed 2 sessions one at a time, in log order: 2 replayed fine, 0 diverged; 7 requests compared.", output, StringComparison.Ordinal);
+        // What psctl's progress display read while the service ran, as the service last wrote it: the report's two sessions.
+        var sandbox = Assert.Single(Directory.GetDirectories(work));
+        Assert.Equal("""{"sessions":2,"replayed":2}""", await File.ReadAllTextAsync(Path.Combine(sandbox, "progress.json"), TestContext.Current.CancellationToken));
         Assert.Contains("1 more live session had nothing to replay", output, StringComparison.Ordinal); // its one request was cut short
         Assert.Contains("Not checked: 1 last request that a crash cut short", output, StringComparison.Ordinal);
         Assert.Contains("Result: passed: all 2 sessions replayed fine.", output, StringComparison.Ordinal);

@@ -19,9 +19,11 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
 {
     private const int RequestBodyLimit = 2000;
     private const int ReplyBodyLimit = 4000;
+    private static readonly TimeSpan ProgressInterval = TimeSpan.FromMilliseconds(250);
 
     private readonly TaskCompletionSource<ReplayCheckReport> _report = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private List<Session> _sessions = [];
+    private volatile Session[] _replaying = [];
     private Dictionary<Session, int> _requests = [];
     private int _notChecked;
     private int _finished;
@@ -65,20 +67,58 @@ internal sealed partial class ReplayCheckRun(ReplayCheckSandbox sandbox, bool in
 
         _sessions = sessions;
         _requests = sessions.ToDictionary(s => s, s => s.PositionStream.Count);
+        _replaying = [.. sessions.Where(s => _requests[s] > 0)]; // as the report counts them: not those with nothing to replay
         Started(logger, sessions.Count, _requests.Values.Sum(n => (long)n), _notChecked);
     }
 
     /// <summary>Runs <paramref name="replay"/> (the recovery's replay of every session), then reports.</summary>
     public async Task RunAsync(PersistentRuntime runtime, Func<Task> replay)
     {
+        using var replayed = new CancellationTokenSource();
+        var progress = inProcess ? Task.CompletedTask : WriteProgressAsync(replayed.Token);
         try
         {
             await replay().ConfigureAwait(false);
         }
         finally
         {
-            await CompleteAsync(runtime).ConfigureAwait(false);
+            await replayed.CancelAsync().ConfigureAwait(false);
+            try
+            {
+                await progress.ConfigureAwait(false);
+            }
+            finally
+            {
+                await CompleteAsync(runtime).ConfigureAwait(false); // the report, whatever became of the progress file
+            }
         }
+    }
+
+    /// <summary>
+    /// For psctl's progress display: every <see cref="ProgressInterval"/> until the replay ends, and once more then, how
+    /// many sessions have finished their replay (fine or diverged) of how many there are (the sandbox's progress.json).
+    /// </summary>
+    private async Task WriteProgressAsync(CancellationToken replayEnded)
+    {
+        using var timer = new PeriodicTimer(ProgressInterval);
+        try
+        {
+            do
+            {
+                WriteProgress();
+            }
+            while (await timer.WaitForNextTickAsync(replayEnded).ConfigureAwait(false));
+        }
+        catch (OperationCanceledException) when (replayEnded.IsCancellationRequested)
+        {
+            WriteProgress();
+        }
+    }
+
+    private void WriteProgress()
+    {
+        var sessions = _replaying;
+        sandbox.WriteProgress(sessions.Count(s => s.Ready.IsCompleted || s.Diverged is not null), sessions.Length);
     }
 
     /// <summary>Recovery finished, failed or was stopped: the report.</summary>

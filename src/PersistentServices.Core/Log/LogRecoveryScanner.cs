@@ -47,6 +47,7 @@ internal sealed class LogRecoveryScanner : IDisposable
     private bool _walkInTwo = true;
     private long _splitAt;
     private VerifiedPrefix? _verified;
+    private Diagnostics.WorkProgress? _progress;
     private long _loadedPage = -1;
     private int _loadedValid;
 
@@ -82,11 +83,14 @@ internal sealed class LogRecoveryScanner : IDisposable
     /// Scans as <see cref="Scan(string, LogOptions, CommitMetadata?, ILogScanVisitor?, bool, long)"/> does, but walks only
     /// from <paramref name="verified"/>'s end when it covers the begin address (a promoted replica's hot follower walked the
     /// rest of these very files, <see cref="VerifyFrom"/>): the walk's state at its end is carried over as if this scan had
-    /// walked it. Anything after it is verified as in any scan; problems are found there as always.
+    /// walked it. Anything after it is verified as in any scan; problems are found there as always. <paramref name="progress"/>
+    /// (optional) counts the bytes read from the segment files, for a progress display (psctl verify).
     /// </summary>
-    public static LogScanResult Scan(string directory, LogOptions options, CommitMetadata? metadata, ILogScanVisitor? visitor, VerifiedPrefix? verified, bool walkInTwo = true, long splitAt = 0)
+    public static LogScanResult Scan(
+        string directory, LogOptions options, CommitMetadata? metadata, ILogScanVisitor? visitor, VerifiedPrefix? verified, bool walkInTwo = true, long splitAt = 0,
+        Diagnostics.WorkProgress? progress = null)
     {
-        using var scanner = new LogRecoveryScanner(directory, options, visitor) { _walkInTwo = walkInTwo, _splitAt = splitAt, _verified = verified };
+        using var scanner = new LogRecoveryScanner(directory, options, visitor) { _walkInTwo = walkInTwo, _splitAt = splitAt, _verified = verified, _progress = progress };
         return scanner.Run(metadata);
     }
 
@@ -114,11 +118,11 @@ internal sealed class LogRecoveryScanner : IDisposable
 
     /// <summary>
     /// Walks as <see cref="Visit(string, LogOptions, long, ILogScanVisitor)"/> does, but no entry starting at or after
-    /// <paramref name="until"/> (one starting before it is visited whole).
+    /// <paramref name="until"/> (one starting before it is visited whole). <paramref name="progress"/> counts the bytes read.
     /// </summary>
-    public static void Visit(string directory, LogOptions options, long from, long until, ILogScanVisitor visitor)
+    public static void Visit(string directory, LogOptions options, long from, long until, ILogScanVisitor visitor, Diagnostics.WorkProgress? progress = null)
     {
-        using var scanner = new LogRecoveryScanner(directory, options, visitor);
+        using var scanner = new LogRecoveryScanner(directory, options, visitor) { _progress = progress };
         scanner.Walk(from, new WalkResult { CommittedUntil = from }, until);
     }
 
@@ -407,7 +411,7 @@ internal sealed class LogRecoveryScanner : IDisposable
         var firstHalf = Task.Factory.StartNew(
             () =>
             {
-                using var other = new LogRecoveryScanner(_directory, _options, _visitor);
+                using var other = new LogRecoveryScanner(_directory, _options, _visitor) { _progress = _progress };
                 other.Walk(start, first, until: split);
             },
             CancellationToken.None, TaskCreationOptions.LongRunning, TaskScheduler.Default);
@@ -773,6 +777,7 @@ internal sealed class LogRecoveryScanner : IDisposable
 
         _page.AsSpan(read).Clear(); // a page's unwritten rest reads as zeros, as in the file
         _loadedValid = read;
+        _progress?.Add(read);
         return read;
     }
 

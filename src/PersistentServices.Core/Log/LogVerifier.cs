@@ -36,6 +36,19 @@ internal sealed record LogVerification
 }
 
 /// <summary>
+/// A verification's two walks over the log's files, for a progress display: the check of every entry (what the service's
+/// open runs), then the count of what the committed records hold. Each counts bytes read against the bytes to read.
+/// </summary>
+internal sealed class LogVerifyProgress
+{
+    public Diagnostics.WorkProgress Checking { get; } = new("checking the log's entries");
+
+    public Diagnostics.WorkProgress Counting { get; } = new("counting the committed records");
+
+    public IReadOnlyList<Diagnostics.WorkProgress> Steps => [Checking, Counting];
+}
+
+/// <summary>
 /// The operator's check of a log directory (<c>psctl verify</c>, docs/operations.md): runs the same verification scan the
 /// service runs before it opens the log, lists every problem it would refuse on, and counts what the committed records
 /// hold, without writing anything: no FASTER instance, no directory lock taken (only tested, shared, when the lock file
@@ -48,8 +61,10 @@ internal static class LogVerifier
     /// <param name="pageSizeBits">The page size, for a log whose metadata does not record it.</param>
     /// <param name="segmentSizeBits">The segment size, likewise.</param>
     /// <param name="encryption">The keys of an encrypted log (<see cref="LogOptions.Encryption"/>).</param>
+    /// <param name="progress">Counts the bytes each of the two walks read, for a progress display (psctl verify).</param>
     /// <exception cref="LogEncryptionKeyException">The log holds a record sealed with a key not given.</exception>
-    public static LogVerification Verify(string directory, int? pageSizeBits = null, int? segmentSizeBits = null, LogEncryptionOptions? encryption = null)
+    public static LogVerification Verify(
+        string directory, int? pageSizeBits = null, int? segmentSizeBits = null, LogEncryptionOptions? encryption = null, LogVerifyProgress? progress = null)
     {
         ArgumentException.ThrowIfNullOrWhiteSpace(directory);
         directory = Path.GetFullPath(directory);
@@ -94,12 +109,26 @@ internal static class LogVerifier
 
         options.Validate();
 
-        var scan = LogRecoveryScanner.Scan(directory, options, metadata);
+        var segments = SegmentFiles.List(directory);
+        if (progress is not null)
+        {
+            progress.Checking.Total = BytesFrom(segments, metadata?.BeginAddress ?? 0, options.SegmentSizeBits);
+        }
+
+        var scan = LogRecoveryScanner.Scan(directory, options, metadata, visitor: null, verified: null, progress: progress?.Checking);
+        progress?.Checking.Finish();
         var inventory = new LogInventory();
         if (!scan.IsNew && scan.CommittedUntil > scan.BeginAddress)
         {
-            LogRecoveryScanner.Visit(directory, options, scan.BeginAddress, inventory);
+            if (progress is not null)
+            {
+                progress.Counting.Total = BytesFrom(segments, scan.BeginAddress, options.SegmentSizeBits);
+            }
+
+            LogRecoveryScanner.Visit(directory, options, scan.BeginAddress, long.MaxValue, inventory, progress?.Counting);
         }
+
+        progress?.Counting.Finish();
 
         // The anchor (docs/checkpoints.md) must name a committed service checkpoint whose scan start is still in the log:
         // recovery refuses otherwise.
@@ -121,6 +150,19 @@ internal static class LogVerifier
             Inventory = inventory,
             InUse = IsLocked(directory),
         };
+    }
+
+    /// <summary>The bytes of the segment files at and after log address <paramref name="from"/>: what a walk from there reads.</summary>
+    private static long BytesFrom(SortedDictionary<int, long> segments, long from, int segmentSizeBits)
+    {
+        long bytes = 0;
+        foreach (var (segment, length) in segments)
+        {
+            var start = (long)segment << segmentSizeBits;
+            bytes += Math.Max(0, start + length - Math.Max(start, from));
+        }
+
+        return bytes;
     }
 
     private static LogProblem? AnchorProblem(string directory, LogScanResult scan, LogInventory inventory)

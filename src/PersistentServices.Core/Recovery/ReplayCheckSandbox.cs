@@ -1,3 +1,4 @@
+using System.Globalization;
 using System.Text.Json;
 using PersistentServices.Checkpoints;
 using PersistentServices.Log;
@@ -22,6 +23,9 @@ internal sealed class ReplayCheckSandbox
 
     public const string DescriptionFileName = "sandbox.json";
     public const string ReportFileName = "report.json";
+
+    /// <summary>How far the service's replay has come, rewritten while it runs, for psctl's progress display.</summary>
+    public const string ProgressFileName = "progress.json";
     public const string LogDirectoryName = "log";
 
     /// <summary>Version of <c>sandbox.json</c> and <c>report.json</c>; a reader refuses newer ones.</summary>
@@ -43,6 +47,8 @@ internal sealed class ReplayCheckSandbox
 
     public string ReportPath => System.IO.Path.Combine(Path, ReportFileName);
 
+    public string ProgressPath => System.IO.Path.Combine(Path, ProgressFileName);
+
     /// <summary>The directory the log was copied from (only named in the report).</summary>
     public string Source { get; }
 
@@ -55,10 +61,12 @@ internal sealed class ReplayCheckSandbox
     /// <summary>
     /// Creates a sandbox under <paramref name="parent"/> (the system's temporary directory by default) and copies the log
     /// in <paramref name="source"/> into it: <c>commit.meta</c> first, then <c>anchor</c>, then the segment files in
-    /// increasing order, the order docs/operations.md gives for a copy of a running service's log.
+    /// increasing order, the order docs/operations.md gives for a copy of a running service's log. <paramref name="progress"/>
+    /// (optional) counts the segment bytes copied against their sizes, for a progress display (psctl replay-check).
     /// </summary>
     /// <exception cref="IOException">The source is not a log directory, or a file could not be read.</exception>
-    public static ReplayCheckSandbox Create(string source, bool showSessionIds, string? parent = null, bool showBodies = false)
+    public static ReplayCheckSandbox Create(
+        string source, bool showSessionIds, string? parent = null, bool showBodies = false, Diagnostics.WorkProgress? progress = null)
     {
         var from = System.IO.Path.GetFullPath(source);
         if (!Directory.Exists(from))
@@ -71,6 +79,11 @@ internal sealed class ReplayCheckSandbox
         if (segments.Count == 0 && !File.Exists(metadata))
         {
             throw new IOException($"'{from}' is not a PersistentServices log directory: it holds neither {CommitMetadataFile.FileName} nor a log.N segment file.");
+        }
+
+        if (progress is not null)
+        {
+            progress.Total = segments.Values.Sum();
         }
 
         var root = parent is null
@@ -91,8 +104,10 @@ internal sealed class ReplayCheckSandbox
                         $"Segment file '{path}' disappeared while the log was copied (the service truncated its log meanwhile): take the copy again.");
                 }
 
-                File.Copy(path, System.IO.Path.Combine(sandbox.LogDirectory, System.IO.Path.GetFileName(path)));
+                CopySegment(path, System.IO.Path.Combine(sandbox.LogDirectory, System.IO.Path.GetFileName(path)), progress);
             }
+
+            progress?.Finish();
 
             DurableFile.WriteAtomically(System.IO.Path.Combine(root, DescriptionFileName), sandbox.Describe());
             return sandbox;
@@ -139,6 +154,42 @@ internal sealed class ReplayCheckSandbox
         }
     }
 
+    /// <summary>
+    /// Records how many of the check's sessions have finished their replay (fine or diverged), replacing the file
+    /// whole (written beside it, then renamed over it), so that a reader never sees half of it. Not made durable: it
+    /// only feeds a progress display, and a failed write is left for the next one.
+    /// </summary>
+    public void WriteProgress(int replayed, int sessions)
+    {
+        var temporary = ProgressPath + ".tmp";
+        try
+        {
+            File.WriteAllText(temporary, string.Create(CultureInfo.InvariantCulture, $"{{\"sessions\":{sessions},\"replayed\":{replayed}}}"));
+            File.Move(temporary, ProgressPath, overwrite: true);
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            // The next write tries again; the check does not depend on it.
+        }
+    }
+
+    /// <summary>What <see cref="WriteProgress"/> recorded last; false while there is nothing (yet) or it cannot be read.</summary>
+    public bool TryReadProgress(out int replayed, out int sessions)
+    {
+        replayed = sessions = 0;
+        try
+        {
+            using var json = JsonDocument.Parse(File.ReadAllBytes(ProgressPath));
+            sessions = json.RootElement.GetProperty("sessions").GetInt32();
+            replayed = json.RootElement.GetProperty("replayed").GetInt32();
+            return sessions >= 0 && replayed >= 0;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException or JsonException or KeyNotFoundException or InvalidOperationException or FormatException)
+        {
+            return false;
+        }
+    }
+
     /// <summary>Deletes the sandbox (never the source).</summary>
     public void Delete()
     {
@@ -166,6 +217,29 @@ internal sealed class ReplayCheckSandbox
         }
 
         return buffer.ToArray();
+    }
+
+    /// <summary>
+    /// Copies a segment file: with <see cref="File.Copy(string, string)"/>, or, for a progress display, a mebibyte at a
+    /// time (a segment is a gibibyte by default: per file, a young log's copy would show nothing until its end).
+    /// </summary>
+    private static void CopySegment(string from, string to, Diagnostics.WorkProgress? progress)
+    {
+        if (progress is null)
+        {
+            File.Copy(from, to);
+            return;
+        }
+
+        using var input = new FileStream(from, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete, bufferSize: 0);
+        using var output = new FileStream(to, FileMode.CreateNew, FileAccess.Write, FileShare.None, bufferSize: 0);
+        var buffer = new byte[1 << 20];
+        int n;
+        while ((n = input.Read(buffer)) > 0)
+        {
+            output.Write(buffer.AsSpan(0, n));
+            progress.Add(n);
+        }
     }
 
     private static void CopyIfPresent(string file, string directory)
