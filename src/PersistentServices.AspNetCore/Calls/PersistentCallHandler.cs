@@ -187,14 +187,14 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             throw execution.Abandon(await OrphanRefusedAsync(execution, orphan.FirstOrDefault(), cancellationToken).ConfigureAwait(false));
         }
 
-        if (number > 0 && runtime.Domain.IsMember(calleeService) && await RefusalAsync(response).ConfigureAwait(false) is { } refusal)
+        if (number > 0 && runtime.Domain.IsMember(calleeService) && await RefusalAsync(response).ConfigureAwait(false) is var (refusal, detail))
         {
             // The member refused the call before admitting it (its protocol's problem, no PS-Seq echo): not the call's reply.
             // Logged as the reply it would use up the number the member never ran (every later call a 409 sequence-gap) and
             // hand the endpoint a refusal as its outcome. The request is abandoned and runs again after a pause, under the same
             // number: by then the member's rollback, or this session's, has settled the numbering (OrphanRecovery caps the turns).
             response.Dispose();
-            CallRefused(logger, callee, method, path, number, refusal);
+            CallRefused(logger, callee, method, path, number, refusal, detail);
             throw execution.Abandon(new CallRefusedException(
                 $"'{callee}' refused call {number} ({method} {path}) without running it: {refusal}. The request runs again after a pause, under the same call number.",
                 numbering: refusal.Contains("sequence", StringComparison.Ordinal)));
@@ -213,7 +213,7 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
     /// a problem of this library's without the <c>PS-Seq</c> echo an executed call's reply carries), when it is one that is
     /// retried; null for a reply.
     /// </summary>
-    private static async Task<string?> RefusalAsync(HttpResponseMessage response)
+    private static async Task<(string Refusal, string Detail)?> RefusalAsync(HttpResponseMessage response)
     {
         if (response.Headers.Contains(ProtocolHeaders.Sequence) || response.Content.Headers.ContentType?.MediaType != "application/problem+json")
         {
@@ -224,11 +224,15 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         try
         {
             using var problem = System.Text.Json.JsonDocument.Parse(await response.Content.ReadAsByteArrayAsync().ConfigureAwait(false));
-            return problem.RootElement.TryGetProperty("type", out var type) && type.GetString() is { } text &&
-                   text.StartsWith(ProtocolProblems.TypePrefix, StringComparison.Ordinal) &&
-                   RefusalsRetried.Contains(text[ProtocolProblems.TypePrefix.Length..])
-                ? $"{(int)response.StatusCode} {text[ProtocolProblems.TypePrefix.Length..]}"
-                : null;
+            if (!problem.RootElement.TryGetProperty("type", out var type) || type.GetString() is not { } text ||
+                !text.StartsWith(ProtocolProblems.TypePrefix, StringComparison.Ordinal) || !RefusalsRetried.Contains(text[ProtocolProblems.TypePrefix.Length..]))
+            {
+                return null;
+            }
+
+            // The member's detail (a gap says which number it expects) for the log, bounded: it comes from another process.
+            var detail = problem.RootElement.TryGetProperty("detail", out var said) && said.ValueKind == System.Text.Json.JsonValueKind.String ? said.GetString() ?? "" : "";
+            return ($"{(int)response.StatusCode} {text[ProtocolProblems.TypePrefix.Length..]}", detail.Length > 300 ? detail[..300] + "…" : detail);
         }
         catch (System.Text.Json.JsonException)
         {
@@ -498,8 +502,8 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         => runtime.Metrics.Calls.Add(1, new KeyValuePair<string, object?>("role", role.ToString().ToLowerInvariant()), new KeyValuePair<string, object?>("answer", how));
 
     [Microsoft.Extensions.Logging.LoggerMessage(1386, Microsoft.Extensions.Logging.LogLevel.Warning,
-        "'{Callee}' refused call {Number} ({Method} {Path}) without running it ({Refusal}): not a reply; its request is abandoned and runs again after a pause")]
-    private static partial void CallRefused(Microsoft.Extensions.Logging.ILogger logger, string callee, string method, string path, long number, string refusal);
+        "'{Callee}' refused call {Number} ({Method} {Path}) without running it ({Refusal}): not a reply; its request is abandoned and runs again after a pause. The member said: {Detail}")]
+    private static partial void CallRefused(Microsoft.Extensions.Logging.ILogger logger, string callee, string method, string path, long number, string refusal, string detail);
 
     [Microsoft.Extensions.Logging.LoggerMessage(1375, Microsoft.Extensions.Logging.LogLevel.Error,
         "A call to '{Callee}' ({Method} {Path}) failed with an error that is not retried; its request is abandoned and finished by its next run")]

@@ -79,8 +79,8 @@ internal static partial class AspNetCoreEvents
     public static partial void SessionQuarantined(ILogger logger, string sessionTag, long sequence, long lsn, Exception exception);
 
     [LoggerMessage(1206, LogLevel.Warning,
-        "Session {SessionTag} was an orphan: its records from LSN {OrphanLsn} on are skipped (end-of-skip logged) and it continues from there ({Positions} logged requests looked at)")]
-    public static partial void OrphanRolledBack(ILogger logger, string sessionTag, long orphanLsn, int positions);
+        "Session {SessionTag} was an orphan: its records from LSN {OrphanLsn} on (in request {Sequence}) are skipped (end-of-skip logged) and it continues from there ({Positions} logged requests looked at)")]
+    public static partial void OrphanRolledBack(ILogger logger, string sessionTag, long orphanLsn, long sequence, int positions);
 
     [LoggerMessage(1204, LogLevel.Warning, "Replayed request {Sequence} of session {SessionTag} (LSN {Lsn}) threw, as a 500 reply; its logged reply is compared")]
     public static partial void ReplayedEndpointThrew(ILogger logger, long sequence, string sessionTag, long lsn, Exception exception);

@@ -47,6 +47,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
         var positions = session.PositionStream;
         var recovered = runtime.Domain.Enabled ? runtime.Domain.Recovered : null;
         var orphanLsn = 0L;
+        var orphanSequence = 0L;
         var orphanedInsideAny = false;
         var keep = positions.Count;
         for (var i = 0; i < positions.Count; i++)
@@ -64,6 +65,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
             var orphanedInside = false;
             if (recovered is not null && FindOrphanRecord(request, recovered) is { } orphanAt)
             {
+                orphanSequence = position.Sequence;
                 if (orphanAt < 0)
                 {
                     orphanLsn = position.RequestLsn;
@@ -118,7 +120,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
                 {
                     session.CutPositionStream(keep, null);
                     runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
-                    AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
+                    AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, orphanSequence, positions.Count);
                 }
 
                 runtime.Shared.ReleaseReservations(session.Id);
@@ -150,7 +152,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
             }
 
             runtime.Metrics.Orphans.Add(1, new KeyValuePair<string, object?>("where", "session"));
-            AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, positions.Count);
+            AspNetCoreEvents.OrphanRolledBack(logger, session.TraceTag, orphanLsn, orphanSequence, positions.Count);
         }
         else
         {
