@@ -327,6 +327,12 @@ public sealed class DomainKillTests : IDisposable
                 {
                     ["PS_LOG_DIR"] = _dir.File(name), ["PS_SERVICE_NAME"] = name, ["PS_PEER_KEY"] = PeerKey, ["PS_DOMAIN"] = domain,
                 };
+
+                // PS_DOMAIN_TRACE=1: every domain message's DV in the members' logs (Debug events 1125-1127, 1111, 1389).
+                if (Environment.GetEnvironmentVariable("PS_DOMAIN_TRACE") == "1")
+                {
+                    env[name]["Logging__LogLevel__PersistentServices"] = "Debug";
+                }
                 if (calls.TryGetValue(name, out var callees))
                 {
                     env[name]["PS_CALLEE_URL"] = $"http://127.0.0.1:{ports[callees[0]]}";

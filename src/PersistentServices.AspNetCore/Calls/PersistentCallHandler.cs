@@ -127,8 +127,14 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
         if (runtime.Domain.IsMember(calleeService) && runtime.Domain.IsMember(runtime.Options.ServiceName))
         {
             // Inside the domain: the session's DV travels with the call ([MSP Fig. 7]), nothing is forced.
-            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered)));
+            var sent = Domain.DvHeader.Format(execution.Session.Dv.Prune(runtime.Domain.Recovered));
+            headers.TryAddWithoutValidation(ProtocolHeaders.Dv, sent);
+            if (logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug))
+            {
+                Diagnostics.AspNetCoreEvents.DomainCallSent(logger, number, callee, execution.Session.TraceTag, sent);
+            }
         }
+
         if (number > 0)
         {
             headers.TryAddWithoutValidation(ProtocolHeaders.Session, DeriveSession(runtime.Options.ServiceName, execution.Session.Id, callee).ToString());
@@ -348,6 +354,12 @@ internal sealed partial class PersistentCallHandler(PersistentRuntime runtime, C
             Path = path,
         });
         Count(role, "sent");
+        if (logger.IsEnabled(Microsoft.Extensions.Logging.LogLevel.Debug) && runtime.Domain.IsMember(calleeService))
+        {
+            Diagnostics.AspNetCoreEvents.DomainCallReplied(logger, number, callee, execution.Session.TraceTag, logged.StatusCode,
+                Domain.DvHeader.Format(replyDv), lsn, Domain.DvHeader.Format(execution.Session.Dv));
+        }
+
         if (options.Logging == CallLogging.ForceEveryMessage)
         {
             await ForceAsync(execution, lsn, "every-message").ConfigureAwait(false);

@@ -92,4 +92,22 @@ internal static partial class AspNetCoreEvents
     [LoggerMessage(1208, LogLevel.Error,
         "The checkpoint after a promotion's analysis scan (taken once the service serves) failed; the anchor still names the previous one, and the next periodic checkpoint moves it")]
     public static partial void CheckpointAfterPromotionFailed(ILogger logger, Exception exception);
+
+    // The domain's messages, one event each at Debug (off by default; the domain kill test turns them on): what a call
+    // carried and what its reply said, on both sides, so an orphan decision can be followed across members' logs.
+    [LoggerMessage(1125, LogLevel.Debug,
+        "Domain call from '{Caller}' for session {SessionTag} number {Sequence}: {Outcome} (the session expects {Expected}); the call's DV {MessageDv}; the session's DV {SessionDv}")]
+    public static partial void DomainCallAdmitted(ILogger logger, string caller, string sessionTag, long sequence, string outcome, long expected, string messageDv, string sessionDv);
+
+    [LoggerMessage(1126, LogLevel.Debug, "Domain reply to '{Caller}' for session {SessionTag} number {Sequence}: {Status}, its DV {ReplyDv}")]
+    public static partial void DomainReplySent(ILogger logger, string caller, string sessionTag, long sequence, int status, string replyDv);
+
+    [LoggerMessage(1127, LogLevel.Debug, "Domain call {Number} to '{Callee}' from session {SessionTag}: sent with DV {Dv}")]
+    public static partial void DomainCallSent(ILogger logger, long number, string callee, string sessionTag, string dv);
+
+    [LoggerMessage(1111, LogLevel.Debug, "Domain call {Number} to '{Callee}' from session {SessionTag}: {Status}, reply DV {ReplyDv}, logged at LSN {Lsn}; the session's DV now {SessionDv}")]
+    public static partial void DomainCallReplied(ILogger logger, long number, string callee, string sessionTag, int status, string replyDv, long lsn, string sessionDv);
+
+    [LoggerMessage(1389, LogLevel.Debug, "Session {SessionTag}'s replay found request {Sequence}'s {Kind} record at LSN {Lsn} an orphan: its DV {Dv}")]
+    public static partial void OrphanRecordFound(ILogger logger, string sessionTag, long sequence, string kind, long lsn, string dv);
 }

@@ -60,6 +60,10 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
         var admission = request.Admission;
         Trace(request, admission.Outcome);
+        if (request.IncomingDv is { } incoming && logger.IsEnabled(LogLevel.Debug))
+        {
+            TraceDomainCall(request, incoming, admission);
+        }
         if (!await request.Resolver.DecidedAsync(request).ConfigureAwait(false))
         {
             return;
@@ -361,6 +365,21 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
 
         // Not when the client was answered already (it got reply-pending after ReplyTimeout; its retry learns the rest).
         return request.TryAnswer() ? ProtocolProblems.UnavailableAsync(request.HttpContext) : Task.CompletedTask;
+    }
+
+    /// <summary>The domain call's admission and, when it is answered, its reply with the DV it carries (Debug events 1125, 1126).</summary>
+    private void TraceDomainCall(PersistentRequest request, Domain.DependencyVector incoming, Admission admission)
+    {
+        var caller = request.Caller ?? "";
+        var tag = request.Session.TraceTag;
+        AspNetCoreEvents.DomainCallAdmitted(logger, caller, tag, request.Sequence, admission.Outcome.ToString(), admission.ExpectedSequence,
+            Domain.DvHeader.Format(incoming), Domain.DvHeader.Format(request.Session.Dv));
+        var response = request.HttpContext.Response;
+        response.OnStarting(() =>
+        {
+            AspNetCoreEvents.DomainReplySent(logger, caller, tag, request.Sequence, response.StatusCode, response.Headers[ProtocolHeaders.Dv].ToString());
+            return Task.CompletedTask;
+        });
     }
 
     private static void Trace(PersistentRequest request, AdmitOutcome outcome)

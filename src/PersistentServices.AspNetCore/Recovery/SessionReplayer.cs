@@ -65,6 +65,11 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
             var orphanedInside = false;
             if (recovered is not null && FindOrphanRecord(request, recovered) is { } orphanAt)
             {
+                if (logger.IsEnabled(LogLevel.Debug))
+                {
+                    TraceOrphanRecord(session, request, orphanAt);
+                }
+
                 orphanSequence = position.Sequence;
                 if (orphanAt < 0)
                 {
@@ -208,6 +213,20 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
     }
 
     /// <summary>-1 when the request itself arrived as an orphan, the index of its first orphan record, or null.</summary>
+    private void TraceOrphanRecord(Session session, LoadedRequest request, int orphanAt)
+    {
+        var (kind, lsn, dv) = orphanAt < 0
+            ? ("request", request.Position.RequestLsn, request.Record.Dv)
+            : (request.Aux[orphanAt].Kind.ToString(), request.Aux[orphanAt].Lsn, request.Aux[orphanAt].Kind switch
+            {
+                RecordKind.SharedRead => request.Aux[orphanAt].Parse(SharedRead.Parser).Dv,
+                RecordKind.CallReply => request.Aux[orphanAt].Parse(CallReply.Parser).Dv,
+                _ => null,
+            });
+        AspNetCoreEvents.OrphanRecordFound(logger, session.TraceTag, request.Record.Sequence, kind, lsn,
+            dv is null ? "" : Domain.DvHeader.Format(Domain.DependencyVector.FromRecord(dv)));
+    }
+
     private static int? FindOrphanRecord(LoadedRequest request, Domain.RecoveredStates recovered)
     {
         if (request.Record.Dv is { } incoming && recovered.FindOrphan(Domain.DependencyVector.FromRecord(incoming)) is not null)
