@@ -345,6 +345,9 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
     /// <summary>Checkpoints a session between two of its requests: at once when none runs, else (with <paramref name="wait"/>) after it.</summary>
     private async Task<bool> CheckpointIdleSessionAsync(Session session, bool wait, CancellationToken cancellationToken)
     {
+        // The DV flushed is the one the checkpoint holds: a request that ran between the flush and the lock below merged
+        // a DV nobody flushed, and a checkpoint holding it could be an orphan ([MSP §3.2]); the session is then left for the next pass.
+        var flushed = session.Dv;
         if (BeforeSessionCheckpoint is { } before && !await before(session, cancellationToken).ConfigureAwait(false))
         {
             return false;
@@ -361,7 +364,7 @@ internal sealed partial class ServiceCheckpointer(DurableLog log, string directo
 
         try
         {
-            if (session.Ended)
+            if (session.Ended || !ReferenceEquals(session.Dv, flushed))
             {
                 return false;
             }

@@ -229,6 +229,8 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
     /// </summary>
     private async Task<bool> DropReplyAsync(Session session, IdempotencyKeyOptions options, CancellationToken cancellationToken)
     {
+        // The DV flushed must be the one the checkpoint holds (ServiceCheckpointer.CheckpointIdleSessionAsync).
+        var flushed = session.Dv;
         if (!await runtime.BeforeSessionCheckpointAsync(session, cancellationToken).ConfigureAwait(false) || !session.ExecutionLock.Wait(0, CancellationToken.None))
         {
             return false;
@@ -236,7 +238,7 @@ internal sealed class IdempotencyKeySessions(PersistentRuntime runtime, SessionO
 
         try
         {
-            if (session.Ended || !session.IsBetweenRequests || session.LastReply is null)
+            if (session.Ended || !session.IsBetweenRequests || session.LastReply is null || !ReferenceEquals(session.Dv, flushed))
             {
                 return false;
             }
