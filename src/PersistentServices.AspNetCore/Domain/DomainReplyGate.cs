@@ -30,13 +30,14 @@ internal sealed class DomainReplyGate(PersistentRuntime runtime)
     {
         if (request.IncomingDv is not null)
         {
-            ThrowIfKnownOrphan(request.Session);
+            // Under the execution lock: the DV is this request's own; the header is fixed now, not when the reply is sent.
+            request.ReplyDvHeader = CheckedReplyDv(request.Session.Dv);
             return default;
         }
 
         if (InDomain)
         {
-            return FlushAsync(request.Session, request.Activity);
+            return FlushAsync(request.Session.Dv, request.Activity);
         }
 
         return ForceAsync(request, replyLsn);
@@ -47,45 +48,50 @@ internal sealed class DomainReplyGate(PersistentRuntime runtime)
     /// on lost state), to an end client after a distributed flush of the session's DV. Outside a domain at once. Throws
     /// what <see cref="MakeSafeAsync"/> throws.
     /// </summary>
-    public async ValueTask DuplicateSafeAsync(LoggedRequestContext request)
+    public async ValueTask DuplicateSafeAsync(LoggedRequestContext request, int generation)
     {
         if (!InDomain)
         {
             return;
         }
 
+        // The held reply depends on the session's DV as it was before any rollback that began since the retry was admitted.
+        if (!request.Session.TryGetDv(generation, out var dv))
+        {
+            throw new DomainUnavailableException(
+                "The session rolls back (it depended on state a crash of another service took back) since this retry was admitted: its held reply may be one the rollback takes back. Nothing ran: retry.");
+        }
+
         if (request.IncomingDv is not null)
         {
-            ThrowIfKnownOrphan(request.Session);
-            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = ReplyDv(request.Session);
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = CheckedReplyDv(dv);
             return;
         }
 
-        await runtime.Domain.FlushAsync(request.Session.Dv, CancellationToken.None).ConfigureAwait(false);
+        await runtime.Domain.FlushAsync(dv, CancellationToken.None).ConfigureAwait(false);
     }
 
-    /// <summary>The DV a reply to a member carries: the session's, pruned of what is known durable.</summary>
-    public string ReplyDv(Session session) => DvHeader.Format(session.Dv.Prune(runtime.Domain.Recovered));
-
     /// <summary>
-    /// A reply to a member carries the session's DV unforced; it never leaves when this service already knows that DV
-    /// depends on lost state: the session rolls back instead ([MSP §4.1]). Checked when the reply leaves, not only when a
-    /// recovered state number is learned: a DV merged while that number was being learned (a request admitted or
-    /// replayed at that moment) would otherwise keep the orphan entry with no rollback scheduled, and every caller would
-    /// discard the session's replies, retry, and be discarded again, for ever.
+    /// The DV a reply to a member carries (<paramref name="dv"/>, pruned of what is known durable); never one this service
+    /// already knows depends on lost state: the session rolls back instead ([MSP §4.1]). Checked when the reply leaves,
+    /// not only when a recovered state number is learned: a DV merged while that number was being learned (a request
+    /// admitted or replayed at that moment) would otherwise keep the orphan entry with no rollback scheduled, and every
+    /// caller would discard the session's replies, retry, and be discarded again, for ever.
     /// </summary>
-    private void ThrowIfKnownOrphan(Session session)
+    private string CheckedReplyDv(DependencyVector dv)
     {
-        if (runtime.Domain.Recovered.FindOrphan(session.Dv) is { } lost)
+        if (runtime.Domain.Recovered.FindOrphan(dv) is { } lost)
         {
             throw new OrphanException(lost);
         }
+
+        return DvHeader.Format(dv.Prune(runtime.Domain.Recovered));
     }
 
-    private async ValueTask FlushAsync(Session session, Activity? activity)
+    private async ValueTask FlushAsync(DependencyVector dv, Activity? activity)
     {
         using var flush = activity is null ? null : PersistentServicesTracing.Source.StartActivity("persistentservices.domain.flush");
-        await runtime.Domain.FlushAsync(session.Dv, CancellationToken.None).ConfigureAwait(false);
+        await runtime.Domain.FlushAsync(dv, CancellationToken.None).ConfigureAwait(false);
     }
 
     /// <summary>Waits until the reply record, and so everything the reply depends on, is durable. Concurrent requests share the commit.</summary>

@@ -25,6 +25,12 @@ internal abstract class LoggedRequestContext(HttpContext httpContext)
     /// <summary>Inside a service domain: the DV the request arrived with (merged into the session's when it begins).</summary>
     public Domain.DependencyVector? IncomingDv { get; set; }
 
+    /// <summary>
+    /// The DV header of the reply to a member: the session's DV when the reply was made safe, under the execution lock. Read
+    /// later (when the reply is sent, the lock released) a rollback that began meanwhile could have reset it.
+    /// </summary>
+    public string? ReplyDvHeader { get; set; }
+
     /// <summary>Replay only: the cursor that hands the request its logged records back (null: live).</summary>
     public virtual ReplayCursor? Cursor => null;
 

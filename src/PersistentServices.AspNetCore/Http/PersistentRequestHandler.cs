@@ -328,12 +328,12 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     }
 
     /// <summary>The reply goes to the client, its OnCompleted callbacks with it.</summary>
-    private Task SendAsync(PersistentRequest request)
+    private static Task SendAsync(PersistentRequest request)
     {
         request.Activity?.AddEvent(new ActivityEvent("persistentservices.reply.sent"));
         if (request.IncomingDv is not null)
         {
-            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = gate.ReplyDv(request.Session);
+            request.HttpContext.Response.Headers[ProtocolHeaders.Dv] = request.ReplyDvHeader;
         }
 
         return ReplyWriter.WriteAsync(request.HttpContext, request.Reply.Reply, request.Reply.OnCompleted, request.EchoSession, request.Sequence);
@@ -344,7 +344,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
     {
         try
         {
-            await gate.DuplicateSafeAsync(request).ConfigureAwait(false);
+            await gate.DuplicateSafeAsync(request, request.Generation).ConfigureAwait(false);
             return true;
         }
         catch (RequestAbandonedException ex)

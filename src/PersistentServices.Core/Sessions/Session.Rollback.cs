@@ -9,6 +9,22 @@ internal sealed partial class Session
     private int _generation;
 
     /// <summary>
+    /// The session's DV while its generation is still <paramref name="generation"/> (no rollback began since a request was
+    /// admitted at it): what a duplicate's held reply depends on. A rollback resets the DV to its recovery point's while it
+    /// replays, and a held reply sent with that DV would hide the lost state it depended on from its caller (the rollback
+    /// then takes the request back while the caller keeps its reply). Read under the lock <see cref="BeginRollback"/>
+    /// takes, which a rollback's reset always follows. False when a rollback began.
+    /// </summary>
+    public bool TryGetDv(int generation, out Domain.DependencyVector dv)
+    {
+        lock (_gate)
+        {
+            dv = Dv;
+            return _generation == generation;
+        }
+    }
+
+    /// <summary>
     /// Orphan recovery begins ([MSP §4.1]): requests of this session wait (as for a replay) until
     /// <see cref="FinishReplay"/>; requests already admitted are void (<see cref="Generation"/>).
     /// </summary>

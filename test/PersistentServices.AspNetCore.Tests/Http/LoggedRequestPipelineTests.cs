@@ -166,7 +166,7 @@ public sealed class LoggedRequestPipelineTests : IDisposable
         await gate.MakeSafeAsync(request, lsn);
         Assert.True(server.Runtime.Log.DurableUntil > lsn);
 
-        await gate.DuplicateSafeAsync(request);
+        await gate.DuplicateSafeAsync(request, session.Generation);
         Assert.False(request.HttpContext.Response.Headers.ContainsKey(ProtocolHeaders.Dv));
     }
 
