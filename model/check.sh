@@ -42,6 +42,7 @@ run domain.pml domain-mutant-no-var-rollback liveness 0 -DMUTANT_NO_VAR_ROLLBACK
 run domain.pml domain-mutant-no-var-rollback converges 1 -DMUTANT_NO_VAR_ROLLBACK
 run domain.pml domain-mutant-uncapped liveness 1 "-DMUTANT_NO_VAR_ROLLBACK -DMUTANT_UNCAPPED"
 run domain.pml domain-mutant-no-flush safety 1 -DMUTANT_NO_FLUSH
+run domain.pml domain-mutant-reset-dv-reply safety 1 -DMUTANT_RESET_DV_REPLY
 # The code as it is, where it differs from the model (docs/domains.md, "The model"): not mutants, their results recorded.
 run domain.pml domain-code-withown safety 0 -DCODE_WITHOWN
 run domain.pml domain-code-withown converges 0 -DCODE_WITHOWN

@@ -26,6 +26,9 @@
  *   MUTANT_NO_VAR_ROLLBACK        4: the shared variable that carries a lost dependency is not rolled back
  *   MUTANT_UNCAPPED               4: ... and a refused re-run ("rolls back again") is not counted towards the cap
  *   MUTANT_NO_FLUSH               (control) a reply leaves the domain after a local force only
+ *   MUTANT_RESET_DV_REPLY         5: B answers a retry of its last call, when it knows that call depends on lost state
+ *                                    (its rollback is due), with the DV of the session's recovery point instead of the
+ *                                    call's own (the code read the session's DV after the rollback had reset it)
  * Variants of the code as it is (not mutants; check.sh records what they do):
  *   CODE_WITHOWN    own earlier epochs dropped from a DV when a record is logged, after the reply's header was checked
  *                   (RequestExecution.Advance -> DependencyVector.WithOwn): every claim still holds
@@ -295,7 +298,11 @@ end:
                 :: else -> if
                     :: callK == lastB && lastB > 0 ->    /* a retry: the buffered reply, unless B knows it is an orphan */
                         if
+#ifdef MUTANT_RESET_DV_REPLY
+                        :: ORPHAN(bdv[lastB], B) -> repKind = 1; clear(repDv)   /* the recovery point's DV (no checkpoints: empty) */
+#else
                         :: ORPHAN(bdv[lastB], B) -> repKind = 3
+#endif
                         :: else -> repKind = 1; copy(repDv, bdv[lastB])
                         fi
                     :: callK == lastB + 1 && callK <= K ->
