@@ -64,6 +64,7 @@ internal sealed partial class PersistentRequestHandler(RequestDelegate next, Per
         {
             TraceDomainCall(request, incoming, admission);
         }
+
         if (!await request.Resolver.DecidedAsync(request).ConfigureAwait(false))
         {
             return;

@@ -212,7 +212,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
         }
     }
 
-    /// <summary>-1 when the request itself arrived as an orphan, the index of its first orphan record, or null.</summary>
+    /// <summary>Debug event 1389: which record of the request a rollback's replay found an orphan, with its DV.</summary>
     private void TraceOrphanRecord(Session session, LoadedRequest request, int orphanAt)
     {
         var (kind, lsn, dv) = orphanAt < 0
@@ -227,6 +227,7 @@ internal sealed class SessionReplayer(PersistentRuntime runtime, LoggedRequestPi
             dv is null ? "" : Domain.DvHeader.Format(Domain.DependencyVector.FromRecord(dv)));
     }
 
+    /// <summary>-1 when the request itself arrived as an orphan, the index of its first orphan record, or null.</summary>
     private static int? FindOrphanRecord(LoadedRequest request, Domain.RecoveredStates recovered)
     {
         if (request.Record.Dv is { } incoming && recovered.FindOrphan(Domain.DependencyVector.FromRecord(incoming)) is not null)
