@@ -339,7 +339,7 @@ internal sealed class LogShipper : IDisposable
             {
                 _state = "streaming";
                 // Idle: wait for the next commit, or send a heartbeat (learns a newer term; moves the anchor and begin).
-                if (!await _wake.WaitAsync(_options.HeartbeatInterval, cancellationToken).ConfigureAwait(false))
+                if (!await _wake.WaitAsync(_options.EffectiveHeartbeatInterval, cancellationToken).ConfigureAwait(false))
                 {
                     await ShipAsync(new Shipment(_node.Term, from, begin, anchor, false, ReadOnlyMemory<byte>.Empty), from, cancellationToken).ConfigureAwait(false);
                 }

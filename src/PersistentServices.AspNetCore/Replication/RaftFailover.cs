@@ -22,7 +22,8 @@ namespace PersistentServices.Replication;
 /// term and vote kept in a write-ahead log under the log directory). Raft elects one leader at a time; the leader is the
 /// group's <b>failover coordinator</b>: it asks every log node where it stands (<c>GET /ps/replication/status</c>) every
 /// sixth of the election timeout, and when no node has answered as the primary twice in a row (once, when the primary's
-/// port refuses connections), it promotes the replica
+/// port refuses connections, or when its replicas have not heard from it for an election timeout and it does not answer
+/// within one), it promotes the replica
 /// with the longest log, with a term above every term it saw (the promotion's own majority claim,
 /// <see cref="ReplicationNode.PromoteAsync"/>, keeps that safe whatever else is running). The election is DotNext's;
 /// what is ours is the rule for whom to promote.
@@ -282,6 +283,8 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
         var http = _httpClients.CreateClient(ReplicationNode.HttpClientName);
         var misses = 0;
         var lastNoCandidate = 0L;
+        var refusals = 0;
+        var backOffUntil = 0L;
         while (!cancellationToken.IsCancellationRequested)
         {
             try
@@ -297,7 +300,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                     continue;
                 }
 
-                var statuses = await Task.WhenAll(_options.LogNodes.Select(node => StatusAsync(http, node, cancellationToken))).ConfigureAwait(false);
+                var (statuses, silent) = await RoundAsync(http, cancellationToken).ConfigureAwait(false);
                 var newest = statuses.Max(s => s.Status?.Term ?? 0);
                 if (_logger.IsEnabled(LogLevel.Debug))
                 {
@@ -310,13 +313,16 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                     statuses.Any(s => s.Status?.Replica is { Promoting: true }))
                 {
                     misses = 0;
+                    refusals = 0;
                     continue;
                 }
 
                 // When every node answered as a replica or refused the connection, the primary is one whose port has no process
                 // behind it: one round is enough. Silence (a slow or unreachable node) takes two, each up to StatusTimeout.
+                // A primary its replicas have not heard from for an election timeout, and that did not answer within one itself, is
+                // hung (SIGSTOP, a dropped port, a stalled process): one round too (RoundAsync).
                 var refused = statuses.Any(s => s.Refused) && statuses.All(s => s.Status is not null || s.Refused);
-                if ((++misses < MissesBeforePromotion && !refused) || leadership.IsCancellationRequested)
+                if ((++misses < MissesBeforePromotion && !refused && !silent) || leadership.IsCancellationRequested)
                 {
                     continue;
                 }
@@ -338,16 +344,28 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                     continue;
                 }
 
+                if (_time.GetTimestamp() < backOffUntil)
+                {
+                    continue; // a promotion was refused: no new term before the back-off ends (below)
+                }
+
                 var term = newest + 1;
                 Promoting(_logger, candidate.Node.ToString(), term, candidate.Status!.Replica!.DurableUntil, seen);
                 var (promoted, why) = await ReplicationMessages.RequestPromotionAsync(http, candidate.Node, term, Guid.Empty, _node, cancellationToken).ConfigureAwait(false);
                 if (promoted)
                 {
                     misses = 0;
+                    refusals = 0;
                 }
                 else
                 {
-                    PromotionRefused(_logger, candidate.Node.ToString(), term, why);
+                    // Each refused promotion has spent a term (the candidate took it before its claim): the next one waits a random
+                    // half to whole election timeout, doubled at each refusal in a row up to 16 times (Raft's randomized timeouts), so
+                    // that a group that cannot elect (too few nodes answer) does not climb a term a round.
+                    var backOff = _options.ElectionTimeout * ((1 + Random.Shared.NextDouble()) / 2) * (1 << Math.Min(refusals, 4));
+                    refusals++;
+                    backOffUntil = _time.GetTimestamp() + (long)(backOff.TotalSeconds * _time.TimestampFrequency);
+                    PromotionRefused(_logger, candidate.Node.ToString(), term, why, (long)backOff.TotalMilliseconds);
                 }
             }
             catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
@@ -359,6 +377,58 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                 CoordinatorFailed(_logger, ex);
             }
         }
+    }
+
+    /// <summary>
+    /// One status round: every log node's status, each within <see cref="StatusTimeout"/>; or, as soon as some node has
+    /// not answered for half an election timeout while every replica that did answer has heard nothing from its primary for
+    /// a whole one (<see cref="ReplicaStatus.HeardMs"/>, counted on from its answer; the primary's shippers send a heartbeat
+    /// at least every third of it), the answers so far with <c>Silent</c>: the primary is hung, and the round does not
+    /// wait for its status to time out (issue 51: a hung primary took two such timeouts, 1.2 s and more, to be given up).
+    /// The unanswered requests end in the background at their timeout.
+    /// </summary>
+    private async Task<((Uri Node, ReplicationStatus? Status, string? Error, bool Refused)[] Statuses, bool Silent)> RoundAsync(HttpClient http,
+        CancellationToken cancellationToken)
+    {
+        var started = _time.GetTimestamp();
+        var asks = _options.LogNodes.Select(async node => (Answer: await StatusAsync(http, node, cancellationToken).ConfigureAwait(false), At: _time.GetTimestamp())).ToList();
+        var all = Task.WhenAll(asks);
+        var poll = _options.ElectionTimeout / 6;
+        while (!all.IsCompleted)
+        {
+            await Task.WhenAny(all, Task.Delay(poll, _time, cancellationToken)).ConfigureAwait(false);
+            cancellationToken.ThrowIfCancellationRequested();
+            if (!all.IsCompleted && _time.GetElapsedTime(started) >= _options.ElectionTimeout / 2)
+            {
+                var answered = asks.Where(a => a.IsCompletedSuccessfully).Select(a => a.Result).ToArray();
+                if (PrimarySilent(answered, asks.Count))
+                {
+                    return ([.. answered.Select(a => a.Answer)], true);
+                }
+            }
+        }
+
+        return ([.. (await all.ConfigureAwait(false)).Select(a => a.Answer)], false);
+    }
+
+    /// <summary>
+    /// Whether a round's answers so far, with some node still silent, say the primary is hung: no node answered as a primary
+    /// or as a replica promoting itself, at least one replica answered, and every replica that answered had heard nothing
+    /// from its primary for an election timeout by now (a replica that never heard since its start, one just restarted,
+    /// says nothing: the round then waits as before).
+    /// </summary>
+    private bool PrimarySilent(((Uri Node, ReplicationStatus? Status, string? Error, bool Refused) Answer, long At)[] answered, int asked)
+    {
+        if (answered.Length >= asked)
+        {
+            return false;
+        }
+
+        var replicas = answered.Where(a => a.Answer.Status?.Replica is not null).ToList();
+        return replicas.Count > 0 &&
+               !answered.Any(a => a.Answer.Status is { Role: nameof(ReplicationRole.Primary) }) &&
+               replicas.All(r => r.Answer.Status!.Replica is { Promoting: false, HeardMs: { } heard } &&
+                                 TimeSpan.FromMilliseconds(heard) + _time.GetElapsedTime(r.At) >= _options.ElectionTimeout);
     }
 
     /// <summary>
@@ -496,8 +566,8 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
     [LoggerMessage(1439, LogLevel.Warning, "Replication: no node answers as the primary; the coordinator promotes {Node} (log until {DurableUntil}) to term {Term}. Seen: {Seen}")]
     private static partial void Promoting(ILogger logger, string node, long term, long durableUntil, string seen);
 
-    [LoggerMessage(1440, LogLevel.Warning, "Replication: the promotion of {Node} to term {Term} did not happen ({Why}); the coordinator asks again")]
-    private static partial void PromotionRefused(ILogger logger, string node, long term, string why);
+    [LoggerMessage(1440, LogLevel.Warning, "Replication: the promotion of {Node} to term {Term} did not happen ({Why}); the coordinator asks again in {BackOffMs} ms at the earliest")]
+    private static partial void PromotionRefused(ILogger logger, string node, long term, string why, long backOffMs);
 
     [LoggerMessage(1441, LogLevel.Warning, "Replication: no node answers as the primary and no replica holding a log answers either; nothing to promote. Seen: {Seen}")]
     private static partial void NoCandidate(ILogger logger, string seen);

@@ -146,6 +146,11 @@ internal static class ReplicationEndpoints
             return;
         }
 
+        if (!shipment.IsClaim && result.Term == shipment.Term && result.Outcome is ShipmentOutcome.Appended or ShipmentOutcome.Position or ShipmentOutcome.Empty)
+        {
+            node.Heard(); // the primary of this replica's term is there (a hung one is found by its replicas' silence)
+        }
+
         await WriteAnswerAsync(context, result.Outcome == ShipmentOutcome.Appended ? 200 : 409, ShipmentAnswer.From(result)).ConfigureAwait(false);
     }
 
@@ -303,7 +308,7 @@ internal static class ReplicationEndpoints
         ReplicaStatus? replica = node.Replica is { } r
             ? new ReplicaStatus(r.Begin, r.DurableUntil, r.ContentTerm, node.IsPromoting, follower is null ? null
                 : new ReplayStatus(follower.Running, follower.AppliedUntil, follower.LagBytes, follower.LagRequests, (long)follower.LagTime.TotalMilliseconds, follower.Replayed,
-                    follower.StoppedBecause), r.Resets, r.Cuts)
+                    follower.StoppedBecause), r.Resets, r.Cuts, node.SinceHeard is { } heard ? (long)heard.TotalMilliseconds : null)
             : null;
         PrimaryStatus? primary = null;
         if (node.Watermark is { } watermark)

@@ -318,7 +318,9 @@ internal sealed record ReplicationStatus(string Role, long Term, ReplicaStatus? 
 /// <paramref name="Replay"/>: its hot follower's progress.
 /// </summary>
 /// <paramref name="Resets"/> and <paramref name="Cuts"/>: how many times its copy was reset (total recovery) or cut back since this process opened it.
-internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false, ReplayStatus? Replay = null, int Resets = 0, int Cuts = 0);
+/// <paramref name="HeardMs"/>: how long ago it last heard from its term's primary (a shipment or a heartbeat), null when not since this process started.
+internal sealed record ReplicaStatus(long Begin, long DurableUntil, long ContentTerm, bool Promoting = false, ReplayStatus? Replay = null, int Resets = 0, int Cuts = 0,
+    long? HeardMs = null);
 
 /// <summary>A replica's hot follower: how far its replay of the copy is (docs/replication.md, "Hot followers").</summary>
 internal sealed record ReplayStatus(bool Following, long AppliedUntil, long LagBytes, long LagRequests, long LagMilliseconds, long Replayed, string? StoppedBecause);

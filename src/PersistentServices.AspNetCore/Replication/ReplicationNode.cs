@@ -92,6 +92,18 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// <summary>This replica's hot follower, once it started (for status).</summary>
     public HotFollower? Follower { get; set; }
 
+    /// <summary>
+    /// A shipment or heartbeat of the primary of this replica's term reached it: the primary is there. What the replica's
+    /// status reports as <see cref="ReplicaStatus.HeardMs"/>, and how the failover coordinator tells a hung primary (one
+    /// that accepts connections and answers nothing) within an election timeout (docs/replication.md, "Failover").
+    /// </summary>
+    public void Heard() => Volatile.Write(ref _heardAt, _runtime.Time.GetTimestamp());
+
+    /// <summary>How long ago this replica last heard from its term's primary (<see cref="Heard"/>); null: not since its copy opened.</summary>
+    public TimeSpan? SinceHeard => Volatile.Read(ref _heardAt) is var at and not 0 ? _runtime.Time.GetElapsedTime(at) : null;
+
+    private long _heardAt;
+
     /// <summary>The primary's watermark, once its log is open.</summary>
     public ReplicationWatermark? Watermark => _watermark;
 
@@ -187,10 +199,15 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     }
 
     /// <summary>
-    /// Asks the group's other nodes (and witnesses) for their terms, each within a second or two: the first that has
-    /// seen a term newer than this node's (<paramref name="orSame"/>: or the same, for a node whose directory records no
-    /// term, so an initial primary that lost its volume does not start an empty log in a group that already has one), or
-    /// null (none has, or none answered: then, as before, the first shipment tells).
+    /// Asks the group's other nodes (and witnesses) for their terms until a majority of the group (this node included) has
+    /// answered: the first that has seen a term newer than this node's (<paramref name="orSame"/>: or the same, for a node
+    /// whose directory records no term, so an initial primary that lost its volume does not start an empty log in a group
+    /// that already has one), or null when a majority answered and none has. A term newer than this node's was taken by
+    /// a majority, so a majority's answers always include one that knows it. Each ask waits a second or two; a node that
+    /// does not answer, or refuses the connection, is asked again every <see cref="ReplicationOptions.RetryInterval"/>
+    /// (issue 51: a single ask that a loaded host answered too late made a killed primary come back as a primary, fenced at
+    /// its first shipment, instead of a replica). When no majority answers within <see cref="StartupTermCheckTimeout"/> (the
+    /// others are down), it decides as before on what it has, and the first shipment tells.
     /// </summary>
     private (long Term, Uri Node)? NewerTermInGroup(bool orSame)
     {
@@ -200,24 +217,70 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             return null;
         }
 
+        return Task.Run(() => NewerTermInGroupAsync(nodes, orSame)).GetAwaiter().GetResult();
+    }
+
+    /// <summary>How long a starting primary waits for a majority of its group to say what terms they have seen: ten election timeouts, at least 5 seconds.</summary>
+    private TimeSpan StartupTermCheckTimeout => TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 10, TimeSpan.FromSeconds(5).Ticks));
+
+    private async Task<(long Term, Uri Node)?> NewerTermInGroupAsync(List<Uri> nodes, bool orSame)
+    {
         var http = _httpClients.CreateClient(HttpClientName);
         var term = Term;
-        var asks = nodes.Select(async node =>
+        var needed = (nodes.Count + 1) / 2; // with this node, a majority of the group: (n + 1) / 2 + 1 nodes of n + 1
+        var answered = new HashSet<Uri>();
+        var started = _runtime.Time.GetTimestamp();
+        var waitedLogged = false;
+        while (true)
         {
-            // A starting process's first requests are slow (connections, JIT): a second at least, so that an answer is not missed.
-            using var timeout = new CancellationTokenSource(TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromSeconds(1).Ticks)));
-            try
+            var asks = nodes.Where(n => !answered.Contains(n)).Select(async node =>
             {
-                var status = await ReplicationMessages.GetStatusAsync(http, node, this, timeout.Token).ConfigureAwait(false);
-                return status is { } s && (s.Term > term || (orSame && s.Term == term)) ? (s.Term, node) : ((long, Uri)?)null;
+                // A starting process's first requests are slow (connections, JIT): a second at least, so that an answer is not missed.
+                using var timeout = new CancellationTokenSource(TimeSpan.FromTicks(Math.Max(_options.ElectionTimeout.Ticks * 2, TimeSpan.FromSeconds(1).Ticks)));
+                try
+                {
+                    return (Node: node, Status: await ReplicationMessages.GetStatusAsync(http, node, this, timeout.Token).ConfigureAwait(false), Answered: true);
+                }
+                catch (Exception ex) when (ex is HttpRequestException or IOException or OperationCanceledException or System.Text.Json.JsonException)
+                {
+                    return (Node: node, Status: (ReplicationStatus?)null, Answered: false);
+                }
+            });
+            foreach (var (node, status, ok) in await Task.WhenAll(asks).ConfigureAwait(false))
+            {
+                if (!ok)
+                {
+                    continue;
+                }
+
+                answered.Add(node);
+                if (status is { } s && (s.Term > term || (orSame && s.Term == term)))
+                {
+                    return (s.Term, node);
+                }
             }
-            catch (Exception ex) when (ex is HttpRequestException or IOException or OperationCanceledException or System.Text.Json.JsonException)
+
+            if (answered.Count >= needed)
             {
                 return null;
             }
-        });
-        var answers = Task.Run(() => Task.WhenAll(asks)).GetAwaiter().GetResult();
-        return answers.Where(a => a is not null).OrderByDescending(a => a!.Value.Item1).FirstOrDefault();
+
+            var waited = _runtime.Time.GetElapsedTime(started);
+            if (waited >= StartupTermCheckTimeout)
+            {
+                ReplicationServiceEvents.TermCheckIncomplete(_logger, answered.Count + 1, nodes.Count + 1, (long)waited.TotalMilliseconds,
+                    string.Join(", ", nodes.Where(n => !answered.Contains(n))));
+                return null;
+            }
+
+            if (!waitedLogged)
+            {
+                waitedLogged = true;
+                ReplicationServiceEvents.TermCheckWaits(_logger, answered.Count + 1, nodes.Count + 1, string.Join(", ", nodes.Where(n => !answered.Contains(n))));
+            }
+
+            await Task.Delay(_options.RetryInterval, _runtime.Time).ConfigureAwait(false);
+        }
     }
 
     /// <summary>Completes when this replica is promoted (at once on a primary).</summary>

@@ -80,8 +80,20 @@ public sealed class ReplicationOptions
     /// <summary>How long a primary waits before it asks an unreachable replica again (200 ms by default).</summary>
     public TimeSpan RetryInterval { get; set; } = TimeSpan.FromMilliseconds(200);
 
-    /// <summary>How often an idle primary tells its replicas it is there (and learns of a newer term): 1 second by default.</summary>
+    /// <summary>
+    /// How often an idle primary tells its replicas it is there (and learns of a newer term): 1 second by default. With
+    /// <see cref="FailoverMode.Raft"/> at most a third of <see cref="ElectionTimeout"/> (<see cref="EffectiveHeartbeatInterval"/>):
+    /// the replicas' silence is how the coordinator finds a hung primary.
+    /// </summary>
     public TimeSpan HeartbeatInterval { get; set; } = TimeSpan.FromSeconds(1);
+
+    /// <summary>
+    /// The interval an idle primary's shippers keep: <see cref="HeartbeatInterval"/>, and with <see cref="FailoverMode.Raft"/>
+    /// no more than a third of <see cref="ElectionTimeout"/>, so that a replica that heard nothing for an election timeout
+    /// missed at least two heartbeats (issue 51: a hung primary found within the election timeout).
+    /// </summary>
+    internal TimeSpan EffectiveHeartbeatInterval
+        => Failover == FailoverMode.Raft && ElectionTimeout / 3 < HeartbeatInterval ? ElectionTimeout / 3 : HeartbeatInterval;
 
     /// <summary>
     /// Who promotes a replica when the primary is lost: <see cref="FailoverMode.Manual"/> (the default; an operator, with
@@ -112,7 +124,8 @@ public sealed class ReplicationOptions
     /// <summary>
     /// The Raft election timeout's upper bound (300 ms by default; the lower bound is half of it): how long the group goes
     /// without hearing from its leader before it elects another. Also how often the leader asks the primary whether it is
-    /// there (a third of it), and the failover's detection time: the primary is given up after two unanswered asks.
+    /// there (a sixth of it), and the failover's detection time: a primary whose replicas heard nothing from it for an
+    /// election timeout, and that does not answer within one itself, is given up (docs/replication.md, "Failover").
     /// </summary>
     public TimeSpan ElectionTimeout { get; set; } = TimeSpan.FromMilliseconds(300);
 

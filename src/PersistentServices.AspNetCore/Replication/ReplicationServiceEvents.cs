@@ -66,4 +66,12 @@ internal static partial class ReplicationServiceEvents
 
     [LoggerMessage(1457, LogLevel.Information, "Replication: this {Role} no longer lags by more than MaxHealthyLag ({MaxHealthyLagMs} ms)")]
     public static partial void NoLongerLagging(ILogger logger, string role, long maxHealthyLagMs);
+
+    [LoggerMessage(1460, LogLevel.Information,
+        "Replication: this node starts as a primary and waits for a majority of its group to say which terms they have seen (so far {Answered} of {Group}, counting itself; asking {Waiting} again)")]
+    public static partial void TermCheckWaits(ILogger logger, int answered, int group, string waiting);
+
+    [LoggerMessage(1461, LogLevel.Warning,
+        "Replication: only {Answered} of the group's {Group} nodes (counting this one) said which terms they have seen within {WaitedMs} ms ({Waiting} did not); this node starts as the primary of its term, and a replica's answer to its first shipment fences it if the group moved on")]
+    public static partial void TermCheckIncomplete(ILogger logger, int answered, int group, long waitedMs, string waiting);
 }
