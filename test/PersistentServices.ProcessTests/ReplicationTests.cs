@@ -138,6 +138,55 @@ public sealed class ReplicationTests : IDisposable
     }
 
     [Fact]
+    public async Task AKilledPrimaryRestartedWhileItsGroupIsTooSlowToAnswer_WaitsForAMajority_AndStartsAsAReplica()
+    {
+        // Issue 51: a restarted primary asks the group which terms it saw before it serves. It asked each node once, for a
+        // second or two, and decided on what it had: on a loaded host (the answers late) a killed primary came back as the
+        // primary of its old term and was fenced by its first shipment instead of rejoining. Now it asks again until a
+        // majority of the group answered. Here both other nodes are paused (SIGSTOP) while it starts, and resumed only once it
+        // says it waits (event 1460): it then learns of term 2 and starts as a replica.
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
+        var a = Node("a", "Primary", [ports[1], ports[2]]);
+        await using var replicaB = await ServiceProcess.StartAsync(Node("b", "Replica", [ports[0], ports[2]]), ports[1], waitUntilReady: false);
+        await using var replicaC = await ServiceProcess.StartAsync(Node("c", "Replica", [ports[0], ports[1]]), ports[2], waitUntilReady: false);
+        await using (var primary = await ServiceProcess.StartAsync(a, ports[0]))
+        {
+            var session = await primary.StartSessionAsync();
+            Assert.Equal(HttpStatusCode.OK, (await primary.SendAsync(HttpMethod.Post, Path(1), session, 1, Body(0))).Status);
+            await primary.KillAsync();
+        }
+
+        var (exit, output) = await RunPsctlAsync("replication", "promote", $"http://127.0.0.1:{replicaB.Port}", "--service", "orders", "--term", "2");
+        Assert.True(exit == 0, output);
+        await replicaB.WaitUntilReadyAsync();
+        await WaitAsync(async () => (await StatusAsync(replicaC)).GetProperty("term").GetInt64() == 2, replicaC);
+
+        await replicaB.SignalAsync("STOP");
+        await replicaC.SignalAsync("STOP");
+        var paused = true;
+        try
+        {
+            await using var old = await ServiceProcess.StartAsync(a, ports[0], waitUntilReady: false);
+            await WaitAsync(() => Task.FromResult(old.Output.Contains("waits for a majority of its group", StringComparison.Ordinal)), old);
+            await replicaC.SignalAsync("CONT");
+            await replicaB.SignalAsync("CONT");
+            paused = false;
+            await WaitAsync(async () => (await StatusAsync(old)).GetProperty("role").GetString() == "Replica", old);
+            Assert.Contains("another node took over while this one was away; it starts as a replica", old.Output, StringComparison.Ordinal);
+            Assert.Equal(2, (await StatusAsync(old)).GetProperty("term").GetInt64());
+            Assert.DoesNotContain("is fenced by term", old.Output, StringComparison.Ordinal);
+        }
+        finally
+        {
+            if (paused)
+            {
+                await replicaC.SignalAsync("CONT");
+                await replicaB.SignalAsync("CONT");
+            }
+        }
+    }
+
+    [Fact]
     public async Task PromotedWhileTheOldPrimaryServes_TheOldPrimaryIsFenced_AndNothingItAcknowledgedIsLost()
     {
         // The old primary is alive (as when it is cut off from the operator, not from every node): the promotion claims the

@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Net.Http.Json;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
@@ -229,7 +230,8 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         var term = Term;
         var needed = (nodes.Count + 1) / 2; // with this node, a majority of the group: (n + 1) / 2 + 1 nodes of n + 1
         var answered = new HashSet<Uri>();
-        var started = _runtime.Time.GetTimestamp();
+        // Real time, as the asks' own timeouts: the start waits on the network, and a test's manual clock must not hold it.
+        var started = Stopwatch.GetTimestamp();
         var waitedLogged = false;
         while (true)
         {
@@ -265,7 +267,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
                 return null;
             }
 
-            var waited = _runtime.Time.GetElapsedTime(started);
+            var waited = Stopwatch.GetElapsedTime(started);
             if (waited >= StartupTermCheckTimeout)
             {
                 ReplicationServiceEvents.TermCheckIncomplete(_logger, answered.Count + 1, nodes.Count + 1, (long)waited.TotalMilliseconds,
@@ -279,7 +281,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
                 ReplicationServiceEvents.TermCheckWaits(_logger, answered.Count + 1, nodes.Count + 1, string.Join(", ", nodes.Where(n => !answered.Contains(n))));
             }
 
-            await Task.Delay(_options.RetryInterval, _runtime.Time).ConfigureAwait(false);
+            await Task.Delay(_options.RetryInterval).ConfigureAwait(false);
         }
     }
 
