@@ -106,7 +106,11 @@ public sealed class FailoverTests : IDisposable
                 var deadline = Stopwatch.GetTimestamp() + Stopwatch.Frequency * 30;
                 while (load.FirstAnswerAfter(killedAt) is null)
                 {
-                    Assert.True(Stopwatch.GetTimestamp() < deadline, $"round {round}: no request answered within 30 s of the primary's kill:\n{Diagnose(nodes)}");
+                    if (Stopwatch.GetTimestamp() >= deadline)
+                    {
+                        Assert.Fail($"round {round}: no request answered within 30 s of the primary's kill:\n{Diagnose(nodes)}"); // the nodes' status only then
+                    }
+
                     if (Stopwatch.GetElapsedTime(killedAt) > TimeSpan.FromSeconds(1))
                     {
                         restarts += await RestartFencedAsync(nodes, ports, except: primary);
@@ -174,6 +178,153 @@ public sealed class FailoverTests : IDisposable
         }
         finally
         {
+            foreach (var node in nodes)
+            {
+                await node.DisposeAsync();
+            }
+        }
+    }
+
+    [Fact]
+    public async Task ANemesis_KillsPausesLostDisksAndSwitchovers_UnderLoad_NothingAcknowledgedIsLostOrDuplicated_AndAPrimaryServesAfterEachFault()
+    {
+        // Issue 51, item 7 (the bounded version): one fault at a time on the primary of a three-node Raft group under eight
+        // clients that follow the primary: kill -9, kill -9 with its log directory deleted, a pause (SIGSTOP until another
+        // node serves, then SIGCONT), and a switchover to a random replica (psctl). Each faulted node is brought back as a
+        // restarter would (a killed one started again; a paused or switched-over one, fenced, restarted: in-process demotion
+        // is not built) and must rejoin as a replica. The order is drawn from a seed (printed; PS_NEMESIS_SEED replays it),
+        // every kind at least once; PS_NEMESIS_FAULTS runs more by hand (12 in the suite). Checked from the clients' side:
+        // every acknowledged request ran exactly once, and after every fault some node other than the faulted one served.
+        var ct = TestContext.Current.CancellationToken;
+        var faults = int.TryParse(Environment.GetEnvironmentVariable("PS_NEMESIS_FAULTS"), out var f) ? f : 12;
+        var seed = int.TryParse(Environment.GetEnvironmentVariable("PS_NEMESIS_SEED"), out var s) ? s : Random.Shared.Next(1, 100_000);
+        var random = new Random(seed);
+        TestContext.Current.TestOutputHelper?.WriteLine($"nemesis seed {seed}, {faults} faults");
+        string[] kinds = ["kill", "kill, log deleted", "pause", "switchover"];
+        var waits = kinds.ToDictionary(k => k, _ => new List<double>());
+        var (ports, nodes, sessions) = await StartGroupAsync();
+        var paused = -1;
+        try
+        {
+            // A client gives a node half a second (a paused one never answers), then sends the same request to the next node.
+            await using var load = new FollowingClients(nodes, sessions, requestTimeout: TimeSpan.FromMilliseconds(500));
+            int restarts = 0, refusedSwitchovers = 0;
+            for (var round = 0; round < faults; round++)
+            {
+                var primary = await PrimaryAsync(nodes);
+                await Task.Delay(TimeSpan.FromMilliseconds(200 + random.Next(300)), ct); // some load on this primary
+                var kind = round < kinds.Length ? kinds[(round + seed) % kinds.Length] : kinds[random.Next(kinds.Length)];
+                var target = (primary + 1 + random.Next(2)) % 3;
+                var started = Stopwatch.GetTimestamp();
+                var startedWall = DateTime.Now;
+                var refused = false;
+                switch (kind)
+                {
+                    case "kill":
+                        await nodes[primary].KillAsync();
+                        break;
+                    case "kill, log deleted":
+                        await nodes[primary].KillAsync();
+                        Directory.Delete(_dir.File($"node{primary}"), recursive: true);
+                        break;
+                    case "pause":
+                        await nodes[primary].SignalAsync("STOP");
+                        paused = primary;
+                        break;
+                    default:
+                        var (exit, answer) = await SwitchoverAsync(ports, from: primary, to: target);
+                        refused = exit != 0; // not caught up within SwitchoverTimeout under load: refused, and the primary serves again
+                        refusedSwitchovers += refused ? 1 : 0;
+                        if (refused)
+                        {
+                            TestContext.Current.TestOutputHelper?.WriteLine($"round {round}: switchover refused: {answer.Trim()}");
+                        }
+
+                        break;
+                }
+
+                // Served again: an answer after the fault by another node (by the same one after a refused switchover).
+                var deadline = Stopwatch.GetTimestamp() + Stopwatch.Frequency * 30;
+                (int Node, long At)? first;
+                while ((first = load.Answers.Where(a => a.At > started && (refused || a.Node != primary)).Select(a => ((int, long)?)a).FirstOrDefault()) is null)
+                {
+                    if (Stopwatch.GetTimestamp() >= deadline)
+                    {
+                        Assert.Fail($"round {round} ({kind}): no other node served within 30 s\n{Diagnose(nodes)}"); // not on every turn: a paused node's status hangs
+                    }
+
+                    if (Stopwatch.GetElapsedTime(started) > TimeSpan.FromSeconds(1))
+                    {
+                        restarts += await RestartFencedAsync(nodes, ports, except: primary);
+                    }
+
+                    await Task.Delay(5, ct);
+                }
+
+                var waited = Stopwatch.GetElapsedTime(started, first.Value.At).TotalMilliseconds;
+                if (!refused)
+                {
+                    waits[kind].Add(waited);
+                }
+
+                TestContext.Current.TestOutputHelper?.WriteLine(
+                    $"round {round}: {kind} of node {primary} at {startedWall:HH:mm:ss.fff}{(kind == "switchover" ? $" to node {target}" : "")}, node {first.Value.Node} served {waited:F0} ms later");
+
+                if (refused)
+                {
+                    continue;
+                }
+
+                // The faulted node comes back: a killed one is started again; a paused one resumes, hears of the newer term and is
+                // fenced; a switched-over one is fenced already. A fenced node is restarted (its liveness fails).
+                if (paused >= 0)
+                {
+                    await nodes[paused].SignalAsync("CONT");
+                    paused = -1;
+                    await WaitAsync(async () => await IsFencedAsync(nodes[primary]), nodes);
+                }
+
+                if (kind.StartsWith("kill", StringComparison.Ordinal))
+                {
+                    var old = nodes[primary];
+                    Volatile.Write(ref nodes[primary], await ServiceProcess.StartAsync(Node(primary, ports), ports[primary], waitUntilReady: false));
+                    await old.DisposeAsync();
+                }
+                else
+                {
+                    await WaitAsync(async () => await IsFencedAsync(nodes[primary]), nodes);
+                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
+                }
+
+                await WaitAsync(async () =>
+                {
+                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
+                    return (await StatusAsync(nodes[primary])) is { } st && st.GetProperty("role").GetString() == "Replica" &&
+                           st.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
+                           r.GetProperty("contentTerm").GetInt64() == st.GetProperty("term").GetInt64();
+                }, nodes);
+            }
+
+            await load.StopAsync();
+            var serving = nodes[await PrimaryAsync(nodes)];
+            await AssertExactlyOnceAsync(serving, sessions, load.Acknowledged);
+            var terms = (await StatusAsync(serving)).GetProperty("term").GetInt64();
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"{faults} faults (seed {seed}), {load.Acknowledged.Sum()} requests acknowledged, {load.Resends} resends, {restarts} fenced nodes restarted, " +
+                $"{refusedSwitchovers} switchovers refused, term {terms} at the end; fault to another node's first answer: " +
+                string.Join("; ", waits.Where(w => w.Value.Count > 0).Select(w =>
+                {
+                    var sorted = w.Value.Order().ToList();
+                    return $"{w.Key} ({sorted.Count}): p50 {sorted[sorted.Count / 2]:F0} ms, max {sorted[^1]:F0} ms";
+                })));
+        }
+        finally
+        {
+            if (paused >= 0)
+            {
+                await nodes[paused].SignalAsync("CONT");
+            }
+
             foreach (var node in nodes)
             {
                 await node.DisposeAsync();
@@ -673,10 +824,11 @@ public sealed class FailoverTests : IDisposable
             string status;
             try
             {
-                using var response = n.GetReplicationStatusAsync().GetAwaiter().GetResult();
+                using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(2)); // a paused node answers nothing
+                using var response = n.GetReplicationStatusAsync(timeout.Token).GetAwaiter().GetResult();
                 status = response.Content.ReadAsStringAsync().GetAwaiter().GetResult();
             }
-            catch (HttpRequestException ex)
+            catch (Exception ex) when (ex is HttpRequestException or OperationCanceledException)
             {
                 status = ex.Message;
             }

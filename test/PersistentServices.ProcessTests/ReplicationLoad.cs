@@ -46,9 +46,13 @@ internal static class ReplicationLoad
         private readonly Task[] _clients;
         private long _resends;
 
-        public FollowingClients(ServiceProcess[] nodes, string[] sessions)
+        private readonly TimeSpan? _requestTimeout;
+
+        /// <param name="requestTimeout">How long a client waits for a node's answer before it sends the same request to the next node (none: until the node answers or fails).</param>
+        public FollowingClients(ServiceProcess[] nodes, string[] sessions, TimeSpan? requestTimeout = null)
         {
             _nodes = nodes;
+            _requestTimeout = requestTimeout;
             Acknowledged = new long[sessions.Length];
             _clients = [.. Enumerable.Range(0, sessions.Length).Select(i => Task.Run(() => RunAsync(i, sessions[i]), TestContext.Current.CancellationToken))];
         }
@@ -87,7 +91,9 @@ internal static class ReplicationLoad
                 var node = Volatile.Read(ref _nodes[at]);
                 try
                 {
-                    var (status, _, _) = await node.SendAsync(HttpMethod.Post, Path(seq), session, seq, Body(i));
+                    // Given up after the timeout (the request goes on in the background; its answer is not looked at).
+                    var (status, _, _) = await node.SendAsync(HttpMethod.Post, Path(seq), session, seq, Body(i))
+                        .WaitAsync(_requestTimeout ?? Timeout.InfiniteTimeSpan, TestContext.Current.CancellationToken);
                     if (status == HttpStatusCode.OK)
                     {
                         Volatile.Write(ref Acknowledged[i], seq);
@@ -96,7 +102,7 @@ internal static class ReplicationLoad
                         continue;
                     }
                 }
-                catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException && !_stop.IsCancellationRequested)
+                catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException or TimeoutException && !_stop.IsCancellationRequested)
                 {
                 }
 

@@ -153,6 +153,14 @@ public sealed class ReplicationTests : IDisposable
         {
             var session = await primary.StartSessionAsync();
             Assert.Equal(HttpStatusCode.OK, (await primary.SendAsync(HttpMethod.Post, Path(1), session, 1, Body(0))).Status);
+
+            // The acknowledgement needed one replica; both hold the log before the kill, so either can be promoted.
+            var end = (await StatusAsync(primary)).GetProperty("primary").GetProperty("localDurableUntil").GetInt64();
+            foreach (var replica in new[] { replicaB, replicaC })
+            {
+                await WaitAsync(async () => (await StatusAsync(replica)).GetProperty("replica").GetProperty("durableUntil").GetInt64() >= end, replica);
+            }
+
             await primary.KillAsync();
         }
 
