@@ -27,8 +27,22 @@ public sealed class FailoverTests : IDisposable
 
     public void Dispose() => _dir.Dispose();
 
+    /// <summary>What every node of this test's group is given on top of <see cref="Node"/> (a nemesis run's trace).</summary>
+    private Dictionary<string, string>? _extra;
+
     /// <summary>One configuration for every node but its own address, as a StatefulSet's pods get it.</summary>
-    private Dictionary<string, string> Node(int index, int[] ports) => new()
+    private Dictionary<string, string> Node(int index, int[] ports)
+    {
+        var node = NodeBase(index, ports);
+        foreach (var (key, value) in _extra ?? [])
+        {
+            node[key] = value;
+        }
+
+        return node;
+    }
+
+    private Dictionary<string, string> NodeBase(int index, int[] ports) => new()
     {
         ["PS_SWITCHOVER_TIMEOUT_MS"] = "1000",
         ["PS_LOG_DIR"] = _dir.File($"node{index}"),
@@ -45,8 +59,9 @@ public sealed class FailoverTests : IDisposable
     };
 
     /// <summary>The group's three nodes (node 0 the initial primary, ready) and a session per client, started at the primary.</summary>
-    private async Task<(int[] Ports, ServiceProcess[] Nodes, string[] Sessions)> StartGroupAsync()
+    private async Task<(int[] Ports, ServiceProcess[] Nodes, string[] Sessions)> StartGroupAsync(Dictionary<string, string>? extra = null)
     {
+        _extra = extra;
         int[] ports = TestSupport.LoopbackPorts.Free(3);
         var nodes = new ServiceProcess[3];
         nodes[1] = await ServiceProcess.StartAsync(Node(1, ports), ports[1], waitUntilReady: false);
@@ -202,7 +217,9 @@ public sealed class FailoverTests : IDisposable
         TestContext.Current.TestOutputHelper?.WriteLine($"nemesis seed {seed}, {faults} faults");
         string[] kinds = ["kill", "kill, log deleted", "pause", "switchover"];
         var waits = kinds.ToDictionary(k => k, _ => new List<double>());
-        var (ports, nodes, sessions) = await StartGroupAsync();
+        var (ports, nodes, sessions) = await StartGroupAsync(Environment.GetEnvironmentVariable("PS_NEMESIS_TRACE") == "1"
+            ? new Dictionary<string, string> { ["Logging__LogLevel__PersistentServices.Replication.RaftFailover"] = "Debug" }
+            : null);
         var paused = -1;
         try
         {

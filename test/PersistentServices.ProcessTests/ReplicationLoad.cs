@@ -102,8 +102,12 @@ internal static class ReplicationLoad
                         continue;
                     }
                 }
-                catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException or TimeoutException && !_stop.IsCancellationRequested)
+                catch (Exception ex) when (ex is HttpRequestException or ObjectDisposedException or TaskCanceledException or TimeoutException)
                 {
+                    if (_stop.IsCancellationRequested)
+                    {
+                        return; // stopped (a test that failed elsewhere, too, must see its own failure)
+                    }
                 }
 
                 Interlocked.Increment(ref _resends);

@@ -285,6 +285,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
         var lastNoCandidate = 0L;
         var refusals = 0;
         var backOffUntil = 0L;
+        long leaderWithoutLease = 0, lastWithoutLeaseLog = 0;
         while (!cancellationToken.IsCancellationRequested)
         {
             try
@@ -294,10 +295,39 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                 // The leader's lease: renewed at every heartbeat a majority answers (DotNext's), so a deposed leader that has not
                 // heard of it yet stops coordinating within a lease. (Not LeadershipToken: that waits for the term's first entry to
                 // commit, which a member that lost its Raft state with its volume can hold back for a long while.)
-                if (cluster.Leader is not { IsRemote: false } || !cluster.TryGetLeaseToken(out var leadership) || leadership.IsCancellationRequested)
+                if (cluster.Leader is not { IsRemote: false })
                 {
+                    leaderWithoutLease = 0;
                     misses = 0;
                     continue;
+                }
+
+                var leased = cluster.TryGetLeaseToken(out var leadership) && !leadership.IsCancellationRequested;
+                if (!leased)
+                {
+                    // Elected, and no valid lease: DotNext renews it only when a heartbeat round completes with a majority, and a
+                    // round can stall on a member (seen with one paused and one restarted on an empty directory, for 30 s and more;
+                    // issue 51's nemesis). The lease only keeps a deposed leader from coordinating beside the new one; what keeps a
+                    // promotion safe is its own claim at a majority of the log nodes (ReplicationNode.PromoteAsync), and two
+                    // coordinators' promotions back off (below). So after twice the election timeout without one, the leader
+                    // coordinates anyway, and says so once a second.
+                    leaderWithoutLease = leaderWithoutLease == 0 ? _time.GetTimestamp() : leaderWithoutLease;
+                    var without = _time.GetElapsedTime(leaderWithoutLease);
+                    if (without > TimeSpan.FromSeconds(1) && _time.GetElapsedTime(lastWithoutLeaseLog) > TimeSpan.FromSeconds(1))
+                    {
+                        LeaderWithoutLease(_logger, (long)without.TotalMilliseconds, cluster.Term);
+                        lastWithoutLeaseLog = _time.GetTimestamp();
+                    }
+
+                    if (without < _options.ElectionTimeout * 2)
+                    {
+                        misses = 0;
+                        continue;
+                    }
+                }
+                else
+                {
+                    leaderWithoutLease = 0;
                 }
 
                 var (statuses, silent) = await RoundAsync(http, cancellationToken).ConfigureAwait(false);
@@ -322,7 +352,7 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
                 // A primary its replicas have not heard from for an election timeout, and that did not answer within one itself, is
                 // hung (SIGSTOP, a dropped port, a stalled process): one round too (RoundAsync).
                 var refused = statuses.Any(s => s.Refused) && statuses.All(s => s.Status is not null || s.Refused);
-                if ((++misses < MissesBeforePromotion && !refused && !silent) || leadership.IsCancellationRequested)
+                if ((++misses < MissesBeforePromotion && !refused && !silent) || (leased && leadership.IsCancellationRequested))
                 {
                     continue;
                 }
@@ -571,6 +601,9 @@ internal sealed partial class RaftFailover : IHostedLifecycleService, IAsyncDisp
 
     [LoggerMessage(1441, LogLevel.Warning, "Replication: no node answers as the primary and no replica holding a log answers either; nothing to promote. Seen: {Seen}")]
     private static partial void NoCandidate(ILogger logger, string seen);
+
+    [LoggerMessage(1462, LogLevel.Warning, "Replication: this node leads Raft (term {Term}) and has held no valid leader lease for {Ms} ms (no heartbeat round completed with a majority): it coordinates without one (a promotion's own majority claim keeps it safe)")]
+    private static partial void LeaderWithoutLease(ILogger logger, long ms, long term);
 
     [LoggerMessage(1444, LogLevel.Debug, "Replication: the failover coordinator's round ({Misses} without a primary before it): {Seen}")]
     private static partial void Round(ILogger logger, int misses, string seen);
