@@ -314,6 +314,11 @@ public sealed class FailoverTests : IDisposable
 
                 TestContext.Current.TestOutputHelper?.WriteLine(
                     $"round {round}: {kind} of node {primary} at {startedWall:HH:mm:ss.fff}{(kind == "switchover" ? $" to node {target}" : "")}, node {first.Value.Node} served {waited:F0} ms later");
+                if (waited > 1000)
+                {
+                    // A slow one: what the other nodes logged meanwhile (with PS_NEMESIS_TRACE=1, the coordinator's rounds too).
+                    TestContext.Current.TestOutputHelper?.WriteLine(During(nodes, except: primary, startedWall, startedWall.AddMilliseconds(waited + 100)));
+                }
 
                 if (refused)
                 {
@@ -860,6 +865,31 @@ public sealed class FailoverTests : IDisposable
 
         Assert.Fail($"no primary within 30 s:\n{Diagnose(nodes)}");
         return -1;
+    }
+
+    /// <summary>The log lines the nodes (but <paramref name="except"/>) wrote between two wall-clock times (their console's HH:mm:ss.fff stamps), each with its message line.</summary>
+    private static string During(ServiceProcess[] nodes, int except, DateTime from, DateTime to)
+    {
+        var lines = new List<string>();
+        for (var i = 0; i < nodes.Length; i++)
+        {
+            if (i == except)
+            {
+                continue;
+            }
+
+            var output = nodes[i].Output.Split('\n');
+            for (var j = 0; j < output.Length; j++)
+            {
+                if (output[j].Length > 12 && TimeOnly.TryParseExact(output[j][..12], "HH:mm:ss.fff", out var at) &&
+                    at >= TimeOnly.FromDateTime(from) && at <= TimeOnly.FromDateTime(to))
+                {
+                    lines.Add($"  node{i} {output[j].Trim()} {(j + 1 < output.Length ? output[j + 1].Trim() : "")}");
+                }
+            }
+        }
+
+        return string.Join('\n', lines.OrderBy(l => l[8..], StringComparer.Ordinal).Select(l => l.Length > 600 ? l[..600] : l));
     }
 
     /// <summary>What each node says of its replication now, and its last log lines (what tells why a wait failed).</summary>

@@ -365,8 +365,11 @@ internal sealed class ReplicaLog : IDisposable
                 _anchor = shipment.Anchor;
             }
 
-            // The primary truncated: drop what lies before its begin, once the anchor names a checkpoint at or after it.
-            if (shipment.Begin > Begin && shipment.Begin <= DurableUntil && (_anchor is null || _anchor >= shipment.Begin))
+            // The primary truncated: drop what lies before its begin, once this copy anchors the checkpoint the shipment names (or
+            // a newer one). The primary reads its begin before its anchor, so that checkpoint's recovery starts at or after the
+            // begin. An older anchor is not enough even when it lies after the begin: its checkpoint's recovery may start before
+            // it (issue 51's nemesis: a promoted replica refused to start, "records recovery needs are gone").
+            if (shipment.Begin > Begin && shipment.Begin <= DurableUntil && (_anchor is null || (shipment.Anchor > 0 && _anchor >= shipment.Anchor)))
             {
                 _metadata.Write(shipment.Begin, DurableUntil, 0);
                 Begin = shipment.Begin;

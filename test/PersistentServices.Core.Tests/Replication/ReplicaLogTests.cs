@@ -160,6 +160,38 @@ public sealed class ReplicaLogTests
     }
 
     [Fact]
+    public async Task PrimaryTruncates_TheReplicaKeepsItsSegments_UntilItAnchorsTheCheckpointTheShipmentNames()
+    {
+        // Issue 51's nemesis: a replica anchored an older checkpoint (here at record 250; its recovery may start much earlier),
+        // and the primary, with a newer checkpoint the replica does not hold yet, truncated to record 200. The replica dropped
+        // its segments before 200 because its anchor lay after 200, and once promoted refused to start: "records recovery
+        // needs are gone". It keeps them until it anchors the checkpoint the shipment names.
+        using var primaryDir = new TempDirectory();
+        using var replicaDir = new TempDirectory();
+        await using var primary = await DurableLog.OpenAsync(LogTestOptions.Small(primaryDir.Path), cancellationToken: Ct);
+        using var replica = ReplicaLog.Open(LogTestOptions.Small(replicaDir.Path), NullLogger.Instance);
+        var written = await AppendAsync(primary, 300, 1);
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, anchor: written[250].Lsn).Outcome);
+        Assert.Equal(written[250].Lsn, replica.Anchor);
+        var begin = replica.Begin;
+
+        var cut = written[200].Lsn;
+        await primary.TruncateUntilAsync(cut, Ct);
+        var newer = await AppendAsync(primary, 20, 5000);
+        var notHeldYet = primary.LocalDurableUntil + 4096; // the primary's newer checkpoint, past what this shipment carries
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, anchor: notHeldYet).Outcome);
+        Assert.Equal(begin, replica.Begin);
+        Assert.Equal(written[250].Lsn, replica.Anchor);
+
+        // Once it holds and anchors that checkpoint (here a record it holds), it drops the same segments as the primary.
+        await AppendAsync(primary, 5, 9000);
+        Assert.Equal(ShipmentOutcome.Appended, Ship(primary, replica, anchor: newer[10].Lsn).Outcome);
+        Assert.Equal(newer[10].Lsn, replica.Anchor);
+        Assert.Equal(cut, replica.Begin);
+        Assert.Equal(SegmentFiles.List(primaryDir.Path).Keys, SegmentFiles.List(replicaDir.Path).Keys);
+    }
+
+    [Fact]
     public async Task ReplicaBehindTheBegin_IsReset_AndHoldsThePrimarysLogFromItsBegin()
     {
         using var primaryDir = new TempDirectory();
