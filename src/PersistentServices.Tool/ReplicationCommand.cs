@@ -25,7 +25,7 @@ internal static class ReplicationCommand
         promote  makes a replica the primary of term T, which must be newer than every term it has seen (status shows
                  its term: give one more). Promote a replica only once the old primary is gone or fenced; in synchronous
                  mode every replica holds everything acknowledged. The old primary, when it comes back, is fenced by the
-                 new term and restarts as a replica.
+                 new term and rejoins as a replica.
         switchover  hands the primary's role to a replica (--to, else the one that holds the most), for an upgrade:
                  the primary refuses new requests (503 replica: gateways and clients go on to the other nodes), lets
                  the running ones finish, waits until the replica holds its whole log (Replication.SwitchoverTimeout,

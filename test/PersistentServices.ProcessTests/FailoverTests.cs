@@ -129,7 +129,6 @@ public sealed class FailoverTests : IDisposable
 
             var gaps = new List<double>();
             var lost = 0;
-            var restarts = 0;
             int cutBack = 0, reset = 0, resetLost = 0, partial = 0;
             for (var round = 0; round < Rounds; round++)
             {
@@ -154,11 +153,6 @@ public sealed class FailoverTests : IDisposable
                         Assert.Fail($"round {round}: no request answered within 30 s of the primary's kill:\n{Diagnose(nodes)}"); // the nodes' status only then
                     }
 
-                    if (Stopwatch.GetElapsedTime(killedAt) > TimeSpan.FromSeconds(1))
-                    {
-                        restarts += await RestartFencedAsync(nodes, ports, except: primary);
-                    }
-
                     await Task.Delay(5, ct);
                 }
 
@@ -169,8 +163,6 @@ public sealed class FailoverTests : IDisposable
                 TestContext.Current.TestOutputHelper?.WriteLine(
                     $"round {round}: node {primary} killed at {killedWall:HH:mm:ss.fff}{(loseNode ? " (log deleted)" : "")}, node {first.Node} answered {gaps[^1]:F0} ms later");
 
-                restarts += await RestartFencedAsync(nodes, ports, except: primary);
-
                 // The killed node comes back with its configuration unchanged: it learns the newer term and rejoins as a replica.
                 var old = nodes[primary];
                 Volatile.Write(ref nodes[primary], await ServiceProcess.StartAsync(Node(primary, ports), ports[primary], waitUntilReady: false));
@@ -178,7 +170,6 @@ public sealed class FailoverTests : IDisposable
                 (int Cuts, int Resets) rejoin = default;
                 await WaitAsync(async () =>
                 {
-                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
                     if ((await StatusAsync(nodes[primary])) is { } s && s.GetProperty("role").GetString() == "Replica" &&
                         s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
                         r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64())
@@ -207,7 +198,8 @@ public sealed class FailoverTests : IDisposable
             await AssertExactlyOnceAsync(serving, sessions, acknowledged);
             gaps.Sort();
             TestContext.Current.TestOutputHelper?.WriteLine(
-                $"{Rounds} failovers ({lost} with the node's log directory deleted, {restarts} fenced primaries restarted), {acknowledged.Sum()} requests acknowledged, {load.Resends} resends; " +
+                $"{Rounds} failovers ({lost} with the node's log directory deleted; {Demotions(nodes)} demotions in their process by the nodes running at the end, none restarted but the killed), " +
+                $"{acknowledged.Sum()} requests acknowledged, {load.Resends} resends; " +
                 $"kill to the first answer: p50 {gaps[gaps.Count / 2]:F0} ms, p90 {gaps[gaps.Count * 9 / 10]:F0} ms, max {gaps[^1]:F0} ms; " +
                 $"rejoins of the killed node: {cutBack} cut back, {partial} partial from its end, {reset} reset with its log, {resetLost} reset after its log was deleted");
 
@@ -233,9 +225,9 @@ public sealed class FailoverTests : IDisposable
     {
         // Issue 51, item 7 (the bounded version): one fault at a time on the primary of a three-node Raft group under eight
         // clients that follow the primary: kill -9, kill -9 with its log directory deleted, a pause (SIGSTOP until another
-        // node serves, then SIGCONT), and a switchover to a random replica (psctl). Each faulted node is brought back as a
-        // restarter would (a killed one started again; a paused or switched-over one, fenced, restarted: in-process demotion
-        // is not built) and must rejoin as a replica. The order is drawn from a seed (printed; PS_NEMESIS_SEED replays it),
+        // node serves, then SIGCONT), and a switchover to a random replica (psctl). A killed node is started again, as a
+        // restarter would; nothing else is ever restarted: a paused or switched-over one, fenced, demotes itself in its
+        // process. Each must rejoin as a replica. The order is drawn from a seed (printed; PS_NEMESIS_SEED replays it),
         // every kind at least once; PS_NEMESIS_FAULTS runs more by hand (12 in the suite). Checked from the clients' side:
         // every acknowledged request ran exactly once, and after every fault some node other than the faulted one served.
         var ct = TestContext.Current.CancellationToken;
@@ -253,7 +245,7 @@ public sealed class FailoverTests : IDisposable
         {
             // A client gives a node half a second (a paused one never answers), then sends the same request to the next node.
             await using var load = new FollowingClients(nodes, sessions, requestTimeout: TimeSpan.FromMilliseconds(500));
-            int restarts = 0, refusedSwitchovers = 0;
+            int demotions = 0, refusedSwitchovers = 0;
             for (var round = 0; round < faults; round++)
             {
                 var primary = await PrimaryAsync(nodes);
@@ -298,11 +290,6 @@ public sealed class FailoverTests : IDisposable
                         Assert.Fail($"round {round} ({kind}): no other node served within 30 s\n{Diagnose(nodes)}"); // not on every turn: a paused node's status hangs
                     }
 
-                    if (Stopwatch.GetElapsedTime(started) > TimeSpan.FromSeconds(1))
-                    {
-                        restarts += await RestartFencedAsync(nodes, ports, except: primary);
-                    }
-
                     await Task.Delay(5, ct);
                 }
 
@@ -325,15 +312,16 @@ public sealed class FailoverTests : IDisposable
                     continue;
                 }
 
-                // The faulted node comes back: a killed one is started again; a paused one resumes, hears of the newer term and is
-                // fenced; a switched-over one is fenced already. A fenced node is restarted (its liveness fails).
+                // The faulted node comes back: a killed one is started again; a paused one resumes, hears of the newer term, is
+                // fenced and demotes itself; a switched-over one is fenced already and demotes itself. Nothing but the killed is
+                // restarted: every node must be a replica of the newest term, in the process it had.
                 if (paused >= 0)
                 {
                     await nodes[paused].SignalAsync("CONT");
                     paused = -1;
-                    await WaitAsync(async () => await IsFencedAsync(nodes[primary]), nodes);
                 }
 
+                var process = nodes[primary].ProcessId;
                 if (kind.StartsWith("kill", StringComparison.Ordinal))
                 {
                     var old = nodes[primary];
@@ -342,17 +330,11 @@ public sealed class FailoverTests : IDisposable
                 }
                 else
                 {
-                    await WaitAsync(async () => await IsFencedAsync(nodes[primary]), nodes);
-                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
+                    demotions++;
                 }
 
-                await WaitAsync(async () =>
-                {
-                    restarts += await RestartFencedAsync(nodes, ports, except: -1);
-                    return (await StatusAsync(nodes[primary])) is { } st && st.GetProperty("role").GetString() == "Replica" &&
-                           st.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
-                           r.GetProperty("contentTerm").GetInt64() == st.GetProperty("term").GetInt64();
-                }, nodes);
+                await WaitAsync(async () => await RejoinedAsync(nodes[primary]), nodes);
+                Assert.True(kind.StartsWith("kill", StringComparison.Ordinal) || nodes[primary].ProcessId == process, Diagnose(nodes));
             }
 
             await load.StopAsync();
@@ -360,7 +342,8 @@ public sealed class FailoverTests : IDisposable
             await AssertExactlyOnceAsync(serving, sessions, load.Acknowledged);
             var terms = (await StatusAsync(serving)).GetProperty("term").GetInt64();
             TestContext.Current.TestOutputHelper?.WriteLine(
-                $"{faults} faults (seed {seed}), {load.Acknowledged.Sum()} requests acknowledged, {load.Resends} resends, {restarts} fenced nodes restarted, " +
+                $"{faults} faults (seed {seed}), {load.Acknowledged.Sum()} requests acknowledged, {load.Resends} resends, {demotions} paused or switched-over primaries " +
+                $"rejoined in their process (none restarted), " +
                 $"{refusedSwitchovers} switchovers refused, term {terms} at the end; fault to another node's first answer: " +
                 string.Join("; ", waits.Where(w => w.Value.Count > 0).Select(w =>
                 {
@@ -454,8 +437,8 @@ public sealed class FailoverTests : IDisposable
             await old.SignalAsync("CONT");
             await Task.WhenAll(load);
 
-            // It heard of the newer term: fenced, and a new request gets no 200.
-            await WaitAsync(async () => await IsFencedAsync(old), nodes);
+            // It heard of the newer term: fenced (and demoted in its process), and a new request gets no 200.
+            await WaitAsync(async () => (await StatusAsync(old)).GetProperty("role").GetString() == "Replica", nodes);
             var (afterFence, _, _) = await old.SendAsync(HttpMethod.Post, Path(acknowledged[0] + 1), sessions[0], acknowledged[0] + 1, Body(0));
             Assert.NotEqual(HttpStatusCode.OK, afterFence);
 
@@ -475,16 +458,17 @@ public sealed class FailoverTests : IDisposable
     }
 
     [Fact]
-    public async Task ASecondSwitchoverBeforeTheOldPrimaryRestarts_HandsOver_AndTheGroupKeepsAPrimary()
+    public async Task ASecondSwitchoverBeforeTheOldPrimaryRestarts_HandsOver_TheOldPrimariesRejoinWithoutARestart_AndOneIsPromotedAgain()
     {
-        // Issue 51's repro: psctl replication switchover node0 -> node1, then node1 -> node2 before node0 restarts. node0 is
-        // fenced (it waits for a restart) and does not vote, so node2's claim of term 3 has node2 and the primary handing over
-        // (node1), which grants it without being fenced first. Before: 409 "this primary was fenced meanwhile", every node
-        // a replica. Then a request before any restart is answered by node2 once a fenced node is restarted (the new primary
-        // needs a replica to acknowledge: in-process demotion is not built, issue 51 item 1).
+        // Issue 51's repro: psctl replication switchover node0 -> node1, then node1 -> node2 before node0 restarts. node2's
+        // claim of term 3 has node2 and the primary handing over (node1), which grants it without being fenced first. Before:
+        // 409 "this primary was fenced meanwhile", every node a replica. Nothing is restarted: each old primary demotes itself
+        // and rejoins as a replica in its own process (before, each waited for a restart), so the new primary acknowledges
+        // with them; then node0, demoted in its process, is promoted again in it and serves the session exactly once.
         var (ports, nodes, sessions) = await StartGroupAsync();
         try
         {
+            var processes = nodes.Select(n => n.ProcessId).ToArray();
             var (first, firstAnswer) = await SwitchoverAsync(ports, from: 0, to: 1);
             Assert.True(first == 0, $"{firstAnswer}\n{Diagnose(nodes)}");
             Assert.Equal(1, await PrimaryAsync(nodes));
@@ -495,10 +479,29 @@ public sealed class FailoverTests : IDisposable
             Assert.Equal(2, await PrimaryAsync(nodes));
             Assert.Contains("grants the switchover's claim of term 3", nodes[1].Output, StringComparison.Ordinal);
 
-            Assert.True(await RestartFencedAsync(nodes, ports, except: 2) >= 1, Diagnose(nodes));
+            await WaitAsync(async () => await RejoinedAsync(nodes[0]) && await RejoinedAsync(nodes[1]), nodes);
+            Assert.Equal(processes, nodes.Select(n => n.ProcessId).ToArray());
+            Assert.Contains("without a restart", nodes[0].Output, StringComparison.Ordinal);
+            Assert.Contains("without a restart", nodes[1].Output, StringComparison.Ordinal);
             var (status, body, _) = await nodes[2].SendUntilAnsweredAsync("/deposit", sessions[0], 1, Body(0));
             Assert.True(status == HttpStatusCode.OK, $"{status} {body}\n{Diagnose(nodes)}");
-            Assert.Equal(2, await PrimaryAsync(nodes));
+            Assert.Equal(1, body.GetProperty("balance").GetInt64());
+
+            var (third, thirdAnswer) = await SwitchoverAsync(ports, from: 2, to: 0);
+            Assert.True(third == 0, $"{thirdAnswer}\n{Diagnose(nodes)}");
+            Assert.Equal(4, JsonDocument.Parse(thirdAnswer).RootElement.GetProperty("term").GetInt64());
+            Assert.Equal(0, await PrimaryAsync(nodes));
+            var (next, nextBody, _) = await nodes[0].SendUntilAnsweredAsync("/deposit", sessions[0], 2, Body(0));
+            Assert.True(next == HttpStatusCode.OK, $"{next} {nextBody}\n{Diagnose(nodes)}");
+            Assert.Equal(2, nextBody.GetProperty("balance").GetInt64());
+            var (again, againBody, _) = await nodes[0].SendUntilAnsweredAsync("/deposit", sessions[0], 2, Body(0));
+            Assert.True(again == HttpStatusCode.OK, $"{again} {againBody}\n{Diagnose(nodes)}");
+            Assert.Equal(2, againBody.GetProperty("balance").GetInt64()); // request 2's reply again: it ran once
+            var (third3, thirdBody, _) = await nodes[0].SendUntilAnsweredAsync("/deposit", sessions[0], 3, Body(0));
+            Assert.True(third3 == HttpStatusCode.OK, $"{third3} {thirdBody}\n{Diagnose(nodes)}");
+            Assert.Equal(3, thirdBody.GetProperty("balance").GetInt64());
+            Assert.Equal(processes, nodes.Select(n => n.ProcessId).ToArray());
+            await WaitAsync(async () => await RejoinedAsync(nodes[2]), nodes);
         }
         finally
         {
@@ -543,8 +546,8 @@ public sealed class FailoverTests : IDisposable
     {
         // Issue 51: a signed switchover captured on its way to node0 (made as psctl makes it: node0, term 1, to node1) and
         // sent again to the new primary fenced it before (it named neither node nor term). Now it names both, and a node
-        // takes each signed message once: at node1 it is for another term (409 replication-stale-term), at node0 again it
-        // is a replay (409 replication-replayed), and node1 stays the primary of term 2.
+        // takes each signed message once: at node1, and at node0 once it demoted itself to a replica of term 2, it is for
+        // another term (409 replication-stale-term), and node1 stays the primary of term 2.
         var (ports, nodes, _) = await StartGroupAsync();
         try
         {
@@ -570,7 +573,11 @@ public sealed class FailoverTests : IDisposable
             }
 
             Assert.Equal(1, await PrimaryAsync(nodes));
-            foreach (var (node, type) in new[] { (1, "replication-stale-term"), (0, "replication-replayed"), (2, "replication-stale-term") })
+
+            // node0, fenced by the handover, demotes itself to a replica of term 2 in its process: there too the message is for
+            // another term now (a replay at the same node of the same term is refused as such: ReplicationEndpointsTests).
+            await WaitAsync(async () => await RejoinedAsync(nodes[0]), nodes);
+            foreach (var (node, type) in new[] { (1, "replication-stale-term"), (0, "replication-stale-term"), (2, "replication-stale-term") })
             {
                 using var replay = Captured();
                 using var refused = await nodes[node].Client.SendAsync(replay, TestContext.Current.CancellationToken);
@@ -708,8 +715,9 @@ public sealed class FailoverTests : IDisposable
             await WaitAsync(() => Task.FromResult(load.FirstAnswerAfter(switchAt, promoted) is not null), nodes);
             var (pause, toFirstAnswer) = Pause(load, switchAt, from: 0, to: promoted);
 
-            // 3. The old primary: fenced by the promotion (it answers 503 replica meanwhile), restarted, rejoins as a replica.
-            Assert.True(await IsFencedAsync(nodes[0]), Diagnose(nodes));
+            // 3. The old primary: fenced by the promotion, it demotes itself to a replica (of the old version) in its process;
+            //    then the upgrade restarts it with the new version, and it rejoins as a replica.
+            await WaitAsync(async () => await RejoinedAsync(nodes[0]), nodes);
             Assert.Equal(0, await nodes[0].TerminateAsync(TimeSpan.FromSeconds(20)));
             var rejoinedBy = await RestartAsync(nodes, ports, 0, version: "2");
 
@@ -787,47 +795,19 @@ public sealed class FailoverTests : IDisposable
 
         Volatile.Write(ref nodes[index], await ServiceProcess.StartAsync(environment, ports[index], waitUntilReady: false));
         await old.DisposeAsync();
-        await WaitAsync(async () => (await StatusAsync(nodes[index])) is { } s && s.GetProperty("role").GetString() == "Replica" &&
-                                    s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
-                                    r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64(), nodes);
+        await WaitAsync(async () => await RejoinedAsync(nodes[index]), nodes);
         return nodes[index].Output.Contains("is reset by its primary", StringComparison.Ordinal) ? "total" : "partial";
     }
 
-    /// <summary>
-    /// A primary fenced by a promotion it did not see coming (a slow answer taken for its loss, or a restart that did not
-    /// hear of the newer term in time) acknowledges nothing more and waits to be restarted, as Kubernetes restarts it when
-    /// its liveness fails: so does this test. Returns how many it restarted.
-    /// </summary>
-    private async Task<int> RestartFencedAsync(ServiceProcess[] nodes, int[] ports, int except)
-    {
-        var restarted = 0;
-        for (var i = 0; i < nodes.Length; i++)
-        {
-            if (i != except && await IsFencedAsync(nodes[i]))
-            {
-                var fenced = nodes[i];
-                Volatile.Write(ref nodes[i], await ServiceProcess.StartAsync(Node(i, ports), ports[i], waitUntilReady: false));
-                await fenced.DisposeAsync();
-                restarted++;
-            }
-        }
+    /// <summary>Whether a node is a replica that holds the newest term's log (it rejoined: restarted, or demoted in its process).</summary>
+    private static async Task<bool> RejoinedAsync(ServiceProcess node)
+        => (await StatusAsync(node)) is { } s && s.GetProperty("role").GetString() == "Replica" &&
+           s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
+           r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
 
-        return restarted;
-    }
-
-    /// <summary>Whether a node is a fenced primary (a replica's role without a replica's log: it waits for its restart).</summary>
-    private static async Task<bool> IsFencedAsync(ServiceProcess node)
-    {
-        try
-        {
-            var status = await StatusAsync(node);
-            return status.GetProperty("role").GetString() == "Replica" && status.GetProperty("replica").ValueKind != JsonValueKind.Object;
-        }
-        catch (HttpRequestException)
-        {
-            return false;
-        }
-    }
+    /// <summary>How many times the nodes running now demoted themselves from a fenced primary to a replica (their logs say so).</summary>
+    private static int Demotions(ServiceProcess[] nodes)
+        => nodes.Sum(n => n.Output.Split("without a restart").Length - 1);
 
     /// <summary>The node that answers as the primary of the newest term (waiting for one).</summary>
     private static async Task<int> PrimaryAsync(ServiceProcess[] nodes)

@@ -84,6 +84,9 @@ internal sealed class ServiceProcess : IAsyncDisposable
 
     public bool HasExited => _process.HasExited;
 
+    /// <summary>The operating system's id of the process (a node demoted in its process keeps it; a restarted one does not).</summary>
+    public int ProcessId => _process.Id;
+
     /// <summary>The last <paramref name="chars"/> characters of <see cref="Output"/>, for failure messages.</summary>
     public string RecentOutput(int chars = 6000)
     {

@@ -110,4 +110,19 @@ internal static partial class AspNetCoreEvents
 
     [LoggerMessage(1389, LogLevel.Debug, "Session {SessionTag}'s replay found request {Sequence}'s {Kind} record at LSN {Lsn} an orphan: its DV {Dv}")]
     public static partial void OrphanRecordFound(ILogger logger, string sessionTag, long sequence, string kind, long lsn, string dv);
+
+    [LoggerMessage(1463, LogLevel.Warning,
+        "Replication: this primary of term {Term} was fenced; it demotes itself and rejoins its group as a replica ({Executing} persistent requests still running end first; none of them is acknowledged)")]
+    public static partial void Demoting(ILogger logger, long term, int executing);
+
+    [LoggerMessage(1464, LogLevel.Information,
+        "Replication: the fenced primary of term {OldTerm} is a replica of term {Term} now, without a restart ({ElapsedMs} ms); its hot follower replays its copy")]
+    public static partial void Demoted(ILogger logger, long oldTerm, long term, long elapsedMs);
+
+    [LoggerMessage(1465, LogLevel.Error,
+        "Replication: the fenced primary of term {Term} could not demote itself; it answers 503 replica and its liveness fails until a restart makes it a replica")]
+    public static partial void DemotionFailed(ILogger logger, long term, Exception exception);
+
+    [LoggerMessage(1466, LogLevel.Information, "Replication: the replay of recovered sessions ended because this primary was fenced ({Reason}); it demotes itself")]
+    public static partial void ReplayEndedByFence(ILogger logger, string reason);
 }

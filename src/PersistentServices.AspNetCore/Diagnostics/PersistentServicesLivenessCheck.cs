@@ -6,7 +6,7 @@ namespace PersistentServices.Diagnostics;
 /// <summary>
 /// Liveness, for a probe that restarts the process: unhealthy only when nothing but a restart helps, that is when the log
 /// faulted (a failed write, a full disk: the service answers 503 until it restarts and recovers from the durable log) or
-/// recovery failed. Healthy while the log is scanned, while sessions replay, near a cap and while draining, when
+/// recovery failed. Healthy while a fenced primary demotes itself to a replica (docs/replication.md, "Demotion"), while the log is scanned, while sessions replay, near a cap and while draining, when
 /// <see cref="PersistentServicesHealthCheck"/> (readiness) may say otherwise. Healthy too on a replica whose hot follower
 /// lags (<see cref="Replication.ReplicationHealth"/>): restarting it would only throw its replay away; its description and
 /// data then say why it is degraded. Tagged <c>live</c>.
@@ -16,13 +16,15 @@ internal sealed class PersistentServicesLivenessCheck(ServiceAvailability availa
     public Task<HealthCheckResult> CheckHealthAsync(HealthCheckContext context, CancellationToken cancellationToken = default)
     {
         var data = new Dictionary<string, object> { ["stage"] = availability.Stage.ToString() };
-        var result = availability.Stage == RecoveryStage.Failed
-            ? HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {availability.Failure?.Message}", data: data)
-            : availability.LogFault is { } fault
-                ? HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data)
-                : replication.Degraded() is { } degraded
-                    ? HealthCheckResult.Healthy($"The log is usable. Degraded: {degraded}.", Degrade(data, degraded))
-                    : HealthCheckResult.Healthy("The log is usable.", data);
+        var result = availability.IsRejoining
+            ? HealthCheckResult.Healthy("Fenced by a newer term: this node demotes itself and rejoins its group as a replica (no restart needed).", data)
+            : availability.Stage == RecoveryStage.Failed
+                ? HealthCheckResult.Unhealthy($"Recovery failed; the service stops: {availability.Failure?.Message}", data: data)
+                : availability.LogFault is { } fault
+                    ? HealthCheckResult.Unhealthy("The log faulted; the service must restart.", fault, data)
+                    : replication.Degraded() is { } degraded
+                        ? HealthCheckResult.Healthy($"The log is usable. Degraded: {degraded}.", Degrade(data, degraded))
+                        : HealthCheckResult.Healthy("The log is usable.", data);
         return Task.FromResult(result);
     }
 

@@ -54,22 +54,25 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         var options = runtime.Options;
         var lastAt = runtime.Time.GetTimestamp();
         var lastTail = -1L;
+        Checkpoints.ServiceCheckpointer? lastCheckpointer = null;
         using var timer = new PeriodicTimer(Poll, runtime.Time);
         try
         {
             while (await timer.WaitForNextTickAsync(stoppingToken).ConfigureAwait(false))
             {
-                if (!availability.CanServe(RequestKind.BackgroundWork))
+                // No log or checkpointer: not open yet, or a fenced primary closed them to rejoin as a replica (docs/replication.md, "Demotion").
+                if (!availability.CanServe(RequestKind.BackgroundWork) || runtime.OpenLog is not { } log || runtime.OpenCheckpointer is not { } checkpointer)
                 {
                     continue;
                 }
 
-                var log = runtime.Log;
-                if (lastTail < 0)
+                if (!ReferenceEquals(checkpointer, lastCheckpointer))
                 {
                     // What was logged since recovery's own checkpoint counts (not only what follows the first tick): requests
-                    // served in the first second would otherwise wait for the log to grow again before any checkpoint.
-                    lastTail = runtime.Checkpointer.TailAfterCheckpoint;
+                    // served in the first second would otherwise wait for the log to grow again before any checkpoint. A
+                    // demoted primary promoted again opened its log anew: counted from that recovery's checkpoint.
+                    lastCheckpointer = checkpointer;
+                    lastTail = checkpointer.TailAfterCheckpoint;
                 }
 
                 var grown = log.TailAddress - lastTail;
@@ -77,7 +80,7 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
                 {
                     lastTail = log.TailAddress;
                     lastAt = runtime.Time.GetTimestamp();
-                    await TakeAsync(stoppingToken).ConfigureAwait(false);
+                    await TakeAsync(checkpointer, stoppingToken).ConfigureAwait(false);
                 }
             }
         }
@@ -86,11 +89,11 @@ internal sealed partial class CheckpointHostedService(PersistentRuntime runtime,
         }
     }
 
-    private async Task TakeAsync(CancellationToken cancellationToken)
+    private async Task TakeAsync(Checkpoints.ServiceCheckpointer checkpointer, CancellationToken cancellationToken)
     {
         try
         {
-            await runtime.Checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
+            await checkpointer.TakeAsync(cleanShutdown: false, cancellationToken).ConfigureAwait(false);
         }
         catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException or IOException)
         {

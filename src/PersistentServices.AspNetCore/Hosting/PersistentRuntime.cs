@@ -58,6 +58,9 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     private Checkpoints.ServiceCheckpointer? _checkpointer;
 
+    /// <summary>The service checkpointer, or null while no log is open (before recovery, or on a primary demoted to a replica).</summary>
+    public Checkpoints.ServiceCheckpointer? OpenCheckpointer => _checkpointer;
+
     /// <summary>This service's place in its service domain (inactive without members).</summary>
     public Domain.ServiceDomain Domain => _domain.Value;
 
@@ -166,6 +169,37 @@ internal sealed class PersistentRuntime : IAsyncDisposable
 
     /// <summary>The new epoch is durable: requests enter the shared state store from now on (<see cref="ServingShared"/>).</summary>
     public void ServeShared() => Volatile.Write(ref _servingShared, _shared);
+
+    /// <summary>
+    /// A fenced primary's demotion (docs/replication.md, "Demotion"): what recovery opened goes, as a restart would lose it
+    /// (the checkpointer, the shared state store, the sessions, the log, closed), so that the directory can be reopened as a
+    /// replica's copy and a later promotion recovers from it again. Called once no persistent request runs any more (the
+    /// log faulted when the primary was fenced, so nothing of it was acknowledged since).
+    /// </summary>
+    public async Task CloseForRejoinAsync()
+    {
+        Volatile.Write(ref _servingShared, null);
+        _shared?.AbortReservations();
+        var checkpointer = _checkpointer;
+        _checkpointer = null;
+        checkpointer?.Dispose();
+        Analysis = null;
+        Replays = null;
+        _shared = null;
+        Epoch = 0;
+        foreach (var session in Sessions.All.ToList())
+        {
+            Sessions.Remove(session.Id);
+            session.FailReplay(new LogFaultedException("This node was fenced and rejoins its group as a replica: the session is served by the group's primary."));
+        }
+
+        var log = _log;
+        _log = null;
+        if (log is not null)
+        {
+            await log.DisposeAsync().ConfigureAwait(false);
+        }
+    }
 
     /// <summary>The runtime was disposed (its log closed): a host stopped after its disposal (WebApplicationFactory does that) finds nothing to drain.</summary>
     public bool IsDisposed => Volatile.Read(ref _disposed) != 0;

@@ -135,6 +135,33 @@ internal sealed class ServiceAvailability
         _stage = RecoveryStage.Replica;
     }
 
+    /// <summary>
+    /// Whether this fenced primary is demoting itself (docs/replication.md, "Demotion"): its log faulted, and liveness
+    /// stays healthy meanwhile, since no restart is needed. False again once it is a replica, or when its demotion failed.
+    /// </summary>
+    public bool IsRejoining
+    {
+        get => _rejoining;
+        set => _rejoining = value;
+    }
+
+    private volatile bool _rejoining;
+
+    /// <summary>
+    /// A fenced primary closed its log and rejoined its group as a replica (docs/replication.md, "Demotion"): what the fence
+    /// and the log's end left (the log, its fault, a replay that failed on it) is forgotten, and it waits for a promotion
+    /// as a replica that started so.
+    /// </summary>
+    public void Demoted()
+    {
+        _rejoining = false;
+        _log = null;
+        _failure = null;
+        _handingOver = false;
+        _fenced = false;
+        _stage = RecoveryStage.Replica;
+    }
+
     /// <summary>The replica was promoted: recovery opens its copy of the log next (requests wait for it, as at a start).</summary>
     public void Promoted()
     {

@@ -55,6 +55,36 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
         }
     }
 
+    /// <summary>
+    /// A fenced primary's demotion (docs/replication.md, "Demotion"): the open that made it the primary ends (it may still
+    /// run: a fence during recovery), and so does the checkpoint after a promotion, before the runtime closes their log.
+    /// </summary>
+    public async Task QuiesceAsync()
+    {
+        Task? opening;
+        lock (_openingLock)
+        {
+            opening = _opening;
+        }
+
+        if (opening is not null)
+        {
+            await opening.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        }
+
+        await _checkpointAfterOpen.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+    }
+
+    /// <summary>The demoted primary is a replica again: the next open waits for its promotion, as a replica's first did (<see cref="StartOpening"/>).</summary>
+    public Task Rearm()
+    {
+        lock (_openingLock)
+        {
+            _checkpointAfterOpen = Task.CompletedTask;
+            return _opening = Task.Run(() => OpenAndAnalyzeAsync(_disposing.Token));
+        }
+    }
+
     private async Task OpenAndAnalyzeAsync(CancellationToken cancellationToken)
     {
         await replication.PromotedAsync(cancellationToken).ConfigureAwait(false);

@@ -32,6 +32,7 @@ internal sealed class RecoveryHostedService(
     private readonly CancellationTokenSource _stopping = new();
     private Task _replay = Task.CompletedTask;
     private Task _promotion = Task.CompletedTask;
+    private Task _demotions = Task.CompletedTask;
     private int _disposed;
 
     /// <summary>Completes when every recovered session has replayed (or recovery failed).</summary>
@@ -60,12 +61,25 @@ internal sealed class RecoveryHostedService(
     /// </summary>
     public Task StartedAsync(CancellationToken cancellationToken)
     {
+        if (replication.Enabled && replayCheck is null && !runtime.Domain.Enabled)
+        {
+            // A primary fenced by a newer term rejoins its group as a replica in this process (docs/replication.md, "Demotion").
+            _demotions = Task.Run(DemoteWhenFencedAsync, CancellationToken.None);
+        }
+
         if (!replication.WaitsForPromotion)
         {
             return RecoverAsync(cancellationToken);
         }
 
-        // A replica replays its copy as it arrives (not in the replay check, which replays one recovery in a sandbox).
+        WaitForPromotion();
+        return Task.CompletedTask;
+    }
+
+    /// <summary>As a replica: its hot follower replays its copy as it arrives, and recovery runs once it is promoted, in the background.</summary>
+    private void WaitForPromotion()
+    {
+        // Not in the replay check, which replays one recovery in a sandbox.
         if (replayCheck is null)
         {
             follower.Start();
@@ -87,8 +101,73 @@ internal sealed class RecoveryHostedService(
                 // Stopped before a promotion.
             }
         }, CancellationToken.None);
-        return Task.CompletedTask;
     }
+
+    /// <summary>
+    /// Each time this node, as a primary, is fenced by a newer term (a failover it did not see coming, a switchover it made):
+    /// it demotes itself and rejoins as a replica, without a restart (docs/replication.md, "Demotion"; issue 51). Its
+    /// running persistent requests end first (they fail: its log faulted, so none is acknowledged), then the open, the
+    /// replay of recovered sessions and the shippers; the runtime closes what recovery opened; the directory reopens as a
+    /// replica's copy, whose hot follower replays it as it arrives; and recovery waits for a promotion as a replica's does.
+    /// A demotion that fails leaves the node fenced (503, liveness failing), as before: a restart makes it a replica.
+    /// </summary>
+    private async Task DemoteWhenFencedAsync()
+    {
+        while (true)
+        {
+            try
+            {
+                await replication.FencedAsync(_stopping.Token).ConfigureAwait(false);
+            }
+            catch (OperationCanceledException)
+            {
+                return;
+            }
+
+            var started = Stopwatch.GetTimestamp();
+            var term = replication.Term;
+            availability.IsRejoining = true;
+            try
+            {
+                AspNetCoreEvents.Demoting(logger, term, availability.Executing);
+                var deadline = Stopwatch.GetTimestamp() + (long)(DemotionDrainTimeout.TotalSeconds * Stopwatch.Frequency);
+                while (availability.Executing > 0 && Stopwatch.GetTimestamp() < deadline)
+                {
+                    await Task.Delay(10, _stopping.Token).ConfigureAwait(false);
+                }
+
+                await opener.QuiesceAsync().ConfigureAwait(false);
+                await _replay.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+                await _promotion.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+                if (_stopping.IsCancellationRequested)
+                {
+                    return;
+                }
+
+                await replication.StopShippingAsync().ConfigureAwait(false);
+                await runtime.CloseForRejoinAsync().ConfigureAwait(false);
+                replication.RejoinAsReplica();
+                _replay = Task.CompletedTask;
+                _ = opener.Rearm();
+                WaitForPromotion();
+                AspNetCoreEvents.Demoted(logger, term, replication.Term, (long)Stopwatch.GetElapsedTime(started).TotalMilliseconds);
+            }
+            catch (OperationCanceledException) when (_stopping.IsCancellationRequested)
+            {
+                return;
+            }
+            catch (Exception ex)
+            {
+                // Left fenced: it answers 503 replica and its liveness fails, so a restarter makes it a replica as before.
+                availability.IsRejoining = false;
+                AspNetCoreEvents.DemotionFailed(logger, term, ex);
+                return;
+            }
+        }
+    }
+
+    /// <summary>How long a demotion lets persistent requests that run (and fail: the log faulted) end before it closes the log.</summary>
+    private static readonly TimeSpan DemotionDrainTimeout = TimeSpan.FromSeconds(10);
 
     private async Task RecoverAsync(CancellationToken cancellationToken)
     {
@@ -103,6 +182,12 @@ internal sealed class RecoveryHostedService(
             // the host's start failed and its services were disposed while the server still took requests: each got a 500
             // (ObjectDisposedException), found by the domain kill test (issue 49).
             AspNetCoreEvents.StoppedWhileRecovering(logger);
+            return;
+        }
+        catch (Exception ex) when (replication.IsFenced && !runtime.Domain.Enabled && replayCheck is null)
+        {
+            // Fenced while the log opened: the open refused to serve it (ReplicationNode.LogOpened), and the node demotes itself.
+            AspNetCoreEvents.ReplayEndedByFence(logger, ex.Message);
             return;
         }
         catch (Exception ex) when (ex is not OperationCanceledException || !cancellationToken.IsCancellationRequested)
@@ -136,6 +221,7 @@ internal sealed class RecoveryHostedService(
         }
 
         await _stopping.CancelAsync().ConfigureAwait(false);
+        await _demotions.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         await _promotion.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
         await _replay.WaitAsync(cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
     }
@@ -272,6 +358,13 @@ internal sealed class RecoveryHostedService(
 
     private void Stop(Exception error, List<Session> sessions)
     {
+        if (replication.IsFenced && !runtime.Domain.Enabled && replayCheck is null)
+        {
+            // The replay failed because this primary was fenced meanwhile (its log faulted): it demotes itself instead of stopping.
+            AspNetCoreEvents.ReplayEndedByFence(logger, error.Message);
+            return;
+        }
+
         availability.Fail(error);
         runtime.Shared.AbortReservations();
         AspNetCoreEvents.RecoveryFailed(logger, error);

@@ -48,9 +48,10 @@ internal sealed partial class HotFollower(
     /// <summary>How long a promotion lets a replay under way finish before it cuts it short (the follower's state is then thrown away).</summary>
     private static readonly TimeSpan HandOverGrace = TimeSpan.FromSeconds(2);
 
-    private readonly CancellationTokenSource _stop = new();
-    private readonly CancellationTokenSource _abandon = new();
+    private CancellationTokenSource _stop = new();
+    private CancellationTokenSource _abandon = new();
     private readonly Lock _gate = new();
+    private int _started;
     private Task _loop = Task.CompletedTask;
     private ReplicaLog? _replica;
     private LogOptions? _logOptions;
@@ -97,11 +98,31 @@ internal sealed partial class HotFollower(
             return;
         }
 
+        if (Interlocked.Increment(ref _started) > 1)
+        {
+            // Again, on a demoted primary's copy (docs/replication.md, "Demotion"): the previous run ended with its promotion.
+            _stop.Dispose();
+            _abandon.Dispose();
+            _stop = new();
+            _abandon = new();
+            lock (_gate)
+            {
+                DiscardLocked();
+            }
+
+            _resets = 0;
+            _stoppedBecause = null;
+            HandedOverAt = null;
+        }
+        else
+        {
+            runtime.Metrics.ObserveFollower(() => (LagBytes, LagRequests, LagTime.TotalSeconds));
+        }
+
         _replica = replica;
         _logOptions = runtime.Options.BuildLogOptions();
         Running = true;
         replication.Follower = this;
-        runtime.Metrics.ObserveFollower(() => (LagBytes, LagRequests, LagTime.TotalSeconds));
         _loop = Task.Run(RunAsync);
     }
 

@@ -122,7 +122,7 @@ internal static class ReplicationEndpoints
             }
 
             await RefuseAsync(context, 503, "replication-unavailable", "Not a replica now",
-                "This node is not holding a replica's log now (starting, promoted, or fenced and waiting for its restart): ask again.").ConfigureAwait(false);
+                "This node is not holding a replica's log now (starting, promoted, or a fenced primary demoting itself): ask again.").ConfigureAwait(false);
             return;
         }
 

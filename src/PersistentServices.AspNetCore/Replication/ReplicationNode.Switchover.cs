@@ -55,7 +55,7 @@ internal sealed partial class ReplicationNode
     ///   majority reaches this node too, which grants it as a voter without being fenced (<see cref="GrantHandoverClaim"/>),
     ///   so the claim's majority may count it; once the target answers that it is promoted this node is fenced, as any
     ///   primary that learns of a newer term (it acknowledges nothing more, answers 503 <c>replica</c>, and rejoins as a
-    ///   replica when restarted). Refused or unanswered and no claim granted: this primary serves again.</item>
+    ///   replica by itself, docs/replication.md "Demotion"). Refused or unanswered and no claim granted: this primary serves again.</item>
     /// </list>
     /// </summary>
     public async Task<SwitchoverResult> SwitchoverAsync(Uri? to, CancellationToken cancellationToken)

@@ -26,8 +26,11 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     private readonly ServiceAvailability _availability;
     private readonly IHttpClientFactory _httpClients;
     private readonly ILogger<ReplicationNode> _logger;
-    private readonly TaskCompletionSource _promoted = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private TaskCompletionSource _promoted = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private TaskCompletionSource _fencedSignal = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly CancellationTokenSource _stopping = new();
+    private CancellationTokenSource? _shipStop;
+    private int _replicationObserved;
     private readonly Lock _gate = new();
     private readonly List<Task> _shippers = [];
     private ReplicaLog? _replica;
@@ -287,7 +290,13 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
     /// <summary>Completes when this replica is promoted (at once on a primary).</summary>
     public Task PromotedAsync(CancellationToken cancellationToken)
-        => WaitsForPromotion ? _promoted.Task.WaitAsync(cancellationToken) : Task.CompletedTask;
+        => WaitsForPromotion ? Volatile.Read(ref _promoted).Task.WaitAsync(cancellationToken) : Task.CompletedTask;
+
+    /// <summary>Completes when this primary is fenced (a newer term exists): what its demotion waits for (<see cref="StopShippingAsync"/>, <see cref="RejoinAsReplica"/>).</summary>
+    public Task FencedAsync(CancellationToken cancellationToken) => Volatile.Read(ref _fencedSignal).Task.WaitAsync(cancellationToken);
+
+    /// <summary>Whether this process is a fenced primary: its log faulted, its directory records the newer term, and it is not a replica yet.</summary>
+    public bool IsFenced => Volatile.Read(ref _fencedSignal).Task.IsCompletedSuccessfully && Volatile.Read(ref _replica) is null;
 
     /// <summary>
     /// Makes this replica the primary of <paramref name="term"/> (docs/replication.md, "Failover"), or says why not:
@@ -371,7 +380,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         }
 
         _availability.Promoted();
-        _promoted.TrySetResult();
+        Volatile.Read(ref _promoted).TrySetResult();
         return (true, null);
     }
 
@@ -439,13 +448,16 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
             var r = answer!.Value;
             if (r.ContentTerm > replica.ContentTerm || (r.ContentTerm == replica.ContentTerm && r.DurableUntil > replica.DurableUntil))
             {
-                return $"{node} holds more of the log (until {r.DurableUntil}, of term {r.ContentTerm}) than this replica (until {replica.DurableUntil}, of term " +
+                return $"{node} {HoldsMore} (until {r.DurableUntil}, of term {r.ContentTerm}) than this replica (until {replica.DurableUntil}, of term " +
                        $"{replica.ContentTerm}): promote that one, with a term above {term}";
             }
         }
 
         return null;
     }
+
+    /// <summary>What a refused promotion says when a node that took its term holds more of the log than the candidate: the coordinator then promotes that one at once.</summary>
+    internal const string HoldsMore = "holds more of the log";
 
     /// <summary>Whether a node's answer to a claim of <paramref name="term"/> grants it: where it stands, in that term.</summary>
     private static bool Grants(ShipmentResult? answer, long term)
@@ -487,36 +499,112 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     /// The primary's log is open (recovery's first half, before anything is acknowledged): its directory records this term
     /// and the primary role; with replicas, from now on its durable waits also wait for them, and a shipper per replica starts.
     /// </summary>
+    /// <exception cref="LogFaultedException">This primary was fenced while recovery opened its log: it must not serve it.</exception>
     public void LogOpened(DurableLog log)
     {
-        if (!Enabled || Role != ReplicationRole.Primary)
+        if (!Enabled)
         {
             return;
         }
 
-        TermFile.Write(log.Directory, new TermRecord(Term, Primary: true, Term), log.FileMode);
         var peers = _options.Peers;
-        if (peers.Count == 0)
+        lock (_gate)
         {
-            return;
+            // Under the gate a fence takes too: either it comes first and the open fails, or the watermark it faults is in place.
+            if (Role != ReplicationRole.Primary)
+            {
+                // Fenced during the open (a newer term reached it after the log opened): without its watermark the log would
+                // acknowledge alone. The open fails, and the node demotes itself (docs/replication.md, "Demotion").
+                throw new LogFaultedException($"This primary was fenced by term {Term} while recovery opened its log: another node is the primary now.");
+            }
+
+            TermFile.Write(log.Directory, new TermRecord(Term, Primary: true, Term), log.FileMode);
+            if (peers.Count == 0)
+            {
+                return;
+            }
+
+            var required = new ReplicationWatermark(peers.Count, _options.EffectiveRequiredReplicas);
+            log.RequireReplication(required);
+            _watermark = required;
         }
 
-        var watermark = new ReplicationWatermark(peers.Count, _options.EffectiveRequiredReplicas);
-        log.RequireReplication(watermark);
-        _watermark = watermark;
+        var watermark = _watermark;
         var logOptions = _service.BuildLogOptions();
         _shipping = [.. peers.Select((address, index) => new LogShipper(this, index, address, log, watermark, logOptions,
             _httpClients.CreateClient(HttpClientName), _options, _logger, _runtime.Time))];
         lock (_gate)
         {
+            // The shippers of this log: a demotion stops them (StopShippingAsync) before the log closes, the host's stop as well.
+            _shipStop = CancellationTokenSource.CreateLinkedTokenSource(_stopping.Token);
+            var token = _shipStop.Token;
             foreach (var shipper in _shipping)
             {
-                _shippers.Add(Task.Run(() => shipper.RunAsync(_stopping.Token)));
+                _shippers.Add(Task.Run(() => shipper.RunAsync(token)));
             }
         }
 
-        var shippers = _shipping;
-        _runtime.Metrics.ObserveReplication(() => shippers.Select(s => (s.Replica.ToString(), s.LagBytes, s.Reachable)));
+        if (Interlocked.Exchange(ref _replicationObserved, 1) == 0)
+        {
+            // Once per process: the gauges read whichever shippers this node has now (none while it is a replica).
+            _runtime.Metrics.ObserveReplication(() => Volatile.Read(ref _shipping).Select(s => (s.Replica.ToString(), s.LagBytes, s.Reachable)));
+        }
+    }
+
+    /// <summary>
+    /// A fenced primary's demotion, first step (docs/replication.md, "Demotion"): its shippers stop and are disposed, and it
+    /// forgets its watermark and term history; the log they shipped from is closed next, by the runtime.
+    /// </summary>
+    public async Task StopShippingAsync()
+    {
+        Task[] shippers;
+        CancellationTokenSource? stop;
+        lock (_gate)
+        {
+            shippers = [.. _shippers];
+            _shippers.Clear();
+            stop = _shipStop;
+            _shipStop = null;
+        }
+
+        if (stop is not null)
+        {
+            await stop.CancelAsync().ConfigureAwait(false);
+        }
+
+        await Task.WhenAll(shippers).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
+        foreach (var shipper in Volatile.Read(ref _shipping))
+        {
+            shipper.Dispose();
+        }
+
+        stop?.Dispose();
+        Volatile.Write(ref _shipping, []);
+        _watermark = null;
+        History = TermHistory.Empty;
+    }
+
+    /// <summary>
+    /// A fenced primary's demotion, last step, once its log is closed: it opens its directory as a replica's copy (what a
+    /// restart would do: its term file records the newer term and the replica role), answers shipments and claims from now
+    /// on, and waits for a promotion as any replica. The new primary's shipper cuts back what of its log the group never
+    /// held, or resets it (docs/replication.md, "Rejoining by cutting back").
+    /// </summary>
+    /// <exception cref="LogCorruptionException">The directory's term file or log is damaged.</exception>
+    public void RejoinAsReplica()
+    {
+        var logOptions = _service.BuildLogOptions();
+        var replica = ReplicaLog.Open(logOptions, _logger);
+        lock (_gate)
+        {
+            Volatile.Write(ref _heardAt, 0);
+            Volatile.Write(ref _promoted, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously));
+            Volatile.Write(ref _replica, replica);
+            Role = ReplicationRole.Replica;
+            Volatile.Write(ref _fencedSignal, new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously));
+        }
+
+        _availability.Demoted();
     }
 
     /// <summary>Where the primary's anchor stands (what a replica writes once it holds the checkpoint); 0 before the first.</summary>
@@ -549,15 +637,17 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
 
             Role = ReplicationRole.Replica;
             // A vote this primary gave in the term (a switchover's claim it granted, GrantHandoverClaim) is kept: restarted, it denies another candidate of it.
-            var vote = TermFile.Read(_runtime.Log.Directory) is { Primary: false } granted && granted.Term == newerTerm ? granted.VotedFor : Guid.Empty;
-            TermFile.Write(_runtime.Log.Directory, new TermRecord(newerTerm, Primary: false, Term, vote), _service.Log.FileMode);
+            var directory = _runtime.OpenLog?.Directory ?? Path.GetFullPath(_service.LogDirectory);
+            var vote = TermFile.Read(directory) is { Primary: false } granted && granted.Term == newerTerm ? granted.VotedFor : Guid.Empty;
+            TermFile.Write(directory, new TermRecord(newerTerm, Primary: false, Term, vote), _service.Log.FileMode);
         }
 
         ReplicationServiceEvents.Fenced(_logger, Term, newerTerm, source);
         _availability.Fenced();
         _watermark?.Fence(new LogFaultedException(
             $"This primary (term {Term}) was fenced by term {newerTerm} ({source}): another node is the primary now. Nothing more is acknowledged " +
-            "here; restart the process and it rejoins as a replica (docs/replication.md)."));
+            "here; it rejoins as a replica by itself (docs/replication.md, \"Demotion\")."));
+        Volatile.Read(ref _fencedSignal).TrySetResult();
     }
 
     /// <summary>A primary refuses to go on (its log is not the newest of its group): it fails as a faulted log does, with why.</summary>
@@ -575,25 +665,15 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
         }
 
         await _stopping.CancelAsync().ConfigureAwait(false);
-        Task[] shippers;
-        lock (_gate)
-        {
-            shippers = [.. _shippers];
-        }
-
-        await Task.WhenAll(shippers).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
-        foreach (var shipper in _shipping)
-        {
-            shipper.Dispose();
-        }
-
+        await StopShippingAsync().ConfigureAwait(false);
         lock (_gate)
         {
             _replica?.Dispose();
             _replica = null;
         }
 
-        _promoted.TrySetCanceled();
+        Volatile.Read(ref _promoted).TrySetCanceled();
+        Volatile.Read(ref _fencedSignal).TrySetCanceled();
         _stopping.Dispose();
     }
 }

@@ -12,7 +12,7 @@ internal static partial class ReplicationServiceEvents
     public static partial void Promoted(ILogger logger, long term, long begin, long durableUntil);
 
     [LoggerMessage(1432, LogLevel.Error,
-        "Replication: this primary (term {Term}) is fenced by term {NewerTerm} ({Source}). Nothing more is acknowledged here; restart the process to rejoin as a replica")]
+        "Replication: this primary (term {Term}) is fenced by term {NewerTerm} ({Source}). Nothing more is acknowledged here; it demotes itself and rejoins as a replica")]
     public static partial void Fenced(ILogger logger, long term, long newerTerm, string source);
 
     [LoggerMessage(1433, LogLevel.Critical, "Replication: {Why}")]
@@ -32,7 +32,7 @@ internal static partial class ReplicationServiceEvents
     public static partial void SwitchoverBegins(ILogger logger, string replica, long term, long durableUntil, long shippedUntil);
 
     [LoggerMessage(1446, LogLevel.Warning,
-        "Replication: switched over: {Replica} is the primary of term {Term}, holding this log until {Until} (requests refused for {WaitedMs} ms before its promotion); this node is fenced and rejoins as a replica when restarted")]
+        "Replication: switched over: {Replica} is the primary of term {Term}, holding this log until {Until} (requests refused for {WaitedMs} ms before its promotion); this node is fenced and rejoins as a replica by itself")]
     public static partial void SwitchedOver(ILogger logger, string replica, long term, long until, long waitedMs);
 
     [LoggerMessage(1459, LogLevel.Information,

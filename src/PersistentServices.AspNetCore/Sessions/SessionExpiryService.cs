@@ -85,9 +85,10 @@ internal sealed partial class SessionExpiryService(PersistentRuntime runtime, IL
 
             try
             {
-                SessionRecords.AppendEnded(runtime.Log, session, SessionEndReason.Expired, now);
+                // No log: a fenced primary closed it meanwhile to rejoin as a replica (docs/replication.md, "Demotion").
+                SessionRecords.AppendEnded(runtime.OpenLog ?? throw new LogFaultedException("The log is closed."), session, SessionEndReason.Expired, now);
             }
-            catch (LogFaultedException)
+            catch (Exception ex) when (ex is LogFaultedException or ObjectDisposedException)
             {
                 break;
             }

@@ -38,7 +38,11 @@ public sealed class SwitchoverTests : IDisposable
             Assert.Equal(2, result.Term);
             Assert.Equal(ReplicationRole.Primary, target.App.Services.GetRequiredService<ReplicationNode>().Role);
             Assert.Equal(ReplicationRole.Replica, node.Role); // fenced by the handover itself, once the target was promoted
-            Assert.Equal(2, TermFile.Read(primary.Runtime.Log.Directory)!.Value.Term);
+            Assert.Equal(2, TermFile.Read(Path.Combine(_dir.Path, "node0"))!.Value.Term);
+
+            // And it demotes itself in its process: a replica of term 2, its log closed and its directory opened as a copy.
+            await WaitUntilAsync(() => node.Replica is { Term: 2 }, () => $"the old primary did not rejoin as a replica (stage {primary.Availability.Stage})");
+            Assert.Null(primary.Runtime.OpenLog);
         }
     }
 
@@ -60,7 +64,7 @@ public sealed class SwitchoverTests : IDisposable
             // Fenced: the role, then the term file records term 2, then requests are answered as by a replica (the handover is over).
             await WaitUntilAsync(() => node.Role == ReplicationRole.Replica && primary.Availability.AnswersAsReplica,
                 () => $"the primary was not fenced after the refused switchover (shippers: {string.Join(", ", node.Shippers.Select(s => $"{s.Replica} {s.State}"))})");
-            Assert.Equal(2, TermFile.Read(primary.Runtime.Log.Directory)!.Value.Term);
+            Assert.Equal(2, TermFile.Read(Path.Combine(_dir.Path, "node0"))!.Value.Term);
         }
     }
 
