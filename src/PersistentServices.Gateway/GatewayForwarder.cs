@@ -35,6 +35,7 @@ internal sealed class GatewayForwarder : IDisposable
     private readonly ILogger _logger;
     private readonly HttpMessageInvoker _client;
     private readonly ForwarderRequestConfig _requestConfig = new() { ActivityTimeout = TimeSpan.FromMinutes(2) };
+    private readonly ForwarderRequestConfig _groupRequestConfig;
     private readonly BufferBudget _buffers;
     private readonly byte[]? _peerKey;
 
@@ -46,6 +47,7 @@ internal sealed class GatewayForwarder : IDisposable
         _time = time;
         _logger = logger;
         _buffers = new BufferBudget(_options.MaxBufferedBytes, _options.EffectiveMaxBufferedBytesPerClient);
+        _groupRequestConfig = new() { ActivityTimeout = _options.NodeResponseTimeout };
         _peerKey = _options.PeerKey is { } peerKey ? System.Text.Encoding.UTF8.GetBytes(peerKey) : null;
         _client = new HttpMessageInvoker(new SocketsHttpHandler
         {
@@ -218,7 +220,10 @@ internal sealed class GatewayForwarder : IDisposable
             }
             var address = instance.Address;
             var transformer = new AttemptTransformer(path, service.PathPrefix, addedKey, signedKey, _peerKey, _time, instance.Ordinal);
-            var error = await _forwarder.SendAsync(context, address, _client, _requestConfig, transformer).ConfigureAwait(false);
+            // A node of a replication group that keeps a request it may be sent again without a word is given up after
+            // NodeResponseTimeout (a hung primary: its group promotes another node meanwhile).
+            var group = resendable && instance.Nodes.Count > 1;
+            var error = await _forwarder.SendAsync(context, address, _client, group ? _groupRequestConfig : _requestConfig, transformer).ConfigureAwait(false);
             string reason;
             if (transformer.Held is { } held)
             {
@@ -254,6 +259,19 @@ internal sealed class GatewayForwarder : IDisposable
                     else if (instance.NextNode(address) && ++nodesTried < instance.Nodes.Count)
                     {
                         // The node is down; another node of its replication group may be (or become) the primary.
+                        GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, 0);
+                        ResetResponse(context);
+                        continue;
+                    }
+                }
+                else if (group && error == ForwarderError.RequestTimedOut)
+                {
+                    // Hung or slow: the request, with its identity, goes to the group's next node at once, once around; a node
+                    // still executing it answers the resend when it is done (docs/protocol.md).
+                    reason = $"no answer within NodeResponseTimeout ({(long)_options.NodeResponseTimeout.TotalMilliseconds} ms)";
+                    mayHaveRun = true;
+                    if (instance.NextNode(address) && ++nodesTried < instance.Nodes.Count)
+                    {
                         GatewayEvents.Holding(_logger, request.Method, path, service.Name, instance.Ordinal, reason, 0);
                         ResetResponse(context);
                         continue;

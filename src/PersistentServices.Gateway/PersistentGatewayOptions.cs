@@ -74,6 +74,17 @@ public sealed class PersistentGatewayOptions
 
     /// <summary>How long the gateway waits for a TCP connection to an instance. Default 2 seconds.</summary>
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>
+    /// How long a node of a replication group (an instance with several addresses) may keep a request the gateway may send
+    /// again without answering or sending a byte: after it, the gateway sends the request, with the same identity, to the
+    /// group's next node, and takes the first answer (docs/gateway.md, "Replicas"). A hung primary (paused, cut off, stalled)
+    /// accepts connections and answers nothing; without this, its requests waited for it to resume or die. Safe because the
+    /// identity makes the resend run at most once: a primary still executing it answers the resend once it is done. Raise it
+    /// above the slowest persistent endpoint's time to first byte, or each such request is also asked of the other nodes.
+    /// Default 1 second.
+    /// </summary>
+    public TimeSpan NodeResponseTimeout { get; set; } = TimeSpan.FromSeconds(1);
 }
 
 /// <summary>One service behind the gateway.</summary>

@@ -60,6 +60,11 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
             failures.Add($"PersistentGateway:ConnectTimeout must be positive (was {options.ConnectTimeout}).");
         }
 
+        if (options.NodeResponseTimeout <= TimeSpan.Zero || options.NodeResponseTimeout > options.HoldTime)
+        {
+            failures.Add($"PersistentGateway:NodeResponseTimeout must be positive and at most HoldTime ({options.HoldTime}) (was {options.NodeResponseTimeout}).");
+        }
+
         var prefixes = new Dictionary<string, string>(StringComparer.OrdinalIgnoreCase);
         foreach (var (serviceName, service) in options.Services)
         {

@@ -163,6 +163,196 @@ public sealed class GatewayTests : IDisposable
         TestContext.Current.TestOutputHelper?.WriteLine($"gateway, a switchover ({answer.Trim()}): {run.Summary}; {Holds(gateway.Output)}");
     }
 
+    /// <summary>
+    /// Issue 51's nemesis through the gateway, with plain clients that never retry: a three-node Raft group is instance 0
+    /// behind the gateway, and its primary is faulted one fault at a time, drawn from a printed seed (PS_NEMESIS_SEED
+    /// replays it; PS_GATEWAY_NEMESIS_FAULTS sets how many, 8 in the suite): kill -9, kill -9 with its log directory deleted,
+    /// a pause (SIGSTOP until the clients progress again, then SIGCONT) and a switchover to a random replica. Only a killed
+    /// node is started again, as a restarter would; a paused or switched-over one, fenced, must become a replica in the
+    /// process it had (in-process demotion). 0 client errors, 0 lost, 0 duplicated, checked on the last primary.
+    /// </summary>
+    [Fact]
+    public async Task PlainClients_ThroughANemesisOfARaftGroup_SeeNoError_NothingLostOrDuplicated_AndOnlyKilledNodesAreRestarted()
+    {
+        var faults = EnvInt("PS_GATEWAY_NEMESIS_FAULTS", 8);
+        var seed = EnvInt("PS_NEMESIS_SEED", Random.Shared.Next(1, 100_000));
+        var random = new Random(seed);
+        string[] kinds = ["kill", "kill, log deleted", "pause", "switchover"];
+        int[] ports = TestSupport.LoopbackPorts.Free(3);
+        Dictionary<string, string> Node(int n) => new(GroupNode(n, "None", ports))
+        {
+            ["PS_FAILOVER"] = "Raft",
+            ["PS_ADDRESS"] = $"http://127.0.0.1:{ports[n]}",
+            ["PS_INITIAL_PRIMARY"] = $"http://127.0.0.1:{ports[0]}",
+            ["PS_REPLICAS"] = string.Join(',', ports.Select(p => $"http://127.0.0.1:{p}")),
+            ["PS_SWITCHOVER_TIMEOUT_MS"] = "1000",
+            ["PS_SERVICE_CHECKPOINT_SECONDS"] = "1",
+        };
+
+        ServiceProcess[] nodes = [null!, null!, null!];
+        nodes[1] = await ServiceProcess.StartAsync(Node(1), ports[1], waitUntilReady: false);
+        nodes[2] = await ServiceProcess.StartAsync(Node(2), ports[2], waitUntilReady: false);
+        nodes[0] = await ServiceProcess.StartAsync(Node(0), ports[0]);
+        await using var gateway = await GatewayProcess.StartAsync([(0, string.Join(',', ports.Select(p => $"http://127.0.0.1:{p}")))]);
+        var run = new PlainClientRun(gateway.Client, depositClients: 4, sessionClients: 4, expectOwner: true);
+        var clients = run.Start();
+        var paused = -1;
+        var log = new List<string>();
+        try
+        {
+            for (var round = 0; round < faults; round++)
+            {
+                var primary = await GroupPrimaryAsync(nodes);
+                await run.WaitForProgressAsync(30 + random.Next(50), () => nodes[primary].RecentOutput());
+                var kind = round < kinds.Length ? kinds[(round + seed) % kinds.Length] : kinds[random.Next(kinds.Length)];
+                var target = (primary + 1 + random.Next(2)) % 3;
+                var process = nodes[primary].ProcessId;
+                switch (kind)
+                {
+                    case "kill":
+                    case "kill, log deleted":
+                        await nodes[primary].KillAsync();
+                        if (kind != "kill")
+                        {
+                            Directory.Delete(_dir.File("log-" + primary.ToString(CultureInfo.InvariantCulture)), recursive: true);
+                        }
+
+                        break;
+                    case "pause":
+                        await nodes[primary].SignalAsync("STOP");
+                        paused = primary;
+                        break;
+                    default:
+                        var (exit, answer) = await ReplicationTests.RunPsctlWithKeyAsync(GroupPeerKey, "replication", "switchover", $"http://127.0.0.1:{ports[primary]}",
+                            "--service", "test", "--to", $"http://127.0.0.1:{ports[target]}");
+                        kind = exit == 0 ? kind : "switchover (refused)";
+                        break;
+                }
+
+                // The clients are served again (by another node, once the group has promoted one), and see no error.
+                var clock = Stopwatch.StartNew();
+                await run.WaitForProgressAsync(20, () => string.Join("\n----\n", nodes.Select(n => n.RecentOutput())));
+                log.Add($"round {round}: {kind} of node {primary}, 20 more replies within {clock.ElapsedMilliseconds} ms");
+                if (clock.ElapsedMilliseconds > 1000)
+                {
+                    // A slow one: what the gateway held meanwhile, and why.
+                    log.Add(string.Join('\n', gateway.Output.Split('\n').TakeLast(12).Select(l => "    " + l.Trim())));
+                    for (var i = 0; i < nodes.Length; i++)
+                    {
+                        var lines = nodes[i].Output.Split('\n');
+                        log.Add(string.Join('\n', lines.Select((l, j) => (l, j)).Where(x => x.l.Contains("Replication", StringComparison.Ordinal)).TakeLast(14)
+                            .Select(x => $"    node{i} {x.l.Trim()} {(x.j + 1 < lines.Length ? lines[x.j + 1].Trim() : "")}")));
+                    }
+                }
+
+                if (paused >= 0)
+                {
+                    await nodes[paused].SignalAsync("CONT");
+                    paused = -1;
+                }
+
+                if (kind.StartsWith("kill", StringComparison.Ordinal))
+                {
+                    var old = nodes[primary];
+                    Volatile.Write(ref nodes[primary], await ServiceProcess.StartAsync(Node(primary), ports[primary], waitUntilReady: false));
+                    await old.DisposeAsync();
+                }
+                else if (kind == "switchover (refused)")
+                {
+                    continue;
+                }
+
+                // Back as a replica of the newest term; a paused or switched-over node in the process it had.
+                var deadline = DateTime.UtcNow.AddSeconds(60);
+                while (!await IsCaughtUpReplicaAsync(nodes[primary]))
+                {
+                    Assert.True(DateTime.UtcNow < deadline, $"round {round} ({kind}): node {primary} did not rejoin as a replica:\n{nodes[primary].RecentOutput()}");
+                    await Task.Delay(50, Ct);
+                }
+
+                Assert.True(kind.StartsWith("kill", StringComparison.Ordinal) || nodes[primary].ProcessId == process, $"node {primary} was restarted");
+            }
+
+            await run.WaitForProgressAsync(20, () => string.Join("\n----\n", nodes.Select(n => n.RecentOutput())));
+        }
+        finally
+        {
+            run.Stop();
+            await Task.WhenAll(clients);
+            if (paused >= 0)
+            {
+                await nodes[paused].SignalAsync("CONT");
+            }
+        }
+
+        try
+        {
+            var last = await GroupPrimaryAsync(nodes);
+            await run.AssertStateAsync(nodes[last].Client, gateway.Output);
+            var term = (await ReplicationLoad.StatusAsync(nodes[last])).GetProperty("term").GetInt64();
+            TestContext.Current.TestOutputHelper?.WriteLine(
+                $"gateway nemesis, seed {seed}, {faults} faults, term {term} at the end: {run.Summary}; {Holds(gateway.Output)}\n{string.Join('\n', log)}");
+        }
+        finally
+        {
+            foreach (var node in nodes)
+            {
+                await node.DisposeAsync();
+            }
+        }
+    }
+
+    /// <summary>The node of a group that answers as the primary of the newest term (waiting up to 30 s for one).</summary>
+    private static async Task<int> GroupPrimaryAsync(ServiceProcess[] nodes)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(30);
+        while (true)
+        {
+            var (best, newest, primaryTerm) = (-1, -1L, -1L);
+            for (var i = 0; i < nodes.Length; i++)
+            {
+                try
+                {
+                    using var timeout = CancellationTokenSource.CreateLinkedTokenSource(Ct);
+                    timeout.CancelAfter(TimeSpan.FromSeconds(2));
+                    var status = await ReplicationLoad.StatusAsync(nodes[i]).WaitAsync(timeout.Token);
+                    var term = status.GetProperty("term").GetInt64();
+                    newest = Math.Max(newest, term);
+                    if (status.GetProperty("role").GetString() == "Primary" && term > primaryTerm)
+                    {
+                        (best, primaryTerm) = (i, term);
+                    }
+                }
+                catch (Exception ex) when (ex is HttpRequestException or OperationCanceledException)
+                {
+                }
+            }
+
+            if (best >= 0 && primaryTerm >= newest)
+            {
+                return best;
+            }
+
+            Assert.True(DateTime.UtcNow < deadline, "no primary within 30 s:\n" + string.Join("\n----\n", nodes.Select(n => n.RecentOutput())));
+            await Task.Delay(50, Ct);
+        }
+    }
+
+    /// <summary>Whether a node is a replica that holds the newest term's log.</summary>
+    private static async Task<bool> IsCaughtUpReplicaAsync(ServiceProcess node)
+    {
+        try
+        {
+            var s = await ReplicationLoad.StatusAsync(node);
+            return s.GetProperty("role").GetString() == "Replica" && s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r &&
+                   r.GetProperty("durableUntil").GetInt64() > 0 && r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
+        }
+        catch (HttpRequestException)
+        {
+            return false;
+        }
+    }
+
     private const string GroupPeerKey = "gateway-replication-test-key-0123456789";
 
     /// <summary>Node <paramref name="n"/> of a replication group of three that is instance 0 behind the gateway (manual failover).</summary>
