@@ -60,9 +60,9 @@ internal sealed class PersistentGatewayOptionsValidator : IValidateOptions<Persi
             failures.Add($"PersistentGateway:ConnectTimeout must be positive (was {options.ConnectTimeout}).");
         }
 
-        if (options.NodeResponseTimeout <= TimeSpan.Zero || options.NodeResponseTimeout > options.HoldTime)
+        if (options.NodeResponseTimeout <= TimeSpan.Zero)
         {
-            failures.Add($"PersistentGateway:NodeResponseTimeout must be positive and at most HoldTime ({options.HoldTime}) (was {options.NodeResponseTimeout}).");
+            failures.Add($"PersistentGateway:NodeResponseTimeout must be positive (was {options.NodeResponseTimeout}).");
         }
 
         var prefixes = new Dictionary<string, string>(StringComparer.OrdinalIgnoreCase);

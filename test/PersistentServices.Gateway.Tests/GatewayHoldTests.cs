@@ -165,6 +165,25 @@ public sealed class GatewayHoldTests : IAsyncDisposable
     }
 
     [Fact]
+    public async Task AnInstanceOfReplicas_ANodeThatKeepsARequestUnanswered_IsPassedOverAfterNodeResponseTimeout_WithTheSameIdentity()
+    {
+        // A hung primary (paused, cut off) accepts the request and answers nothing: after NodeResponseTimeout the gateway
+        // sends it, with the same identity, to the group's next node (the one the group promoted meanwhile). Before, it
+        // waited for the hung node as long as the client did.
+        var hung = new TaskCompletionSource();
+        var (stalled, stalledSeen) = await UpstreamAsync(async c => await hung.Task.WaitAsync(c.RequestAborted));
+        var (primary, primarySeen) = await UpstreamAsync(Ok);
+        using var client = await GatewayAsync($"{stalled},{primary}", persistent: true, configure: o => o.NodeResponseTimeout = TimeSpan.FromMilliseconds(200));
+
+        using var response = await client.SendAsync(Post("/deposit", """{"amount":5}""", session: "AAAAAAAAAAAAAAAAAAAAAA", seq: 1), Ct);
+
+        hung.TrySetResult();
+        Assert.Equal(HttpStatusCode.OK, response.StatusCode);
+        Assert.Single(stalledSeen);
+        Assert.Equal(("AAAAAAAAAAAAAAAAAAAAAA", """{"amount":5}"""), (primarySeen.Single().Session, primarySeen.Single().Body));
+    }
+
+    [Fact]
     public async Task AnInstanceOfReplicas_ANodeThatRefusesTheConnection_IsPassedOver_EvenForARequestWithoutIdentity()
     {
         // A node that is down never got the request: the next node of the group takes it, whatever the request is.
