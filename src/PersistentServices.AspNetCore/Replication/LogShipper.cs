@@ -82,6 +82,15 @@ internal sealed class LogShipper : IDisposable
     /// <summary>Whether the replica answers (and takes) its shipments now.</summary>
     public bool Reachable => _state is "streaming" || _state.StartsWith("catching up", StringComparison.Ordinal);
 
+    /// <summary>Whether the replica's port refused the last connection (no process listens there: stopped, or stopping); false once it answers.</summary>
+    public bool RefusesConnections
+    {
+        get => Volatile.Read(ref _refusesConnections);
+        private set => Volatile.Write(ref _refusesConnections, value);
+    }
+
+    private bool _refusesConnections;
+
     /// <summary>Bytes of this log's durable end the replica does not hold yet, as far as this primary knows.</summary>
     public long LagBytes => Math.Max(0, _watermark.LocalUntil - Math.Max(0, ShippedUntil));
 
@@ -137,6 +146,7 @@ internal sealed class LogShipper : IDisposable
                 }
 
                 _state = "unreachable";
+                RefusesConnections = ex is HttpRequestException { InnerException: System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.ConnectionRefused } };
                 await Task.Delay(_options.RetryInterval, cancellationToken).ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
             }
         }
@@ -172,6 +182,7 @@ internal sealed class LogShipper : IDisposable
         switch (Decide(answer, tail, _node.Term, _node.LogWasNew, cut))
         {
             case CatchUp.Partial:
+                RefusesConnections = false;
                 _state = answer.DurableUntil < end ? "catching up (partial)" : "streaming";
                 Interlocked.Increment(ref _partial);
                 return (answer.DurableUntil, false);

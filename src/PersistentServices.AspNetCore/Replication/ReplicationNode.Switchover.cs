@@ -150,6 +150,14 @@ internal sealed partial class ReplicationNode
             long until;
             while (!IsCaughtUp(log, target, out until))
             {
+                if (target.RefusesConnections && target.State == "unreachable")
+                {
+                    // Its port has no process behind it (the whole group stopped together, a node taken away): it cannot catch
+                    // up, so the switchover does not wait SwitchoverTimeout for it.
+                    return Refused($"{target.Replica} refuses connections (no process listens there); this primary serves again", target.Replica, term,
+                        Stopwatch.GetElapsedTime(started));
+                }
+
                 if (timeout.IsCancellationRequested || _watermark?.Fault is not null)
                 {
                     var why = _watermark?.Fault is { } fault
