@@ -137,6 +137,16 @@ internal sealed class LogRecoveryScanner : IDisposable
         return scanner.ReadRecordAt(lsn);
     }
 
+    /// <summary>
+    /// A reader of single records for many reads (<see cref="TryRead"/>): the directory listed once, the log keys made once,
+    /// segment files kept open and the last page read kept, where <see cref="TryReadRecord"/> does all of that for each
+    /// record. It sees the segments that existed when it was made. Dispose it after.
+    /// </summary>
+    public static LogRecoveryScanner OpenReader(string directory, LogOptions options) => new(directory, options, visitor: null);
+
+    /// <summary>The intact record at <paramref name="lsn"/>, or null (a reader of <see cref="OpenReader"/>).</summary>
+    public LogRecord? TryRead(long lsn) => ReadRecordAt(lsn);
+
     public void Dispose()
     {
         foreach (var handle in _handles.Values)
