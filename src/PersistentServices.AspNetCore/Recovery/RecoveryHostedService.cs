@@ -136,6 +136,7 @@ internal sealed class RecoveryHostedService(
                     await Task.Delay(10, _stopping.Token).ConfigureAwait(false);
                 }
 
+                await replication.HandoverEnded.ConfigureAwait(false); // a switchover that fenced this node finishes its answer first
                 await opener.QuiesceAsync().ConfigureAwait(false);
                 await _replay.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
                 await _promotion.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);

@@ -118,6 +118,10 @@ internal sealed partial class ReplicationNode
             return Refused("the service does not serve now (recovering, failed, or its log faulted)", target.Replica);
         }
 
+        // A demotion after this switchover's fence waits for it to end: it still holds the checkpointer and reads the log.
+        var handover = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        Volatile.Write(ref _handover, handover.Task);
+
         ReplicationServiceEvents.SwitchoverBegins(_logger, target.Replica.ToString(), term, log.LocalDurableUntil, target.ShippedUntil);
         var resumed = true;
         try
@@ -243,8 +247,14 @@ internal sealed partial class ReplicationNode
         finally
         {
             _availability.EndHandover();
+            handover.TrySetResult();
         }
     }
+
+    private Task _handover = Task.CompletedTask;
+
+    /// <summary>Completes when no switchover of this primary is under way (a demotion waits for it: docs/replication.md, "Demotion").</summary>
+    public Task HandoverEnded => Volatile.Read(ref _handover);
 
     /// <summary>
     /// Before a handover (<see cref="ReplicationOptions.CheckpointBeforeSwitchover"/>): once the admitted requests have
