@@ -800,10 +800,7 @@ public sealed class FailoverTests : IDisposable
     }
 
     /// <summary>Whether a node is a replica that holds the newest term's log (it rejoined: restarted, or demoted in its process).</summary>
-    private static async Task<bool> RejoinedAsync(ServiceProcess node)
-        => (await StatusAsync(node)) is { } s && s.GetProperty("role").GetString() == "Replica" &&
-           s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r && r.GetProperty("durableUntil").GetInt64() > 0 &&
-           r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
+    private static Task<bool> RejoinedAsync(ServiceProcess node) => ReplicationLoad.IsCaughtUpReplicaAsync(node);
 
     /// <summary>How many times the nodes running now demoted themselves from a fenced primary to a replica (their logs say so).</summary>
     private static int Demotions(ServiceProcess[] nodes)

@@ -264,7 +264,7 @@ public sealed class GatewayTests : IDisposable
 
                 // Back as a replica of the newest term; a paused or switched-over node in the process it had.
                 var deadline = DateTime.UtcNow.AddSeconds(60);
-                while (!await IsCaughtUpReplicaAsync(nodes[primary]))
+                while (!await ReplicationLoad.IsCaughtUpReplicaAsync(nodes[primary]))
                 {
                     Assert.True(DateTime.UtcNow < deadline, $"round {round} ({kind}): node {primary} did not rejoin as a replica:\n{nodes[primary].RecentOutput()}");
                     await Task.Delay(50, Ct);
@@ -335,21 +335,6 @@ public sealed class GatewayTests : IDisposable
 
             Assert.True(DateTime.UtcNow < deadline, "no primary within 30 s:\n" + string.Join("\n----\n", nodes.Select(n => n.RecentOutput())));
             await Task.Delay(50, Ct);
-        }
-    }
-
-    /// <summary>Whether a node is a replica that holds the newest term's log.</summary>
-    private static async Task<bool> IsCaughtUpReplicaAsync(ServiceProcess node)
-    {
-        try
-        {
-            var s = await ReplicationLoad.StatusAsync(node);
-            return s.GetProperty("role").GetString() == "Replica" && s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r &&
-                   r.GetProperty("durableUntil").GetInt64() > 0 && r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
-        }
-        catch (HttpRequestException)
-        {
-            return false;
         }
     }
 

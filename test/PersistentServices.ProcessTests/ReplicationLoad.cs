@@ -121,6 +121,21 @@ internal static class ReplicationLoad
 
     public static object Body(int client) => new { account = $"c{client}", amount = 1 };
 
+    /// <summary>Whether a node is a replica that holds the newest term's log (it rejoined: restarted, or demoted in its process); false when it does not answer.</summary>
+    public static async Task<bool> IsCaughtUpReplicaAsync(ServiceProcess node)
+    {
+        try
+        {
+            var s = await StatusAsync(node);
+            return s.GetProperty("role").GetString() == "Replica" && s.GetProperty("replica") is { ValueKind: JsonValueKind.Object } r &&
+                   r.GetProperty("durableUntil").GetInt64() > 0 && r.GetProperty("contentTerm").GetInt64() == s.GetProperty("term").GetInt64();
+        }
+        catch (HttpRequestException)
+        {
+            return false;
+        }
+    }
+
     public static async Task<JsonElement> StatusAsync(ServiceProcess node)
     {
         using var response = await node.GetReplicationStatusAsync(TestContext.Current.CancellationToken);

@@ -217,19 +217,7 @@ internal sealed class LogOpener(PersistentRuntime runtime, ServiceAvailability a
         }
 
         await _disposing.CancelAsync().ConfigureAwait(false);
-        Task? opening;
-        lock (_openingLock)
-        {
-            opening = _opening;
-        }
-
-        if (opening is not null)
-        {
-            await opening.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
-        }
-
-        await _checkpointAfterOpen.ConfigureAwait(ConfigureAwaitOptions.SuppressThrowing);
-
+        await QuiesceAsync().ConfigureAwait(false);
         _disposing.Dispose();
     }
 }
