@@ -81,7 +81,8 @@ public sealed class PersistentGatewayOptions
     /// group's next node, and takes the first answer (docs/gateway.md, "Replicas"). A hung primary (paused, cut off, stalled)
     /// accepts connections and answers nothing; without this, its requests waited for it to resume or die. Safe because the
     /// identity makes the resend run at most once: a primary still executing it answers the resend once it is done. Raise it
-    /// above the slowest persistent endpoint's time to first byte, or each such request is also asked of the other nodes.
+    /// above the slowest persistent endpoint's time to first byte, or each such request is also asked of the other nodes;
+    /// a reply that pauses longer between its bytes is cut (YARP's activity timeout, which this sets for such requests).
     /// Default 1 second.
     /// </summary>
     public TimeSpan NodeResponseTimeout { get; set; } = TimeSpan.FromSeconds(1);

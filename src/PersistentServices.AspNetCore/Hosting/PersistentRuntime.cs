@@ -180,10 +180,10 @@ internal sealed class PersistentRuntime : IAsyncDisposable
     {
         Volatile.Write(ref _servingShared, null);
         _shared?.AbortReservations();
+        Analysis = null;
         var checkpointer = _checkpointer;
         _checkpointer = null;
         checkpointer?.Dispose();
-        Analysis = null;
         Replays = null;
         _shared = null;
         Epoch = 0;

@@ -608,7 +608,7 @@ internal sealed partial class ReplicationNode : IAsyncDisposable
     }
 
     /// <summary>Where the primary's anchor stands (what a replica writes once it holds the checkpoint); 0 before the first.</summary>
-    public long AnchoredLsn => _runtime.Analysis is null ? 0 : _runtime.Checkpointer.AnchoredLsn;
+    public long AnchoredLsn => _runtime.Analysis is null || _runtime.OpenCheckpointer is not { } checkpointer ? 0 : checkpointer.AnchoredLsn;
 
     /// <summary>Whether the log this primary opened was new (created at this start): it must never replace a replica's log.</summary>
     public bool LogWasNew => _runtime.Log.OpenReport.IsNew;
