@@ -70,6 +70,9 @@ internal sealed class ComponentProcess(string name, string component, string kin
     /// <summary>Being replaced by a new build (<c>--upgrade</c>): its supervisor leaves the stop and the start to the upgrade.</summary>
     public bool Replacing { get; set; }
 
+    /// <summary>When the launcher first saw this node fenced (a <see cref="System.Diagnostics.Stopwatch"/> timestamp), 0 while it is not.</summary>
+    public long FencedSince { get; set; }
+
     /// <summary>The build the next start runs (<c>Bookstore__Build</c>, <see cref="Services.ComponentSettings.Build"/>).</summary>
     public int Build => _environment.TryGetValue("Bookstore__Build", out var build) ? int.Parse(build, CultureInfo.InvariantCulture) : 1;
 
@@ -293,7 +296,7 @@ internal sealed class ComponentProcess(string name, string component, string kin
 
 /// <summary>
 /// What a node of a replication group says of itself (<c>GET /ps/replication/status</c>): its role and term; a replica's
-/// durable end (null on a fenced primary, which has a replica's role and no replica's log: it waits for its restart);
+/// durable end (null on a fenced primary, which has a replica's role and no replica's log until it has demoted itself);
 /// on a primary, how many of its replicas are streaming (caught up).
 /// </summary>
 internal sealed record NodeStatus(string Role, long Term, long? DurableUntil, int Streaming)

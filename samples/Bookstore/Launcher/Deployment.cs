@@ -413,11 +413,15 @@ internal sealed class Deployment : IAsyncDisposable
 
     private readonly Dictionary<string, long> _killedAt = [];
 
+    /// <summary>How long a node may stay fenced before the launcher restarts it (a demotion takes tens of milliseconds).</summary>
+    private static readonly TimeSpan FencedGrace = TimeSpan.FromSeconds(3);
+
     /// <summary>
     /// Watches every node of every group (<c>GET /ps/replication/status</c>, every 100 ms): which is the primary (a change to
     /// another node in a newer term is a failover, timed from the chaos monkey's kill), whether each replica streams, and
-    /// which is a fenced old primary: that one acknowledges nothing more and waits to be restarted (no demotion in its
-    /// process yet), so the launcher restarts it, as Kubernetes restarts a pod whose liveness fails.
+    /// which is a fenced old primary: that one acknowledges nothing more and demotes itself to a replica in its process;
+    /// one still fenced after <see cref="FencedGrace"/> (a failed demotion) is restarted, as Kubernetes restarts a pod whose
+    /// liveness fails.
     /// </summary>
     private async Task MonitorAsync()
     {
@@ -478,8 +482,17 @@ internal sealed class Deployment : IAsyncDisposable
                             (killed is { } k ? $", {Stopwatch.GetElapsedTime(k, now).TotalMilliseconds:0} ms after the primary's kill" : $" (from {was.Name}, not killed)"));
                 }
 
-                foreach (var node in nodes.Where(n => n.Observed is { Fenced: true } && !n.Replacing && n.State == ComponentState.Ready))
+                foreach (var node in nodes)
                 {
+                    node.FencedSince = node.Observed is { Fenced: true } ? node.FencedSince is 0 ? Stopwatch.GetTimestamp() : node.FencedSince : 0;
+                }
+
+                // A fenced node demotes itself to a replica within tens of milliseconds: only one still fenced after FencedGrace
+                // (its demotion failed, and its liveness fails) is restarted.
+                foreach (var node in nodes.Where(n => n.FencedSince != 0 && Stopwatch.GetElapsedTime(n.FencedSince) > FencedGrace && !n.Replacing &&
+                                                      n.State == ComponentState.Ready))
+                {
+                    node.FencedSince = 0;
                     node.Replacing = true;
                     lock (_supervisors)
                     {
